@@ -1,0 +1,189 @@
+//! kazoo's documented worker loop as a command-line program.
+//!
+//! ```text
+//! cargo run --example worker -- --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE)
+//!     [--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS]
+//!     [--session-timeout SECS] [--json]
+//! ```
+//!
+//! Prints every state change (one JSON object per line with `--json`: `ts`, `state`, `member`, `generation`,
+//! `items` when ACQUIRED, `cause` on FAILURE). On SIGINT or SIGTERM it calls `finish()` and exits 0; on FAILURE it
+//! exits 1 with the cause.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
+
+struct Args {
+    connect: String,
+    path: String,
+    items: Vec<Item>,
+    identifier: Option<String>,
+    time_boundary: Duration,
+    max_reaction_time: Duration,
+    session_timeout: Duration,
+    json: bool,
+}
+
+const USAGE: &str = "usage: worker --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE) \
+[--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS] [--session-timeout SECS] [--json]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = std::env::args().skip(1);
+    let (mut connect, mut path, mut raw_items, mut identifier) = (None, None, None, None);
+    let (mut time_boundary, mut max_reaction_time, mut session_timeout) = (30.0, 1.0, 10.0);
+    let (mut json, mut int_items) = (false, false);
+    let seconds = |flag: &str, value: Option<String>| -> Result<f64, String> {
+        let value = value.ok_or(format!("{flag} needs a value"))?;
+        match value.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s < 86400.0 => Ok(s),
+            _ => Err(format!("{flag} takes a number of seconds between 0 and 86400, not {value:?}")),
+        }
+    };
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--connect" => connect = args.next(),
+            "--path" => path = args.next(),
+            "--items" => {
+                raw_items = Some(args.next().ok_or("--items needs a value")?.split(',').map(str::to_owned).collect())
+            }
+            "--items-file" => {
+                let file = args.next().ok_or("--items-file needs a value")?;
+                let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {file}: {e}"))?;
+                raw_items = Some(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect());
+            }
+            "--int-items" => int_items = true,
+            "--identifier" => identifier = args.next(),
+            "--time-boundary" => time_boundary = seconds(&flag, args.next())?,
+            "--max-reaction-time" => max_reaction_time = seconds(&flag, args.next())?,
+            "--session-timeout" => session_timeout = seconds(&flag, args.next())?,
+            "--json" => json = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    let raw_items: Vec<String> = raw_items.ok_or(format!("--items or --items-file is required\n{USAGE}"))?;
+    let items = if int_items {
+        raw_items
+            .iter()
+            .map(|s| s.trim().parse::<i64>().map(Item::from).map_err(|_| format!("{s:?} is not an integer")))
+            .collect::<Result<_, _>>()?
+    } else {
+        raw_items.into_iter().map(Item::from).collect()
+    };
+    Ok(Args {
+        connect: connect.ok_or(format!("--connect is required\n{USAGE}"))?,
+        path: path.ok_or(format!("--path is required\n{USAGE}"))?,
+        items,
+        identifier,
+        time_boundary: Duration::from_secs_f64(time_boundary),
+        max_reaction_time: Duration::from_secs_f64(max_reaction_time),
+        session_timeout: Duration::from_secs_f64(session_timeout),
+        json,
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("worker: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<ExitCode, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let client = zk_partitioner::zookeeper_client::Client::connector()
+        .with_session_timeout(args.session_timeout)
+        .connect(&args.connect)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", args.connect))?;
+    let mut builder = SetPartitioner::builder(client, args.path, args.items)
+        .time_boundary(args.time_boundary)
+        .max_reaction_time(args.max_reaction_time);
+    if let Some(identifier) = args.identifier {
+        builder = builder.identifier(identifier);
+    }
+    let partitioner = builder.build().await.map_err(|e| e.to_string())?;
+    let mut changes = partitioner.changes();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+            snapshot = changes.next() => {
+                let Some(snapshot) = snapshot else { break };
+                print_snapshot(&snapshot, args.json);
+                match snapshot.state {
+                    PartitionState::Failure => return Ok(ExitCode::FAILURE),
+                    // Stop working on the items, then let them go.
+                    PartitionState::Release => {
+                        if let Err(err) = partitioner.release_set().await {
+                            eprintln!("worker: release_set failed: {err}");
+                        }
+                    }
+                    // A real worker processes `snapshot.items` here until the state changes.
+                    PartitionState::Acquired | PartitionState::Allocating => {}
+                }
+            }
+        }
+    }
+    partitioner.finish().await;
+    print_snapshot(&partitioner.snapshot(), args.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_snapshot(snapshot: &Snapshot, json: bool) {
+    let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
+    let items: Vec<String> = snapshot.items.iter().map(item_json).collect();
+    if json {
+        let mut line = format!(
+            r#"{{"ts":{ts:.6},"state":"{}","member":{},"generation":{},"items":[{}]"#,
+            snapshot.state,
+            json_string(&snapshot.member),
+            snapshot.generation,
+            items.join(",")
+        );
+        if let Some(cause) = &snapshot.cause {
+            line.push_str(&format!(r#","cause":{}"#, json_string(&cause.to_string())));
+        }
+        println!("{line}}}");
+    } else {
+        let cause = snapshot.cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default();
+        println!("{ts:.3} {} {} [{}]{cause}", snapshot.member, snapshot.state, items.join(", "));
+    }
+}
+
+fn item_json(item: &Item) -> String {
+    match item {
+        Item::Int(i) => i.to_string(),
+        Item::Str(s) => json_string(s),
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

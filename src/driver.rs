@@ -1,0 +1,538 @@
+//! The background task that owns a partitioner's ZooKeeper conversation.
+//!
+//! Only the driver talks to ZooKeeper and only it changes state; handles read the published [`Snapshot`] and send
+//! [`Command`]s. Every wait is a `select!` over cancel-safe sources (the session's state, the party watch, lock
+//! requests, commands, timers), so a party change or a command is acted on at once, never at the next poll.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use zookeeper_client::{Client, EventType, SessionState, StateWatcher, WatchedEvent};
+
+use crate::locks::{self, Contender, Position, Step, StepFuture};
+use crate::party::{self, Membership, Paths};
+use crate::policy::{self, Reaction};
+use crate::{Error, Item, PartitionFn, PartitionState, Snapshot};
+
+/// Requests from handles to the driver; each carries the channel its answer goes back on.
+#[derive(Debug)]
+pub(crate) enum Command {
+    ReleaseSet(oneshot::Sender<Result<(), Error>>),
+    Finish(oneshot::Sender<()>),
+}
+
+/// Everything fixed at build time.
+pub(crate) struct Config {
+    pub paths: Paths,
+    pub identifier: String,
+    /// The whole set, sorted and validated.
+    pub items: Vec<Item>,
+    /// Each item's lock directory, in the order of `items`.
+    pub lock_dirs: Vec<String>,
+    pub partition_fn: Box<dyn PartitionFn>,
+    pub time_boundary: Duration,
+    pub retry_delay: Duration,
+    pub max_allocation_time: Option<Duration>,
+    /// At most this many lock requests in flight at once.
+    pub window: usize,
+}
+
+/// Where the driver goes next.
+enum Next {
+    Allocate,
+    Hold,
+    AwaitRelease,
+    ReleaseSet(oneshot::Sender<Result<(), Error>>),
+    Fail(Error),
+    /// `finish()` was called (with its acknowledgement) or every handle was dropped.
+    Finish(Option<oneshot::Sender<()>>),
+}
+
+/// Why an allocation stopped before every lock was held.
+enum Interrupt {
+    PartyChanged,
+    Leave(Next),
+}
+
+pub(crate) struct Driver {
+    client: Client,
+    config: Arc<Config>,
+    membership: Membership,
+    session: StateWatcher,
+    commands: mpsc::UnboundedReceiver<Command>,
+    publisher: watch::Sender<Snapshot>,
+    /// The fired-or-not watch on `<path>/party` children, armed by the latest read of the party.
+    party_changed: Option<BoxFuture<'static, WatchedEvent>>,
+    /// Lock nodes we own or may own, by item index: everything `release_set` must delete.
+    contenders: HashMap<usize, Contender>,
+    /// The membership of the latest stable party.
+    members: Arc<[String]>,
+    /// When the current allocation must be done by, if there is a limit.
+    allocation_deadline: Option<Instant>,
+}
+
+impl Driver {
+    pub fn new(
+        client: Client,
+        config: Arc<Config>,
+        membership: Membership,
+        session: StateWatcher,
+        commands: mpsc::UnboundedReceiver<Command>,
+        publisher: watch::Sender<Snapshot>,
+    ) -> Self {
+        Driver {
+            client,
+            config,
+            membership,
+            session,
+            commands,
+            publisher,
+            party_changed: None,
+            contenders: HashMap::new(),
+            members: Arc::from([]),
+            allocation_deadline: None,
+        }
+    }
+
+    pub async fn run(mut self) {
+        let mut next = Next::Allocate;
+        loop {
+            next = match next {
+                Next::Allocate => self.allocate().await,
+                Next::Hold => self.hold().await,
+                Next::AwaitRelease => self.await_release().await,
+                Next::ReleaseSet(ack) => self.release_set(ack).await,
+                Next::Fail(cause) => {
+                    // Stop the worker first, then clean up so others can take our items at once.
+                    tracing::error!(%cause, "partitioner failed");
+                    self.publish(PartitionState::Failure, Some(cause), "failed");
+                    self.clean_up().await;
+                    break;
+                }
+                Next::Finish(ack) => {
+                    self.clean_up().await;
+                    self.publish(PartitionState::Failure, Some(Error::Finished), "finished");
+                    if let Some(ack) = ack {
+                        let _ = ack.send(());
+                    }
+                    break;
+                }
+            };
+        }
+        // Answer commands that raced with the end; later ones find the channel closed.
+        self.commands.close();
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::ReleaseSet(ack) => drop(ack.send(Err(self.failure_cause()))),
+                Command::Finish(ack) => drop(ack.send(())),
+            }
+        }
+    }
+
+    fn failure_cause(&self) -> Error {
+        self.publisher.borrow().cause.clone().unwrap_or(Error::Stopped)
+    }
+
+    fn state(&self) -> PartitionState {
+        self.publisher.borrow().state
+    }
+
+    /// The single place where state changes: bumps the generation and wakes every observer.
+    fn publish(&mut self, state: PartitionState, cause: Option<Error>, reason: &str) {
+        let items: Arc<[Item]> = if state == PartitionState::Acquired {
+            let mut held: Vec<usize> = self.contenders.iter().filter(|(_, c)| c.held).map(|(&i, _)| i).collect();
+            held.sort_unstable();
+            held.into_iter().map(|i| self.config.items[i].clone()).collect()
+        } else {
+            Arc::from([])
+        };
+        let (member, members) = (self.membership.name.clone(), self.members.clone());
+        self.publisher.send_modify(|snapshot| {
+            tracing::info!(from = %snapshot.state, to = %state, generation = snapshot.generation + 1, reason, items = items.len(), "state change");
+            snapshot.state = state;
+            snapshot.generation += 1;
+            snapshot.member = member;
+            snapshot.items = items;
+            snapshot.members = members;
+            snapshot.cause = cause;
+        });
+    }
+
+    /// Reacts to a change of the session's state (kazoo's policy, see [`policy::react`]).
+    fn on_session(&mut self, state: SessionState) -> Option<Next> {
+        match policy::react(state, self.state()) {
+            Reaction::Ignore => {
+                tracing::debug!(%state, "session state change");
+                None
+            }
+            Reaction::Release => {
+                tracing::warn!(%state, "connection state changed; releasing");
+                self.publish(PartitionState::Release, None, "connection state changed");
+                Some(Next::AwaitRelease)
+            }
+            Reaction::Fail => Some(Next::Fail(Error::SessionLost { state })),
+        }
+    }
+
+    fn on_command(command: Option<Command>) -> Next {
+        match command {
+            Some(Command::ReleaseSet(ack)) => Next::ReleaseSet(ack),
+            Some(Command::Finish(ack)) => Next::Finish(Some(ack)),
+            None => Next::Finish(None),
+        }
+    }
+
+    /// Reads the party and arms a watch on it. Returns the sorted member names.
+    async fn watch_party(&mut self) -> Result<Vec<String>, Error> {
+        let party = &self.config.paths.party;
+        let (children, _, watcher) = party::retry_transient(|| self.client.get_and_watch_children(party))
+            .await
+            .map_err(|e| Error::zk("get_children", party.as_str(), e))?;
+        self.party_changed = Some(watcher.changed().boxed());
+        let (members, foreign) = party::members(&children);
+        if !foreign.is_empty() {
+            tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
+        }
+        Ok(members)
+    }
+
+    /// ALLOCATING: wait until the party is stable, compute our share, take its locks.
+    async fn allocate(&mut self) -> Next {
+        let now = Instant::now();
+        let deadline = *self
+            .allocation_deadline
+            .get_or_insert_with(|| self.config.max_allocation_time.map_or(far_future(), |limit| now + limit));
+        loop {
+            let members = match self.stabilise(deadline).await {
+                Ok(members) => members,
+                Err(next) => return next,
+            };
+            if !members.iter().any(|m| **m == *self.membership.name) {
+                // An operator (or a bug elsewhere) removed our party node: join again, which changes the party.
+                tracing::warn!(member = %self.membership.name, "our party node is gone; joining again");
+                match party::join(&self.client, &self.config.paths, &self.config.identifier).await {
+                    Ok(membership) => self.membership = membership,
+                    Err(err) => return Next::Fail(err),
+                }
+                continue;
+            }
+            self.members = members.into();
+            let assigned = match self.assignment() {
+                Ok(assigned) => assigned,
+                Err(err) => return Next::Fail(err),
+            };
+            tracing::debug!(members = self.members.len(), assigned = assigned.len(), "party stable; taking locks");
+            match self.acquire(assigned, deadline).await {
+                Ok(()) => {
+                    self.allocation_deadline = None;
+                    self.publish(PartitionState::Acquired, None, "all assigned locks held");
+                    return Next::Hold;
+                }
+                Err(Interrupt::PartyChanged) => {
+                    tracing::info!("party changed during allocation; releasing and starting over");
+                    if let Err(err) = self.release_contenders().await {
+                        return Next::Fail(err);
+                    }
+                }
+                Err(Interrupt::Leave(next)) => return next,
+            }
+        }
+    }
+
+    /// Waits until the party has had no change for `time_boundary`: each change restarts the wait (a true debounce,
+    /// where kazoo's fixed windows need between one and two boundaries of quiet).
+    async fn stabilise(&mut self, deadline: Instant) -> Result<Vec<String>, Next> {
+        let mut members = self.watch_party().await.map_err(Next::Fail)?;
+        let quiet_until = tokio::time::sleep(self.config.time_boundary);
+        tokio::pin!(quiet_until);
+        loop {
+            let Some(party_changed) = self.party_changed.as_mut() else {
+                return Err(Next::Fail(Error::Stopped));
+            };
+            tokio::select! {
+                () = &mut quiet_until => return Ok(members),
+                event = party_changed => {
+                    if let Some(next) = self.on_party_event(&event) {
+                        return Err(next);
+                    }
+                    members = self.watch_party().await.map_err(Next::Fail)?;
+                    quiet_until.as_mut().reset(Instant::now() + self.config.time_boundary);
+                }
+                state = self.session.changed() => {
+                    if let Some(next) = self.on_session(state) {
+                        return Err(next);
+                    }
+                }
+                command = self.commands.recv() => return Err(Self::on_command(command)),
+                () = tokio::time::sleep_until(deadline) => return Err(self.allocation_timed_out()),
+            }
+        }
+    }
+
+    fn allocation_timed_out(&self) -> Next {
+        Next::Fail(Error::AllocationTimeout(self.config.max_allocation_time.unwrap_or_default()))
+    }
+
+    /// A terminal session event delivered through the party watch means the session is over.
+    fn on_party_event(&self, event: &WatchedEvent) -> Option<Next> {
+        (event.event_type == EventType::Session && event.session_state.is_terminated())
+            .then(|| Next::Fail(Error::SessionLost { state: event.session_state }))
+    }
+
+    /// Our share under the partition function, as indexes into the sorted item list.
+    fn assignment(&self) -> Result<Vec<usize>, Error> {
+        let items = &self.config.items;
+        let mine = self.config.partition_fn.partition(&self.membership.name, &self.members, items);
+        let mut assigned = Vec::with_capacity(mine.len());
+        for item in mine {
+            let index = items
+                .binary_search(&item)
+                .map_err(|_| Error::PartitionFn { reason: format!("returned {item:?}, which is not in the set") })?;
+            assigned.push(index);
+        }
+        let count = assigned.len();
+        assigned.sort_unstable();
+        assigned.dedup();
+        if assigned.len() != count {
+            return Err(Error::PartitionFn { reason: "returned an item more than once".into() });
+        }
+        Ok(assigned)
+    }
+
+    /// Takes the lock of every assigned item, many requests at once, until all are held or something interrupts.
+    async fn acquire(&mut self, assigned: Vec<usize>, deadline: Instant) -> Result<(), Interrupt> {
+        let mut queue: VecDeque<usize> = assigned.into();
+        let mut steps: FuturesUnordered<StepFuture> = FuturesUnordered::new();
+        let mut in_flight = 0usize;
+        let mut waiting = queue.len();
+        loop {
+            while in_flight < self.config.window {
+                let Some(index) = queue.pop_front() else { break };
+                steps.push(self.start(index));
+                in_flight += 1;
+            }
+            if waiting == 0 {
+                return Ok(());
+            }
+            let Some(party_changed) = self.party_changed.as_mut() else {
+                return Err(Interrupt::Leave(Next::Fail(Error::Stopped)));
+            };
+            tokio::select! {
+                Some((index, step)) = steps.next() => {
+                    if step.was_request() {
+                        in_flight -= 1;
+                    }
+                    match self.advance(index, step) {
+                        Ok(Some(next_step)) => {
+                            in_flight += usize::from(!matches!(next_step, Advance::Wait(_)));
+                            steps.push(next_step.into_future());
+                        }
+                        Ok(None) => waiting -= 1,
+                        Err(err) => return Err(Interrupt::Leave(Next::Fail(err))),
+                    }
+                }
+                event = party_changed => {
+                    return Err(match self.on_party_event(&event) {
+                        Some(next) => Interrupt::Leave(next),
+                        None => Interrupt::PartyChanged,
+                    });
+                }
+                state = self.session.changed() => {
+                    if let Some(next) = self.on_session(state) {
+                        return Err(Interrupt::Leave(next));
+                    }
+                }
+                command = self.commands.recv() => return Err(Interrupt::Leave(Self::on_command(command))),
+                () = tokio::time::sleep_until(deadline) => return Err(Interrupt::Leave(self.allocation_timed_out())),
+            }
+        }
+    }
+
+    /// Starts taking one item's lock with a new contender. No existence check of the lock directory first: the
+    /// create itself answers `NoNode` when it is missing, so an existing directory costs no extra request.
+    fn start(&mut self, index: usize) -> StepFuture {
+        let contender = Contender::new(self.config.lock_dirs[index].clone());
+        let step = locks::create(&self.client, index, &contender, self.membership.name.as_bytes(), Duration::ZERO);
+        self.contenders.insert(index, contender);
+        step
+    }
+
+    /// Moves one item's lock forward after a request returned. `Ok(None)` means the lock is held.
+    fn advance(&mut self, index: usize, step: Step) -> Result<Option<Advance>, Error> {
+        use zookeeper_client::Error as ZkError;
+        let retry = self.config.retry_delay;
+        let (client, data) = (&self.client, self.membership.name.as_bytes());
+        let Some(contender) = self.contenders.get_mut(&index) else {
+            // Every started item has a contender until it is released, and releasing drops the step futures first.
+            return Err(Error::Stopped);
+        };
+        let next = match step {
+            Step::Created(Ok((stat, sequence))) => {
+                contender.node = Some(format!("{}{sequence}", contender.prefix));
+                contender.czxid = stat.czxid;
+                Advance::Request(locks::list(client, index, &contender.dir, Duration::ZERO))
+            }
+            Step::Created(Err(ZkError::NoNode)) => {
+                Advance::Request(locks::make_dir(client, index, &contender.dir, Duration::ZERO))
+            }
+            Step::Created(Err(err)) => match Error::zk_or_transient("create", contender.dir.clone(), err) {
+                // The create may or may not have happened: the listing will tell (our prefix is unique).
+                None => Advance::Request(locks::list(client, index, &contender.dir, retry)),
+                Some(err) => return Err(err),
+            },
+            Step::DirReady(Ok(())) => Advance::Request(locks::create(client, index, contender, data, Duration::ZERO)),
+            Step::DirReady(Err(err)) => match Error::zk_or_transient("mkdir", contender.dir.clone(), err) {
+                None => Advance::Request(locks::make_dir(client, index, &contender.dir, retry)),
+                Some(err) => return Err(err),
+            },
+            Step::Listed(Ok(children)) => {
+                if contender.node.is_none() {
+                    contender.node = children.iter().find(|c| c.starts_with(&contender.prefix)).cloned();
+                    if contender.node.is_none() {
+                        return Ok(Some(Advance::Request(locks::create(
+                            client,
+                            index,
+                            contender,
+                            data,
+                            Duration::ZERO,
+                        ))));
+                    }
+                }
+                let own = contender.node.as_deref().unwrap_or_default();
+                match locks::position(&children, own) {
+                    Position::Held => {
+                        tracing::debug!(item = %self.config.items[index], node = own, "lock held");
+                        contender.held = true;
+                        return Ok(None);
+                    }
+                    Position::Behind(predecessor) => {
+                        tracing::debug!(item = %self.config.items[index], predecessor, "lock contended; waiting");
+                        let path = format!("{}/{predecessor}", contender.dir);
+                        Advance::Wait(locks::wait_for(client, index, path))
+                    }
+                    Position::Missing => {
+                        tracing::warn!(item = %self.config.items[index], node = own, "our lock node vanished; contending again");
+                        contender.node = None;
+                        Advance::Request(locks::create(client, index, contender, data, Duration::ZERO))
+                    }
+                }
+            }
+            Step::Listed(Err(ZkError::NoNode)) => {
+                // The directory went away, and our node with it.
+                contender.node = None;
+                Advance::Request(locks::make_dir(client, index, &contender.dir, Duration::ZERO))
+            }
+            Step::Listed(Err(err)) => match Error::zk_or_transient("get_children", contender.dir.clone(), err) {
+                None => Advance::Request(locks::list(client, index, &contender.dir, retry)),
+                Some(err) => return Err(err),
+            },
+            Step::PredecessorChanged(Ok(())) => {
+                Advance::Request(locks::list(client, index, &contender.dir, Duration::ZERO))
+            }
+            Step::PredecessorChanged(Err(err)) => {
+                match Error::zk_or_transient("get_data", contender.dir.clone(), err) {
+                    None => Advance::Request(locks::list(client, index, &contender.dir, retry)),
+                    Some(err) => return Err(err),
+                }
+            }
+        };
+        Ok(Some(next))
+    }
+
+    /// ACQUIRED: hold the locks until the party or the connection changes, or a command comes.
+    async fn hold(&mut self) -> Next {
+        let Some(party_changed) = self.party_changed.as_mut() else {
+            return Next::Fail(Error::Stopped);
+        };
+        tokio::select! {
+            event = party_changed => {
+                self.party_changed = None;
+                if let Some(next) = self.on_party_event(&event) {
+                    return next;
+                }
+                self.publish(PartitionState::Release, None, "party changed");
+                Next::AwaitRelease
+            }
+            state = self.session.changed() => self.on_session(state).unwrap_or(Next::Hold),
+            command = self.commands.recv() => Self::on_command(command),
+        }
+    }
+
+    /// RELEASE: wait for the worker to call `release_set()` (or `finish()`); only the end of the session interrupts.
+    async fn await_release(&mut self) -> Next {
+        self.party_changed = None;
+        tokio::select! {
+            state = self.session.changed() => self.on_session(state).unwrap_or(Next::AwaitRelease),
+            command = self.commands.recv() => Self::on_command(command),
+        }
+    }
+
+    async fn release_set(&mut self, ack: oneshot::Sender<Result<(), Error>>) -> Next {
+        match self.release_contenders().await {
+            Ok(()) => {
+                self.publish(PartitionState::Allocating, None, "release_set");
+                let _ = ack.send(Ok(()));
+                Next::Allocate
+            }
+            Err(err) => {
+                let _ = ack.send(Err(err.clone()));
+                Next::Fail(err)
+            }
+        }
+    }
+
+    /// Deletes every lock node we own or may own.
+    async fn release_contenders(&mut self) -> Result<(), Error> {
+        let contenders: Vec<Contender> = self.contenders.drain().map(|(_, c)| c).collect();
+        if contenders.is_empty() {
+            return Ok(());
+        }
+        let count = contenders.len();
+        let result = locks::release_all(&self.client, contenders, self.config.window).await;
+        tracing::debug!(count, ok = result.is_ok(), "locks released");
+        result
+    }
+
+    /// Best effort at the end: delete our lock nodes and leave the party. After a lost session there is nothing left
+    /// to delete, and the requests fail at once.
+    async fn clean_up(&mut self) {
+        self.party_changed = None;
+        if self.client.state().is_terminated() {
+            self.contenders.clear();
+            return;
+        }
+        if let Err(err) = self.release_contenders().await {
+            tracing::warn!(%err, "could not release every lock while leaving");
+        }
+        if let Err(err) = party::leave(&self.client, &self.config.paths, &self.membership).await {
+            tracing::warn!(%err, "could not leave the party");
+        }
+    }
+}
+
+/// The next step of one item's lock.
+enum Advance {
+    /// A request: counts against the in-flight window.
+    Request(StepFuture),
+    /// A wait on a watch: costs the server nothing while it waits.
+    Wait(StepFuture),
+}
+
+impl Advance {
+    fn into_future(self) -> StepFuture {
+        match self {
+            Advance::Request(step) | Advance::Wait(step) => step,
+        }
+    }
+}
+
+/// An instant that never comes in practice (about 30 years away), for a deadline that is not set.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365 * 30)
+}

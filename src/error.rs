@@ -1,0 +1,103 @@
+//! The crate's error type.
+
+use zookeeper_client::SessionState;
+
+/// Everything that can go wrong in this crate.
+///
+/// Configuration mistakes ([`InvalidConfig`](Error::InvalidConfig), [`InvalidItem`](Error::InvalidItem)) are returned
+/// by [`Builder::build`](crate::Builder::build) before anything is written to ZooKeeper. The other variants describe
+/// why a partitioner reached [`PartitionState::Failure`](crate::PartitionState::Failure); the cause is kept in the
+/// published [`Snapshot`](crate::Snapshot), so the type is `Clone`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An option is out of range or malformed.
+    #[error("invalid {field}: {reason}")]
+    InvalidConfig {
+        /// The option, e.g. `path` or `time_boundary`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An item cannot be used as a lock node name, or collides with another item.
+    #[error("invalid item {item:?}: {reason}")]
+    InvalidItem {
+        /// The item's rendering (its lock node name).
+        item: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A ZooKeeper request failed in a way this crate does not retry.
+    #[error("zookeeper {op} {path}: {source}")]
+    ZooKeeper {
+        /// The request, e.g. `create` or `get_children`.
+        op: &'static str,
+        /// The node the request was about.
+        path: String,
+        /// The client's error.
+        #[source]
+        source: zookeeper_client::Error,
+    },
+
+    /// The ZooKeeper session ended (expired, closed or failed authentication): every node it owned is gone.
+    #[error("zookeeper session {state}")]
+    SessionLost {
+        /// The terminal session state that was observed.
+        state: SessionState,
+    },
+
+    /// The user-supplied partition function returned something unusable.
+    #[error("partition function {reason}")]
+    PartitionFn {
+        /// What it returned.
+        reason: String,
+    },
+
+    /// Allocation did not reach [`Acquired`](crate::PartitionState::Acquired) within
+    /// [`Builder::max_allocation_time`](crate::Builder::max_allocation_time).
+    #[error("allocation did not complete within {0:?}")]
+    AllocationTimeout(std::time::Duration),
+
+    /// [`SetPartitioner::finish`](crate::SetPartitioner::finish) was called.
+    #[error("partitioner finished")]
+    Finished,
+
+    /// The partitioner's background task is gone (its Tokio runtime shut down).
+    #[error("partitioner task stopped")]
+    Stopped,
+}
+
+impl Error {
+    /// Wraps a client error with the request and node it concerns. A terminal session error becomes
+    /// [`Error::SessionLost`], so the cause of a Failure reads the same whichever request saw it first.
+    pub(crate) fn zk(op: &'static str, path: impl Into<String>, source: zookeeper_client::Error) -> Self {
+        match session_end(&source) {
+            Some(state) => Error::SessionLost { state },
+            None => Error::ZooKeeper { op, path: path.into(), source },
+        }
+    }
+
+    pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig { field, reason: reason.into() }
+    }
+}
+
+/// The session state a client error implies, when the error means the session is over.
+pub(crate) fn session_end(err: &zookeeper_client::Error) -> Option<SessionState> {
+    use zookeeper_client::Error as E;
+    match err {
+        E::SessionExpired | E::SessionMoved => Some(SessionState::Expired),
+        E::ClientClosed => Some(SessionState::Closed),
+        E::AuthFailed => Some(SessionState::AuthFailed),
+        _ => None,
+    }
+}
+
+/// Whether a failed request may have been lost with the connection, so that retrying (after checking what the server
+/// did) is the right reaction. `Custom` carries the client's I/O errors and connection timeouts.
+pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as E;
+    matches!(err, E::ConnectionLoss | E::Custom(_) | E::Throttled | E::Timeout | E::NoHosts)
+}

@@ -1,0 +1,198 @@
+//! Items: the things being partitioned, and how they become lock node names.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use crate::Error;
+use crate::names::check_node_name;
+
+/// One element of the set being partitioned.
+///
+/// kazoo partitions Python values and names each item's lock node with `str(item)`. This crate supports the two kinds
+/// of item that appear in practice, integers and strings, rendered exactly as Python's `str()` renders them, so a Rust
+/// worker and a kazoo worker given the same set lock the same nodes. Items of one kind sort the way Python's
+/// `sorted()` sorts them: integers numerically, strings by code point.
+///
+/// ```
+/// use zk_partitioner::Item;
+///
+/// assert_eq!(Item::from(-7).to_string(), "-7");
+/// assert_eq!(Item::from("queue-1").to_string(), "queue-1");
+/// let mut items = vec![Item::from(10), Item::from(9)];
+/// items.sort();
+/// assert_eq!(items, [Item::from(9), Item::from(10)]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Item {
+    /// An integer, rendered in decimal.
+    Int(i64),
+    /// A string, rendered as itself.
+    Str(String),
+}
+
+impl Item {
+    /// The lock node name of this item (Python's `str(item)`).
+    pub fn node_name(&self) -> String {
+        self.to_string()
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Item::Int(_) => "integer",
+            Item::Str(_) => "string",
+        }
+    }
+}
+
+impl Ord for Item {
+    /// Integers numerically, strings by code point (Rust orders UTF-8 strings by code point). Python cannot compare an
+    /// integer with a string; here integers sort first, but [`Builder::build`](crate::Builder::build) rejects mixed
+    /// sets under the default partition function, which must agree with kazoo.
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            (Item::Int(a), Item::Int(b)) => a.cmp(b),
+            (Item::Str(a), Item::Str(b)) => a.cmp(b),
+            (Item::Int(_), Item::Str(_)) => Ordering::Less,
+            (Item::Str(_), Item::Int(_)) => Ordering::Greater,
+        }
+    }
+}
+
+impl PartialOrd for Item {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Item {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Item::Int(i) => write!(f, "{i}"),
+            Item::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+macro_rules! from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Item {
+            fn from(value: $t) -> Self {
+                Item::Int(i64::from(value))
+            }
+        }
+    )*};
+}
+from_int!(i8, i16, i32, i64, u8, u16, u32);
+
+impl From<&str> for Item {
+    fn from(value: &str) -> Self {
+        Item::Str(value.to_owned())
+    }
+}
+
+impl From<String> for Item {
+    fn from(value: String) -> Self {
+        Item::Str(value)
+    }
+}
+
+impl From<&String> for Item {
+    fn from(value: &String) -> Self {
+        Item::Str(value.clone())
+    }
+}
+
+impl From<&Item> for Item {
+    fn from(value: &Item) -> Self {
+        value.clone()
+    }
+}
+
+/// Checks a set of items and returns it sorted and free of duplicates.
+///
+/// Every item must render to a valid znode name, and no two distinct items may render to the same name (`1` and
+/// `"1"` would share one lock). With `require_one_kind`, integers and strings may not be mixed (Python's `sorted()`
+/// rejects such a set, so a kazoo peer could not partition it).
+pub(crate) fn validate_items(items: Vec<Item>, require_one_kind: bool) -> Result<Vec<Item>, Error> {
+    let mut items = items;
+    items.sort();
+    items.dedup();
+    if require_one_kind
+        && let (Some(first), Some(last)) = (items.first(), items.last())
+        && first.kind() != last.kind()
+    {
+        return Err(Error::InvalidItem {
+            item: last.to_string(),
+            reason: format!(
+                "is a {} while {first:?} is a {}: the default partition function sorts items like Python, which \
+                 cannot compare integers with strings",
+                last.kind(),
+                first.kind()
+            ),
+        });
+    }
+    let mut names: Vec<(String, &Item)> = Vec::with_capacity(items.len());
+    for item in &items {
+        let name = item.node_name();
+        check_node_name(&name).map_err(|reason| Error::InvalidItem { item: name.clone(), reason })?;
+        names.push((name, item));
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(pair) = names.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return Err(Error::InvalidItem {
+            item: pair[0].0.clone(),
+            reason: format!("{:?} and {:?} render to the same lock node name", pair[0].1, pair[1].1),
+        });
+    }
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_like_python_str() {
+        assert_eq!(Item::from(0).to_string(), "0");
+        assert_eq!(Item::from(-12).to_string(), "-12");
+        assert_eq!(Item::from(i64::MAX).to_string(), "9223372036854775807");
+        assert_eq!(Item::from("é-ü").to_string(), "é-ü");
+    }
+
+    #[test]
+    fn sorts_like_python_sorted() {
+        let mut ints: Vec<Item> = [10, -1, 2, 100].into_iter().map(Item::from).collect();
+        ints.sort();
+        assert_eq!(ints, [-1, 2, 10, 100].map(Item::from));
+        // Code point order: 'B' (0x42) < 'a' (0x61) < 'é' (0xe9) < '中' (0x4e2d).
+        let mut strs: Vec<Item> = ["中", "a", "é", "B"].into_iter().map(Item::from).collect();
+        strs.sort();
+        assert_eq!(strs, ["B", "a", "é", "中"].map(Item::from));
+    }
+
+    #[test]
+    fn rejects_colliding_renderings() {
+        let err = validate_items(vec![Item::from(1), Item::from("1")], false).unwrap_err();
+        assert!(matches!(err, Error::InvalidItem { ref item, .. } if item == "1"), "{err}");
+    }
+
+    #[test]
+    fn rejects_mixed_kinds_when_asked() {
+        assert!(validate_items(vec![Item::from(1), Item::from("a")], true).is_err());
+        assert!(validate_items(vec![Item::from(1), Item::from("a")], false).is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_names() {
+        for bad in ["", ".", "..", "a/b", "tab\there", "nul\0", "\u{7f}", "\u{e000}", "\u{fff0}"] {
+            let err = validate_items(vec![Item::from(bad)], true).unwrap_err();
+            assert!(matches!(err, Error::InvalidItem { .. }), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn sorts_and_dedups() {
+        let items = validate_items(vec![Item::from("b"), Item::from("a"), Item::from("b")], true).unwrap();
+        assert_eq!(items, ["a", "b"].map(Item::from));
+    }
+}

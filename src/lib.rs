@@ -1,0 +1,122 @@
+//! Divide a set of items (queues, shards, partitions) among the live members of a group, with ZooKeeper, so that no
+//! two members ever own the same item and every item has an owner once the group is stable.
+//!
+//! `zk-partitioner` is kazoo's [`SetPartitioner`] recipe for async Rust: the same states, the same znode layout (so
+//! Rust and Python workers can share one party), without kazoo's known bugs, and with requests pipelined on the
+//! session instead of sent one after another.
+//!
+//! # The worker loop
+//!
+//! ```no_run
+//! # async fn dox() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use zk_partitioner::{PartitionState, SetPartitioner};
+//!
+//! // One ZooKeeper session per member: a member's locks live and die with its session.
+//! let client = zookeeper_client::Client::connector()
+//!     .with_session_timeout(Duration::from_secs(10))
+//!     .connect("127.0.0.1:2181")
+//!     .await?;
+//! let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
+//!     .time_boundary(Duration::from_secs(5))
+//!     .build()
+//!     .await?;
+//! loop {
+//!     match partitioner.state() {
+//!         PartitionState::Failure => return Err(partitioner.failure().unwrap().into()),
+//!         PartitionState::Release => partitioner.release_set().await?,
+//!         PartitionState::Acquired => {
+//!             for queue in partitioner.items() {
+//!                 // Process `queue`; stop as soon as `partitioner.is_acquired()` turns false.
+//! #               let _ = queue;
+//!             }
+//!         }
+//!         PartitionState::Allocating => {
+//!             partitioner.wait_for_acquire(Duration::from_secs(30)).await;
+//!         }
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! # States
+//!
+//! See [`PartitionState`]: `Allocating` → `Acquired` → `Release` → (`release_set()`) → `Allocating`, and the terminal
+//! `Failure`. Allocation starts once the party has had no membership change for
+//! [`time_boundary`](Builder::time_boundary) (each change restarts the wait), then takes the lock of every item the
+//! [`PartitionFn`] assigns. A party change or a connection suspension while `Acquired` moves to `Release`: the worker
+//! must stop processing and call [`release_set`](SetPartitioner::release_set). A party change during allocation
+//! releases what was taken and starts over. A lost session, [`finish`](SetPartitioner::finish), or an error this
+//! crate cannot retry moves to `Failure`, with the cause in [`Snapshot::cause`]; nothing stays silently stuck in
+//! `Allocating`.
+//!
+//! # Znode layout (kazoo's)
+//!
+//! ```text
+//! <path>                                   persistent, empty
+//! <path>/party                             persistent, empty
+//! <path>/party/<32 hex>-<identifier>-<seq> ephemeral sequential, data = identifier   (one per member)
+//! <path>/locks                             persistent, empty
+//! <path>/locks/<item>                      persistent, empty                          (one per item, kept)
+//! <path>/locks/<item>/<32 hex>__lock__<seq> ephemeral sequential, data = member name  (contenders; lowest holds)
+//! ```
+//!
+//! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
+//! members, the identifier for kazoo's. Children of `<path>/party` that do not start with 32 lowercase hex digits and
+//! a dash are not member nodes and are ignored (kazoo would count them and leave their share unowned). The crate never
+//! deletes `<path>`, `party`, `locks` or lock directories: kazoo peers rely on them.
+//!
+//! # Guarantees
+//!
+//! - **Safety**: an item's lock is the lowest contender node in its directory, an ephemeral node of one session, so two
+//!   live sessions never hold the same item; a member reports `Acquired` only for items whose lock it holds, and
+//!   leaves `Acquired` as soon as its connection is suspended.
+//! - **Liveness**: once the party is stable for `time_boundary` and every member has released what it no longer owns,
+//!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition
+//!   function).
+//! - **Hygiene**: `finish()`, or dropping the last handle, deletes the member's lock nodes and party node and stops
+//!   its task. Lock requests whose replies were lost are found again by their random prefix and cleaned up.
+//!
+//! # Modules, one concept each
+//!
+//! `partitioner` (the handle and its builder), `driver` (the background task, the only writer of state), `state`
+//! ([`PartitionState`], [`Snapshot`]), `policy` (the reaction to session state changes), `party` (member nodes),
+//! `locks` (item lock contenders), `partition_fn` ([`PartitionFn`], [`KazooStride`]), `item` ([`Item`]), `names`
+//! (path and name validation) and `error` ([`Error`]).
+//!
+//! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
+#![deny(missing_docs, missing_debug_implementations)]
+
+mod driver;
+mod error;
+mod item;
+mod locks;
+mod names;
+mod partition_fn;
+mod partitioner;
+mod party;
+mod policy;
+mod state;
+
+pub use error::Error;
+pub use item::Item;
+pub use partition_fn::{KazooStride, PartitionFn};
+pub use partitioner::{Builder, SetPartitioner};
+pub use state::{PartitionState, Snapshot};
+
+/// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
+pub use zookeeper_client;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + Clone + std::fmt::Debug>() {}
+
+    #[test]
+    fn handle_is_send_sync_clone() {
+        assert_send_sync::<SetPartitioner>();
+        assert_send_sync::<Snapshot>();
+        assert_send_sync::<Error>();
+    }
+}

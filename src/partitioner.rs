@@ -1,0 +1,361 @@
+//! The user's handle ([`SetPartitioner`]) and its [`Builder`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
+use zookeeper_client::Client;
+
+use crate::driver::{Command, Config, Driver};
+use crate::item::validate_items;
+use crate::names::{check_base_path, check_identifier};
+use crate::party::{self, Paths};
+use crate::{Error, Item, KazooStride, PartitionFn, PartitionState, Snapshot};
+
+/// kazoo's default `time_boundary`.
+const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
+/// kazoo's default `max_reaction_time`.
+const DEFAULT_MAX_REACTION_TIME: Duration = Duration::from_secs(1);
+/// The longest `time_boundary`, `max_reaction_time` or `max_allocation_time` accepted: longer is surely a unit
+/// mistake (milliseconds given as seconds).
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// Lock requests in flight at once: enough to keep one connection busy, few enough not to flood the server.
+const DEFAULT_WINDOW: usize = 1000;
+
+/// Configures and starts a [`SetPartitioner`]. Made by [`SetPartitioner::builder`].
+///
+/// Every option is checked by [`build`](Builder::build) before anything is written to ZooKeeper.
+#[must_use = "a builder does nothing until build() is awaited"]
+pub struct Builder {
+    client: Client,
+    path: String,
+    items: Vec<Item>,
+    partition_fn: Option<Box<dyn PartitionFn>>,
+    identifier: Option<String>,
+    time_boundary: Duration,
+    max_reaction_time: Duration,
+    max_allocation_time: Option<Duration>,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("path", &self.path)
+            .field("items", &self.items.len())
+            .field("custom_partition_fn", &self.partition_fn.is_some())
+            .field("identifier", &self.identifier)
+            .field("time_boundary", &self.time_boundary)
+            .field("max_reaction_time", &self.max_reaction_time)
+            .field("max_allocation_time", &self.max_allocation_time)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// The function deciding which items each member owns; default [`KazooStride`], kazoo's own. Every member of a
+    /// party must use the same one.
+    pub fn partition_func(mut self, partition_fn: impl PartitionFn) -> Self {
+        self.partition_fn = Some(Box::new(partition_fn));
+        self
+    }
+
+    /// This member's identifier, stored in its party node; default `<hostname>-<pid>`, as kazoo. It need not be
+    /// unique: the member's name adds the party node's sequence number.
+    pub fn identifier(mut self, identifier: impl Into<String>) -> Self {
+        self.identifier = Some(identifier.into());
+        self
+    }
+
+    /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every change
+    /// restarts the wait.
+    pub fn time_boundary(mut self, time_boundary: Duration) -> Self {
+        self.time_boundary = time_boundary;
+        self
+    }
+
+    /// kazoo's `max_reaction_time`, default 1 s. kazoo polls contended locks at this period to notice party changes;
+    /// this crate reacts to changes through watches at once, and uses the value as the pause before retrying a
+    /// request that was lost with the connection.
+    pub fn max_reaction_time(mut self, max_reaction_time: Duration) -> Self {
+        self.max_reaction_time = max_reaction_time;
+        self
+    }
+
+    /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach [`PartitionState::Acquired`] within
+    /// this time, counted from entering [`PartitionState::Allocating`]. Off by default, as in kazoo; without it, a
+    /// party that changes more often than `time_boundary` keeps every member allocating.
+    pub fn max_allocation_time(mut self, limit: Duration) -> Self {
+        self.max_allocation_time = Some(limit);
+        self
+    }
+
+    /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
+    /// starts the partitioner's background task on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidConfig`] or [`Error::InvalidItem`] for bad options, before any request is sent;
+    /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if creating the paths or joining fails.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future after the party node was created leaves that node until the session
+    /// ends. Build partitioners before racing them against anything.
+    pub async fn build(self) -> Result<SetPartitioner, Error> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::config("runtime", "build() must run inside a Tokio runtime"))?;
+        check_base_path(&self.path)?;
+        let identifier = match self.identifier {
+            Some(identifier) => identifier,
+            None => default_identifier(),
+        };
+        check_identifier(&identifier)?;
+        check_duration("time_boundary", self.time_boundary)?;
+        check_duration("max_reaction_time", self.max_reaction_time)?;
+        if let Some(limit) = self.max_allocation_time {
+            check_duration("max_allocation_time", limit)?;
+        }
+        let items = validate_items(self.items, self.partition_fn.is_none())?;
+        let paths = Paths::new(&self.path);
+        let lock_dirs = items.iter().map(|item| paths.lock_dir(&item.node_name())).collect();
+
+        let session = self.client.state_watcher();
+        party::ensure_base(&self.client, &paths).await?;
+        let membership = party::join(&self.client, &paths, &identifier).await?;
+
+        let span = tracing::info_span!("partitioner", path = %self.path, member = %membership.name);
+        let config = Arc::new(Config {
+            paths,
+            identifier,
+            items,
+            lock_dirs,
+            partition_fn: self.partition_fn.unwrap_or_else(|| Box::new(KazooStride)),
+            time_boundary: self.time_boundary,
+            retry_delay: self.max_reaction_time,
+            max_allocation_time: self.max_allocation_time,
+            window: DEFAULT_WINDOW,
+        });
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (publisher, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
+        tracing::info!(parent: &span, "joined the party");
+        let driver = Driver::new(self.client, config, membership, session, command_rx, publisher);
+        runtime.spawn(driver.run().instrument(span));
+        Ok(SetPartitioner { commands, snapshot })
+    }
+}
+
+fn check_duration(field: &'static str, value: Duration) -> Result<(), Error> {
+    if value.is_zero() {
+        return Err(Error::config(field, "must be greater than zero"));
+    }
+    if value > MAX_DURATION {
+        return Err(Error::config(field, format!("{value:?} is longer than the limit of {MAX_DURATION:?}")));
+    }
+    Ok(())
+}
+
+/// `<hostname>-<pid>`, kazoo's default (it uses the FQDN; the `hostname` crate gives the host name).
+fn default_identifier() -> String {
+    let host = hostname::get().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A member of a party dividing a set of items with the others, kazoo's `SetPartitioner`.
+///
+/// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
+/// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
+/// as [`finish`](SetPartitioner::finish) does.
+///
+/// # Examples
+/// kazoo's worker loop:
+/// ```no_run
+/// # async fn dox() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use zk_partitioner::{PartitionState, SetPartitioner};
+///
+/// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
+/// let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
+///     .build()
+///     .await?;
+/// loop {
+///     match partitioner.state() {
+///         PartitionState::Failure => return Err(partitioner.snapshot().cause.unwrap().into()),
+///         PartitionState::Release => partitioner.release_set().await?,
+///         PartitionState::Acquired => {
+///             for queue in partitioner.items() {
+///                 // Work on `queue`, checking `partitioner.is_acquired()` between units of work.
+/// #               let _ = queue;
+///             }
+///         }
+///         PartitionState::Allocating => drop(partitioner.wait_for_acquire(Duration::from_secs(30)).await),
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct SetPartitioner {
+    commands: mpsc::UnboundedSender<Command>,
+    snapshot: watch::Receiver<Snapshot>,
+}
+
+impl fmt::Debug for SetPartitioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let snapshot = self.snapshot.borrow();
+        f.debug_struct("SetPartitioner")
+            .field("member", &snapshot.member)
+            .field("state", &snapshot.state)
+            .field("generation", &snapshot.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SetPartitioner {
+    /// Starts configuring a partitioner of `items` under `path`, on `client`'s session (paths are relative to the
+    /// client's chroot, if any).
+    ///
+    /// Give each member its own client: a member's locks are tied to its session.
+    pub fn builder<I>(client: Client, path: impl Into<String>, items: I) -> Builder
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        Builder {
+            client,
+            path: path.into(),
+            items: items.into_iter().map(Into::into).collect(),
+            partition_fn: None,
+            identifier: None,
+            time_boundary: DEFAULT_TIME_BOUNDARY,
+            max_reaction_time: DEFAULT_MAX_REACTION_TIME,
+            max_allocation_time: None,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> PartitionState {
+        self.snapshot.borrow().state
+    }
+
+    /// Whether the state is [`PartitionState::Allocating`].
+    pub fn is_allocating(&self) -> bool {
+        self.state() == PartitionState::Allocating
+    }
+
+    /// Whether the state is [`PartitionState::Acquired`].
+    pub fn is_acquired(&self) -> bool {
+        self.state() == PartitionState::Acquired
+    }
+
+    /// Whether the state is [`PartitionState::Release`].
+    pub fn is_release(&self) -> bool {
+        self.state() == PartitionState::Release
+    }
+
+    /// Whether the state is [`PartitionState::Failure`].
+    pub fn is_failed(&self) -> bool {
+        self.state() == PartitionState::Failure
+    }
+
+    /// The items this member owns, sorted: empty unless the state is [`PartitionState::Acquired`] (kazoo hands out
+    /// the last set in every state; this crate does not).
+    pub fn items(&self) -> Vec<Item> {
+        self.snapshot.borrow().items.to_vec()
+    }
+
+    /// Why the partitioner failed, once it has.
+    pub fn failure(&self) -> Option<Error> {
+        self.snapshot.borrow().cause.clone()
+    }
+
+    /// This member's name in the party, `<identifier>-<sequence>`.
+    pub fn member(&self) -> Arc<str> {
+        self.snapshot.borrow().member.clone()
+    }
+
+    /// A copy of the latest published snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    /// A `watch` receiver of snapshots: `changed()` wakes on every transition. Like every `watch` receiver it may
+    /// skip intermediate snapshots when several transitions happen before it looks;
+    /// [`Snapshot::generation`] counts them.
+    pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
+        self.snapshot.clone()
+    }
+
+    /// A stream of snapshots: the current one first, then one after each transition (intermediate snapshots may be
+    /// skipped, as with [`subscribe`](SetPartitioner::subscribe)). It ends after the partitioner's task has stopped
+    /// and the final snapshot was yielded.
+    pub fn changes(&self) -> impl Stream<Item = Snapshot> + Send + Unpin + 'static {
+        let mut receiver = self.snapshot.clone();
+        receiver.mark_changed();
+        Box::pin(futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.changed().await.ok()?;
+            let snapshot = receiver.borrow_and_update().clone();
+            Some((snapshot, receiver))
+        }))
+    }
+
+    /// Waits until the state is no longer [`PartitionState::Allocating`], or `timeout` passes, and returns the state
+    /// then. (kazoo's returns nothing, and returns at once in some states it does not tell.)
+    ///
+    /// Returns at once in [`Acquired`](PartitionState::Acquired), [`Release`](PartitionState::Release) and
+    /// [`Failure`](PartitionState::Failure).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    pub async fn wait_for_acquire(&self, timeout: Duration) -> PartitionState {
+        let mut receiver = self.snapshot.clone();
+        let reached = tokio::time::timeout(timeout, receiver.wait_for(|s| s.state != PartitionState::Allocating))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|snapshot| snapshot.state);
+        // On a timeout, or if the task is gone (its last snapshot is Failure), the latest state.
+        reached.unwrap_or_else(|| self.state())
+    }
+
+    /// Releases every lock this member holds and starts a new allocation (state
+    /// [`Allocating`](PartitionState::Allocating)). Call it when the state is [`Release`](PartitionState::Release).
+    ///
+    /// As in kazoo it may be called in any state but `Failure`; in `Allocating` it restarts the allocation. It
+    /// returns once the locks are deleted.
+    ///
+    /// # Errors
+    /// In [`Failure`](PartitionState::Failure), the failure's cause. If a lock cannot be released (the session ended
+    /// meanwhile) the partitioner fails and the cause is returned.
+    ///
+    /// # Cancel safety
+    /// The command is sent when the method is called; dropping the future only stops waiting for its completion.
+    pub fn release_set(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let (ack, done) = oneshot::channel();
+        let sent = self.commands.send(Command::ReleaseSet(ack));
+        let snapshot = self.snapshot.clone();
+        async move {
+            let cause = || snapshot.borrow().cause.clone().unwrap_or(Error::Stopped);
+            if sent.is_err() {
+                return Err(cause());
+            }
+            done.await.unwrap_or_else(|_| Err(cause()))
+        }
+    }
+
+    /// Releases every lock, leaves the party and moves to [`Failure`](PartitionState::Failure) with cause
+    /// [`Error::Finished`]; the background task then stops. Returns once all of that is done.
+    ///
+    /// Idempotent: on a partitioner that already failed or finished it returns at once.
+    ///
+    /// # Cancel safety
+    /// The command is sent when the method is called; dropping the future only stops waiting for its completion.
+    pub fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (ack, done) = oneshot::channel();
+        let sent = self.commands.send(Command::Finish(ack)).is_ok();
+        async move {
+            if sent {
+                let _ = done.await;
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Party membership: one ephemeral sequential node per member under `<path>/party`.
+//!
+//! A member's node is `<32 lowercase hex>-<identifier>-<10-digit sequence>`, its data the identifier. kazoo's
+//! `ShallowParty` names a member by the text after the first `-` of its node, so this member's name is
+//! `<identifier>-<sequence>` (unique even when identifiers repeat) and a kazoo member's name is its identifier. The
+//! random hex prefix lets a member recognise its own node after a create whose reply was lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
+
+use crate::Error;
+use crate::error::is_transient;
+
+static EPHEMERAL_SEQUENTIAL: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+pub(crate) static PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
+
+/// The znode paths of one partitioner, relative to the client's chroot.
+#[derive(Clone, Debug)]
+pub(crate) struct Paths {
+    pub party: String,
+    pub locks: String,
+}
+
+impl Paths {
+    pub fn new(base: &str) -> Self {
+        Paths { party: format!("{base}/party"), locks: format!("{base}/locks") }
+    }
+
+    /// `<path>/locks/<item>`: the directory holding one item's lock contenders.
+    pub fn lock_dir(&self, item_name: &str) -> String {
+        format!("{}/{item_name}", self.locks)
+    }
+}
+
+/// This member's node in the party.
+#[derive(Clone, Debug)]
+pub(crate) struct Membership {
+    /// The node's name under `<path>/party`.
+    pub node: String,
+    /// The member's name: the node name after its first `-`.
+    pub name: Arc<str>,
+}
+
+/// 32 random lowercase hex digits, as Python's `uuid.uuid4().hex`.
+pub(crate) fn random_hex() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The member name of a child of `<path>/party`, or `None` for a child that is not a member node.
+///
+/// Both kazoo's (`<hex32>-<identifier>`) and this crate's (`<hex32>-<identifier>-<seq>`) nodes start with 32 lowercase
+/// hex digits and a dash. Anything else was put there by someone else; kazoo would count it as a member that never
+/// takes its share, leaving items unowned, so this crate ignores it (and logs it).
+pub(crate) fn member_name(child: &str) -> Option<&str> {
+    let (hex, name) = child.split_at_checked(32)?;
+    let name = name.strip_prefix('-')?;
+    let is_hex = hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (is_hex && !name.is_empty()).then_some(name)
+}
+
+/// The sorted member names among `children`, and the children that are not member nodes.
+pub(crate) fn members(children: &[String]) -> (Vec<String>, Vec<&str>) {
+    let mut names = Vec::with_capacity(children.len());
+    let mut foreign = Vec::new();
+    for child in children {
+        match member_name(child) {
+            Some(name) => names.push(name.to_owned()),
+            None => foreign.push(child.as_str()),
+        }
+    }
+    names.sort_unstable();
+    (names, foreign)
+}
+
+/// Creates the base path, `party` and `locks` (persistent, empty, open ACL, as kazoo's `ensure_path`).
+pub(crate) async fn ensure_base(client: &Client, paths: &Paths) -> Result<(), Error> {
+    for path in [&paths.party, &paths.locks] {
+        retry_transient(|| client.mkdir(path, &PERSISTENT)).await.map_err(|e| Error::zk("mkdir", path.as_str(), e))?;
+    }
+    Ok(())
+}
+
+/// Joins the party: creates this member's ephemeral sequential node.
+pub(crate) async fn join(client: &Client, paths: &Paths, identifier: &str) -> Result<Membership, Error> {
+    let prefix = format!("{}-{identifier}-", random_hex());
+    let path = format!("{}/{prefix}", paths.party);
+    loop {
+        match client.create(&path, identifier.as_bytes(), &EPHEMERAL_SEQUENTIAL).await {
+            Ok((_, sequence)) => return Ok(Membership::from_node(format!("{prefix}{sequence}"))),
+            Err(err) if is_transient(&err) => {
+                // The create may have happened: our random prefix finds it if so.
+                tracing::warn!(error = %err, "party join lost its reply; looking for our node");
+                let children = retry_transient(|| client.list_children(&paths.party))
+                    .await
+                    .map_err(|e| Error::zk("get_children", paths.party.as_str(), e))?;
+                if let Some(node) = children.into_iter().find(|child| child.starts_with(&prefix)) {
+                    return Ok(Membership::from_node(node));
+                }
+            }
+            Err(err) => return Err(Error::zk("create", path, err)),
+        }
+    }
+}
+
+impl Membership {
+    fn from_node(node: String) -> Self {
+        // The node name is "<hex>-<identifier>-<seq>", so it has a first dash.
+        let name = node.split_once('-').map_or(node.as_str(), |(_, name)| name);
+        Membership { name: Arc::from(name), node }
+    }
+}
+
+/// Leaves the party. A node that is already gone (deleted, or its session ended) counts as left.
+pub(crate) async fn leave(client: &Client, paths: &Paths, membership: &Membership) -> Result<(), Error> {
+    let path = format!("{}/{}", paths.party, membership.node);
+    match retry_transient(|| client.delete(&path, None)).await {
+        Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+        Err(err) => Err(Error::zk("delete", path, err)),
+    }
+}
+
+/// Runs a request until it gives an answer that is not a lost connection. The client queues requests while it
+/// reconnects and fails them for good once the session ends, so this loop ends with the session at the latest.
+pub(crate) async fn retry_transient<T, F, Fut>(mut request: F) -> Result<T, zookeeper_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, zookeeper_client::Error>>,
+{
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match request().await {
+            Err(err) if is_transient(&err) => {
+                tracing::warn!(error = %err, ?delay, "retrying a request lost with the connection");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_names_follow_kazoo() {
+        let hex = "0123456789abcdef0123456789abcdef";
+        assert_eq!(member_name(&format!("{hex}-w-1")), Some("w-1"));
+        assert_eq!(member_name(&format!("{hex}-host-42-0000000003")), Some("host-42-0000000003"));
+        assert_eq!(member_name("foreign"), None);
+        assert_eq!(member_name(&format!("{}-x", hex.to_uppercase())), None);
+        assert_eq!(member_name(&format!("{hex}-")), None);
+        assert_eq!(member_name(&format!("{hex}x")), None);
+        assert_eq!(member_name("é"), None);
+    }
+
+    #[test]
+    fn members_sorted_and_foreign_listed() {
+        let hex = "0123456789abcdef0123456789abcdef";
+        let children = vec![format!("{hex}-w2"), "junk".to_string(), format!("{hex}-w-1")];
+        let (names, foreign) = members(&children);
+        assert_eq!(names, ["w-1", "w2"]);
+        assert_eq!(foreign, ["junk"]);
+    }
+
+    #[test]
+    fn membership_name_is_after_first_dash() {
+        let m = Membership::from_node("0123456789abcdef0123456789abcdef-a-b-0000000007".into());
+        assert_eq!(&*m.name, "a-b-0000000007");
+    }
+}
