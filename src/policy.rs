@@ -15,17 +15,25 @@ pub(crate) enum Reaction {
     Fail,
 }
 
-/// kazoo's policy (`_establish_sessionwatch`): a lost session is fatal, and any other change (suspended or
-/// reconnected) moves a member that may be processing, or about to, to `Release`, because while disconnected it
-/// cannot know whether its session and locks survive. The client's state watcher may coalesce a quick
-/// disconnect/reconnect into a single `SyncConnected`, so every non-terminal change counts.
+/// kazoo's policy (`_establish_sessionwatch`), minus one of its quirks:
+///
+/// - a lost session is fatal;
+/// - while `Acquired`, any other change moves to `Release`: a suspended member cannot know whether its session and
+///   locks survive. The client's state watcher may coalesce a quick disconnect/reconnect into a single
+///   `SyncConnected`, so a reconnect counts too;
+/// - while `Allocating`, a suspension moves to `Release` (kazoo parity), but a reconnect does not. kazoo releases on
+///   reconnect because it loses its watches; zookeeper-client re-registers them, and the allocation redoes any lock
+///   request lost with the connection. (kazoo would bounce a worker that called `release_set()` during an outage
+///   straight back to `Release` when the connection returns.)
 pub(crate) fn react(session: SessionState, current: PartitionState) -> Reaction {
     if session.is_terminated() {
         return Reaction::Fail;
     }
+    let suspended = session == SessionState::Disconnected;
     match current {
-        PartitionState::Allocating | PartitionState::Acquired => Reaction::Release,
-        PartitionState::Release | PartitionState::Failure => Reaction::Ignore,
+        PartitionState::Acquired => Reaction::Release,
+        PartitionState::Allocating if suspended => Reaction::Release,
+        PartitionState::Allocating | PartitionState::Release | PartitionState::Failure => Reaction::Ignore,
     }
 }
 
@@ -43,9 +51,10 @@ mod tests {
             }
         }
         for change in [Disconnected, SyncConnected, ConnectedReadOnly] {
-            assert_eq!(react(change, Allocating), Reaction::Release);
-            assert_eq!(react(change, Acquired), Reaction::Release);
-            assert_eq!(react(change, Release), Reaction::Ignore);
+            assert_eq!(react(change, Acquired), Reaction::Release, "{change}");
+            assert_eq!(react(change, Release), Reaction::Ignore, "{change}");
         }
+        assert_eq!(react(Disconnected, Allocating), Reaction::Release);
+        assert_eq!(react(SyncConnected, Allocating), Reaction::Ignore);
     }
 }

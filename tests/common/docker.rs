@@ -1,0 +1,322 @@
+//! The ZooKeeper image (from `ZOOKEEPER_IMAGE`, checked locally, never pulled), container start-up, and the watchdog
+//! that removes this process' containers and networks once it exits.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use testcontainers::bollard::Docker;
+use testcontainers::bollard::models::{HostConfig, PortBinding};
+use testcontainers::bollard::query_parameters::RemoveContainerOptionsBuilder;
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+use super::{random_u64, timing};
+
+/// The label carrying this process' [`token`] on every container the harness starts.
+pub const LABEL: &str = "zk-partitioner.harness";
+
+/// A Docker image reference split the way testcontainers wants it: `name` (with any registry host and port) and `tag`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRef {
+    /// Repository, with any registry host and port: `zookeeper`, `host:5000/team/zookeeper`.
+    pub name: String,
+    /// Tag: `3.9`, `latest`.
+    pub tag: String,
+}
+
+impl ImageRef {
+    /// The environment variable naming the image.
+    pub const ENV: &'static str = "ZOOKEEPER_IMAGE";
+    /// The image used when [`Self::ENV`] is unset: the official one.
+    pub const DEFAULT: &'static str = "zookeeper:3.9";
+
+    /// Parses `[registry[:port]/]path[:tag]`; the tag defaults to `latest`. A colon before the last `/` belongs to
+    /// the registry (`host:5000/x` has no tag).
+    pub fn parse(reference: &str) -> ImageRef {
+        let reference = reference.trim();
+        let last_segment = reference.rfind('/').map_or(0, |slash| slash + 1);
+        match reference[last_segment..].rfind(':') {
+            Some(colon) => {
+                let colon = last_segment + colon;
+                ImageRef { name: reference[..colon].to_string(), tag: reference[colon + 1..].to_string() }
+            }
+            None => ImageRef { name: reference.to_string(), tag: "latest".to_string() },
+        }
+    }
+
+    /// The image named by `ZOOKEEPER_IMAGE`, else [`Self::DEFAULT`].
+    pub fn from_env() -> ImageRef {
+        match std::env::var(Self::ENV) {
+            Ok(value) if !value.trim().is_empty() => Self::parse(&value),
+            _ => Self::parse(Self::DEFAULT),
+        }
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.name, self.tag)
+    }
+}
+
+/// The Docker host the harness talks to: `DOCKER_HOST`, else the default local socket (as bollard does).
+pub fn docker_host() -> String {
+    std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
+}
+
+/// Checks, without pulling anything, that `image` exists in the local Docker engine. `Err` is one line naming the
+/// cause and the fix.
+pub async fn check_image(image: &ImageRef) -> Result<(), String> {
+    check_image_on(&docker_host(), image).await
+}
+
+/// [`check_image`] against the engine at `docker_host` (e.g. `unix:///var/run/docker.sock`).
+pub async fn check_image_on(docker_host: &str, image: &ImageRef) -> Result<(), String> {
+    let unreachable = |cause: String| {
+        format!("no Docker engine answers at {docker_host} ({cause}); start dockerd, or point DOCKER_HOST at one")
+    };
+    let docker = Docker::connect_with_host(docker_host).map_err(|err| unreachable(err.to_string()))?;
+    let inspect = tokio::time::timeout(Duration::from_secs(10), docker.inspect_image(&image.to_string()))
+        .await
+        .map_err(|_| unreachable("no answer within 10 s".to_string()))?;
+    match inspect {
+        Ok(_) => Ok(()),
+        Err(testcontainers::bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+            Err(format!(
+                "ZooKeeper image {image} is not in the local Docker engine and the tests never pull; build it with \
+             `bash docker/zookeeper/build.sh` and `export {}=zk-partitioner/zookeeper:3.8` (or `docker pull {image}` \
+             where a registry is reachable)",
+                ImageRef::ENV
+            ))
+        }
+        Err(err) => Err(unreachable(err.to_string())),
+    }
+}
+
+/// The image from the environment once it has been checked (the check runs once per process when it succeeds).
+pub async fn ensure_image() -> Result<ImageRef, String> {
+    static CHECKED: OnceLock<ImageRef> = OnceLock::new();
+    if let Some(image) = CHECKED.get() {
+        return Ok(image.clone());
+    }
+    let image = ImageRef::from_env();
+    check_image(&image).await?;
+    Ok(CHECKED.get_or_init(|| image).clone())
+}
+
+/// This process' harness token, `<pid>-<8 hex digits>`: in every container's [`LABEL`] and every container and
+/// network name (`zkp-<token>-...`).
+pub fn token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| format!("{}-{:08x}", std::process::id(), random_u64() as u32))
+}
+
+/// The Docker name of the harness object `role` (container or network) of this process.
+pub fn docker_name(role: &str) -> String {
+    format!("zkp-{}-{role}", token())
+}
+
+/// Starts (once per process) a detached `sh` that waits for this process to exit, however it exits, then removes
+/// every container labelled with our token and every network named `zkp-<token>-...`.
+pub fn ensure_watchdog() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let has_cli = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("docker").is_file()));
+        if !has_cli {
+            eprintln!(
+                "[harness] no `docker` CLI on PATH, so no watchdog: if this test process is killed, remove its \
+                 containers with `docker rm -f $(docker ps -aq --filter label={LABEL}={})`",
+                token()
+            );
+            return;
+        }
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             ids=$(docker ps -aq --filter label={LABEL}={token}); \
+             [ -z \"$ids\" ] || docker rm -f -v $ids >/dev/null 2>&1; \
+             nets=$(docker network ls -q --filter name=zkp-{token}-); \
+             [ -z \"$nets\" ] || docker network rm $nets >/dev/null 2>&1; true",
+            pid = std::process::id(),
+            token = token(),
+        );
+        let spawned = {
+            use std::os::unix::process::CommandExt;
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0) // not killed with the test process by a Ctrl-C to its process group
+                .spawn()
+        };
+        if let Err(err) = spawned {
+            eprintln!(
+                "[harness] cannot start the container watchdog ({err}); a killed test process may leave containers"
+            );
+        }
+    });
+}
+
+/// Where a container's client port 2181 goes on the host (always on 127.0.0.1).
+#[derive(Clone, Copy, Debug)]
+pub enum HostPort {
+    /// Any port Docker picks; it changes if the container is stopped and started again.
+    Random,
+    /// A free port picked now and kept for the container's life, so a restarted server is at the same endpoint.
+    Fixed,
+}
+
+/// What to start: the ZooKeeper image with `env`, named [`docker_name`]`(role)`.
+pub struct Spec<'a> {
+    pub role: String,
+    pub env: Vec<(&'static str, String)>,
+    pub host_port: HostPort,
+    pub network: Option<&'a str>,
+    pub hostname: Option<&'a str>,
+}
+
+/// A started ZooKeeper container (not necessarily serving yet) and its host port for 2181.
+pub struct Started {
+    pub container: ContainerAsync<GenericImage>,
+    pub name: String,
+    pub port: u16,
+}
+
+/// Starts a container from the checked image. With [`HostPort::Fixed`] a port taken between picking and binding is
+/// retried twice with another one. A container that fails to start is removed.
+pub async fn start_container(spec: Spec<'_>) -> Result<Started, String> {
+    let image = ensure_image().await?;
+    ensure_watchdog();
+    let name = docker_name(&spec.role);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let fixed = match spec.host_port {
+            HostPort::Random => None,
+            HostPort::Fixed => Some(free_ports(1)?[0]),
+        };
+        match try_start(&image, &name, &spec, fixed).await {
+            Ok(container) => {
+                let port = match fixed {
+                    Some(port) => port,
+                    None => container
+                        .get_host_port_ipv4(2181.tcp())
+                        .await
+                        .map_err(|err| format!("container {name}: no host port for 2181: {err}"))?,
+                };
+                return Ok(Started { container, name, port });
+            }
+            Err(err) => {
+                remove_container(&name).await;
+                let port_taken = err.contains("port is already allocated") || err.contains("address already in use");
+                if fixed.is_some() && port_taken && attempt < 3 {
+                    tracing::warn!("host port {fixed:?} for {name} was taken meanwhile; retrying with another one");
+                    continue;
+                }
+                return Err(format!("cannot start container {name} from {image}: {err}"));
+            }
+        }
+    }
+}
+
+async fn try_start(
+    image: &ImageRef,
+    name: &str,
+    spec: &Spec<'_>,
+    host_port: Option<u16>,
+) -> Result<ContainerAsync<GenericImage>, String> {
+    let binding = PortBinding {
+        host_ip: Some("127.0.0.1".to_string()),
+        host_port: Some(host_port.map(|port| port.to_string()).unwrap_or_default()),
+    };
+    let mut request = GenericImage::new(image.name.clone(), image.tag.clone())
+        .with_exposed_port(2181.tcp())
+        // Readiness is a client-side probe by the caller, not a log line.
+        .with_wait_for(WaitFor::Nothing)
+        .with_container_name(name)
+        .with_label(LABEL, token())
+        .with_startup_timeout(timing(Duration::from_secs(60)))
+        // Only 2181, only on loopback (testcontainers would publish every EXPOSEd port on all interfaces).
+        .with_host_config_modifier(move |config: &mut HostConfig| {
+            config.publish_all_ports = Some(false);
+            config.port_bindings = Some(HashMap::from([("2181/tcp".to_string(), Some(vec![binding.clone()]))]));
+        });
+    for (key, value) in &spec.env {
+        request = request.with_env_var(*key, value.clone());
+    }
+    if let Some(network) = spec.network {
+        request = request.with_network(network);
+    }
+    if let Some(hostname) = spec.hostname {
+        request = request.with_hostname(hostname);
+    }
+    request.start().await.map_err(|err| err.to_string())
+}
+
+/// `n` distinct ports that were free on 127.0.0.1 a moment ago. They are picked below the kernel's ephemeral range
+/// when it leaves room, so that neither outgoing connections nor Docker's random host ports (allocated upward from
+/// 32768) take one while its server is stopped.
+pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.min(32768).saturating_sub(1));
+    let mut listeners = Vec::new();
+    let mut tries = 0;
+    while listeners.len() < n && high > low + 1000 && tries < 200 {
+        tries += 1;
+        let port = low + (random_u64() % u64::from(high - low)) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
+    while listeners.len() < n {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|err| format!("cannot find a free port on 127.0.0.1: {err}"))?;
+        listeners.push(listener);
+    }
+    listeners
+        .iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|err| err.to_string())
+}
+
+/// Force-removes a container (and its anonymous volumes) by name or id; a missing container is fine.
+pub async fn remove_container(name: &str) {
+    if let Ok(docker) = Docker::connect_with_host(&docker_host()) {
+        let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+        let _ = docker.remove_container(name, Some(options)).await;
+    }
+}
+
+/// The last `lines` lines of a container's output (ZooKeeper logs to stderr), for failure messages.
+pub async fn log_tail(container: &ContainerAsync<GenericImage>, lines: usize) -> String {
+    let mut output = container.stdout_to_vec().await.unwrap_or_default();
+    output.extend(container.stderr_to_vec().await.unwrap_or_default());
+    let text = String::from_utf8_lossy(&output);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The server settings every harness server gets (single servers and ensemble members).
+pub fn base_env() -> Vec<(&'static str, String)> {
+    vec![
+        // Session timeouts are negotiated into [2, 20] ticks: 400 ms .. 60 s with the maximum below.
+        ("ZOO_TICK_TIME", "200".to_string()),
+        ("ZOO_MAX_SESSION_TIMEOUT", "60000".to_string()),
+        // The official image ignores ZOO_MAX_SESSION_TIMEOUT (only the local one reads it): say it again as extra
+        // config, which both append (the same value twice; the last one wins).
+        ("ZOO_CFG_EXTRA", "maxSessionTimeout=60000".to_string()),
+        // Every host connection comes from the Docker gateway's IP: the default limit of 60 would bite.
+        ("ZOO_MAX_CLIENT_CNXNS", "0".to_string()),
+        ("ZOO_4LW_COMMANDS_WHITELIST", "*".to_string()),
+    ]
+}

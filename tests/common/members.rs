@@ -1,0 +1,214 @@
+//! Partitioner-level test helpers: members with their own sessions, waits on partitioner state, and a reader of the
+//! lock nodes that checks who really holds each item.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use zk_partitioner::zookeeper_client::Client;
+use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
+
+/// The `time_boundary` the ported kazoo tests use.
+pub const TIME_BOUNDARY: Duration = Duration::from_millis(200);
+
+/// One party member: its own ZooKeeper session (the client is kept so tests can check lock ownership by session)
+/// and its partitioner.
+pub struct Member {
+    pub client: Client,
+    pub partitioner: SetPartitioner,
+}
+
+impl Member {
+    /// The member's session id, as ZooKeeper stores it in `ephemeralOwner`.
+    pub fn session(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    pub fn state(&self) -> PartitionState {
+        self.partitioner.state()
+    }
+
+    /// Waits until the partitioner reaches `state`; panics with the last snapshot after `deadline`.
+    pub async fn wait_state(&self, state: PartitionState, deadline: Duration) -> Snapshot {
+        wait_snapshot(&self.partitioner, &format!("state {state}"), deadline, |s| s.state == state).await
+    }
+
+    /// Waits until the partitioner is Acquired with exactly `items`.
+    pub async fn wait_items(&self, items: &[Item], deadline: Duration) {
+        wait_snapshot(&self.partitioner, &format!("ACQUIRED with {items:?}"), deadline, |s| {
+            s.state == PartitionState::Acquired && *s.items == *items
+        })
+        .await;
+    }
+}
+
+/// Waits until a snapshot satisfies `condition`, without polling: the partitioner's watch channel wakes us on every
+/// transition. Panics naming `what` and the last snapshot seen.
+pub async fn wait_snapshot(
+    partitioner: &SetPartitioner,
+    what: &str,
+    deadline: Duration,
+    condition: impl FnMut(&Snapshot) -> bool,
+) -> Snapshot {
+    let mut receiver = partitioner.subscribe();
+    match tokio::time::timeout(deadline, receiver.wait_for(condition)).await {
+        Ok(Ok(snapshot)) => snapshot.clone(),
+        Ok(Err(_)) => panic!("partitioner task ended before {what}; last snapshot: {:?}", partitioner.snapshot()),
+        Err(_) => panic!("no {what} within {deadline:?}; last snapshot: {:?}", partitioner.snapshot()),
+    }
+}
+
+/// Records every snapshot a partitioner publishes, from now on, for assertions on the sequence of states.
+pub struct Recorder {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Snapshot>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    pub fn start(partitioner: &SetPartitioner) -> Self {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut changes = partitioner.changes();
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some(snapshot) = changes.next().await {
+                sink.lock().unwrap().push(snapshot);
+            }
+        });
+        Recorder { seen, task }
+    }
+
+    /// The states seen so far, in order.
+    pub fn states(&self) -> Vec<PartitionState> {
+        self.seen.lock().unwrap().iter().map(|s| s.state).collect()
+    }
+
+    /// Every snapshot seen so far.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The ZooKeeper session holding each item's lock (the lowest `__lock__` contender's `ephemeralOwner`), read by
+/// `observer` under the partitioner `path`. Items with no contender are absent.
+pub async fn lock_holders(observer: &Client, path: &str, items: &[Item]) -> BTreeMap<String, i64> {
+    let mut holders = BTreeMap::new();
+    for item in items {
+        let dir = format!("{path}/locks/{item}");
+        let children = match observer.list_children(&dir).await {
+            Ok(children) => children,
+            Err(zk_partitioner::zookeeper_client::Error::NoNode) => continue,
+            Err(err) => panic!("listing {dir}: {err}"),
+        };
+        let lowest = children
+            .iter()
+            .filter_map(|c| c.rsplit_once("__lock__").map(|(_, seq)| (seq.to_string(), c)))
+            .filter(|(seq, _)| seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
+            .min();
+        if let Some((_, node)) = lowest {
+            match observer.check_stat(&format!("{dir}/{node}")).await {
+                Ok(Some(stat)) => {
+                    holders.insert(item.to_string(), stat.ephemeral_owner);
+                }
+                Ok(None) => {}
+                Err(err) => panic!("stat {dir}/{node}: {err}"),
+            }
+        }
+    }
+    holders
+}
+
+/// Asserts the partitioners' claims form a disjoint cover of `items` and that each claim is backed by a lock node
+/// owned by the claiming member's session.
+pub async fn assert_disjoint_cover(observer: &Client, path: &str, members: &[&Member], items: &[Item]) {
+    let holders = lock_holders(observer, path, items).await;
+    let mut claimed = BTreeSet::new();
+    for member in members {
+        let snapshot = member.partitioner.snapshot();
+        assert_eq!(snapshot.state, PartitionState::Acquired, "{} is not ACQUIRED", snapshot.member);
+        for item in snapshot.items.iter() {
+            let name = item.to_string();
+            assert!(claimed.insert(name.clone()), "{name} is claimed twice");
+            assert_eq!(
+                holders.get(&name),
+                Some(&member.session()),
+                "{} claims {name} but its lock is held by session {:?}",
+                snapshot.member,
+                holders.get(&name)
+            );
+        }
+    }
+    let all: BTreeSet<String> = items.iter().map(Item::to_string).collect();
+    assert_eq!(claimed, all, "the claims do not cover every item");
+}
+
+/// Items `0..n` as integers, the way kazoo's tests build their sets (`range(n)`).
+pub fn ints(n: i64) -> Vec<Item> {
+    (0..n).map(Item::from).collect()
+}
+
+/// Integer items from a list.
+pub fn items_of(values: &[i64]) -> Vec<Item> {
+    values.iter().copied().map(Item::from).collect()
+}
+
+/// Runs kazoo's worker loop on every member until all are ACQUIRED over the same party of `members.len()`: a member
+/// in RELEASE calls `release_set()`. Panics with every member's snapshot after `deadline`.
+pub async fn settle(members: &[Member], deadline: Duration) {
+    let give_up = tokio::time::Instant::now() + deadline;
+    loop {
+        let snapshots: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
+        let done = snapshots.iter().all(|s| s.state == PartitionState::Acquired && s.members.len() == members.len());
+        if done {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "members did not settle within {deadline:?}: {snapshots:#?}");
+        for member in members {
+            if member.state() == PartitionState::Release {
+                member.partitioner.release_set().await.expect("release_set");
+            }
+        }
+        // Wake on the next transition of any member (or re-check after a short while).
+        let changes = members.iter().map(|m| {
+            let mut receiver = m.partitioner.subscribe();
+            Box::pin(async move { receiver.changed().await.ok() })
+        });
+        let _ = tokio::time::timeout(Duration::from_millis(200), futures::future::select_all(changes)).await;
+    }
+}
+
+/// Runs kazoo's worker loop for a member in the background: whenever it is told to release, it releases. Stops when
+/// the partitioner fails or the returned handle is dropped (aborted).
+pub fn auto_release(partitioner: &SetPartitioner) -> AbortOnDrop {
+    let partitioner = partitioner.clone();
+    let mut changes = partitioner.subscribe();
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            let state = changes.borrow_and_update().state;
+            match state {
+                PartitionState::Release => {
+                    let _ = partitioner.release_set().await;
+                }
+                PartitionState::Failure => return,
+                _ => {}
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+/// A task that is aborted when this handle drops.
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
