@@ -4,7 +4,7 @@
 //! [`Command`]s. Every wait is a `select!` over cancel-safe sources (the session's state, the party watch, lock
 //! requests, commands, timers), so a party change or a command is acted on at once, never at the next poll.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, SessionState, StateWatcher, WatchedEvent};
 
-use crate::locks::{self, Contender, Position, Step, StepFuture};
+use crate::locks::{self, BatchStep, Contender, Outcome, Position, Step, StepFuture};
 use crate::party::{self, Membership, Paths};
 use crate::policy::{self, Reaction};
 use crate::{Error, Item, PartitionFn, PartitionState, Snapshot};
@@ -71,6 +71,8 @@ pub(crate) struct Driver {
     party_changed: Option<BoxFuture<'static, WatchedEvent>>,
     /// Lock nodes we own or may own, by item index: everything `release_set` must delete.
     contenders: HashMap<usize, Contender>,
+    /// Items whose lock directory is known to exist, so their contenders can be created in batches.
+    known_dirs: HashSet<usize>,
     /// The membership of the latest stable party.
     members: Arc<[String]>,
     /// When the current allocation must be done by, if there is a limit.
@@ -95,6 +97,7 @@ impl Driver {
             publisher,
             party_changed: None,
             contenders: HashMap::new(),
+            known_dirs: HashSet::new(),
             members: Arc::from([]),
             allocation_deadline: None,
         }
@@ -306,16 +309,22 @@ impl Driver {
     }
 
     /// Takes the lock of every assigned item, many requests at once, until all are held or something interrupts.
+    ///
+    /// Uncontended items cost two `multi` requests per [`locks::BATCH`] items: create the contenders, list their
+    /// directories. Anything a batch cannot settle (a missing directory, a lost reply, a contended lock) continues item
+    /// by item. At most `window` operations are in flight at once; waits on a watch do not count.
     async fn acquire(&mut self, assigned: Vec<usize>, deadline: Instant) -> Result<(), Interrupt> {
+        let missing_dirs = self.find_missing_dirs(&assigned).await.map_err(|e| Interrupt::Leave(Next::Fail(e)))?;
         let mut queue: VecDeque<usize> = assigned.into();
         let mut steps: FuturesUnordered<StepFuture> = FuturesUnordered::new();
         let mut in_flight = 0usize;
         let mut waiting = queue.len();
+        let mut follow_ups = Vec::new();
         loop {
-            while in_flight < self.config.window {
-                let Some(index) = queue.pop_front() else { break };
-                steps.push(self.start(index));
-                in_flight += 1;
+            while in_flight < self.config.window && !queue.is_empty() {
+                let batch: Vec<usize> = queue.drain(..queue.len().min(locks::BATCH)).collect();
+                in_flight += batch.len();
+                steps.push(self.start_batch(batch, &missing_dirs));
             }
             if waiting == 0 {
                 return Ok(());
@@ -324,17 +333,24 @@ impl Driver {
                 return Err(Interrupt::Leave(Next::Fail(Error::Stopped)));
             };
             tokio::select! {
-                Some((index, step)) = steps.next() => {
-                    if step.was_request() {
-                        in_flight -= 1;
-                    }
-                    match self.advance(index, step) {
-                        Ok(Some(next_step)) => {
-                            in_flight += usize::from(!matches!(next_step, Advance::Wait(_)));
-                            steps.push(next_step.into_future());
+                Some(outcome) = steps.next() => {
+                    let held = match outcome {
+                        Outcome::One(index, step) => {
+                            in_flight -= usize::from(step.was_request());
+                            self.advance(index, step).map(|next| match next {
+                                Some(next) => { follow_ups.push(next); 0 }
+                                None => 1,
+                            })
                         }
-                        Ok(None) => waiting -= 1,
-                        Err(err) => return Err(Interrupt::Leave(Next::Fail(err))),
+                        Outcome::Batch(indexes, step) => {
+                            in_flight -= indexes.len();
+                            self.advance_batch(indexes, step, &mut follow_ups)
+                        }
+                    };
+                    waiting -= held.map_err(|err| Interrupt::Leave(Next::Fail(err)))?;
+                    for next in follow_ups.drain(..) {
+                        in_flight += next.weight();
+                        steps.push(next.into_future());
                     }
                 }
                 event = party_changed => {
@@ -354,13 +370,121 @@ impl Driver {
         }
     }
 
-    /// Starts taking one item's lock with a new contender. No existence check of the lock directory first: the
-    /// create itself answers `NoNode` when it is missing, so an existing directory costs no extra request.
-    fn start(&mut self, index: usize) -> StepFuture {
-        let contender = Contender::new(self.config.lock_dirs[index].clone());
-        let step = locks::create(&self.client, index, &contender, self.membership.name.as_bytes(), Duration::ZERO);
-        self.contenders.insert(index, contender);
-        step
+    /// The assigned items whose lock directory does not exist, from one listing of `<path>/locks` (skipped when every
+    /// directory is already known: after the first allocation, a reused path costs nothing here).
+    async fn find_missing_dirs(&mut self, assigned: &[usize]) -> Result<HashSet<usize>, Error> {
+        if assigned.iter().all(|i| self.known_dirs.contains(i)) {
+            return Ok(HashSet::new());
+        }
+        let locks_dir = &self.config.paths.locks;
+        let existing: HashSet<String> = match party::retry_transient(|| self.client.list_children(locks_dir)).await {
+            Ok(children) => children.into_iter().collect(),
+            // `<path>/locks` itself is gone: every directory is missing (the item path recreates it).
+            Err(zookeeper_client::Error::NoNode) => HashSet::new(),
+            Err(err) => return Err(Error::zk("get_children", locks_dir.as_str(), err)),
+        };
+        let mut missing = HashSet::new();
+        for &index in assigned {
+            let name = &self.config.lock_dirs[index][locks_dir.len() + 1..];
+            if existing.contains(name) {
+                self.known_dirs.insert(index);
+            } else {
+                missing.insert(index);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Starts taking the locks of a batch of items, each with a new contender: creates the batch's missing lock
+    /// directories first if there are any.
+    fn start_batch(&mut self, batch: Vec<usize>, missing_dirs: &HashSet<usize>) -> StepFuture {
+        for &index in &batch {
+            self.contenders.insert(index, Contender::new(self.config.lock_dirs[index].clone()));
+        }
+        let dirs: Vec<String> =
+            batch.iter().filter(|i| missing_dirs.contains(i)).map(|&i| self.config.lock_dirs[i].clone()).collect();
+        if dirs.is_empty() { self.create_batch(batch) } else { locks::make_dirs(&self.client, batch, dirs) }
+    }
+
+    fn create_batch(&self, batch: Vec<usize>) -> StepFuture {
+        let prefixes = batch.iter().filter_map(|i| self.contenders.get(i)).map(|c| format!("{}/{}", c.dir, c.prefix));
+        locks::create_batch(&self.client, batch.clone(), prefixes.collect(), self.membership.name.as_bytes())
+    }
+
+    /// Moves a batch of items forward after a `multi` returned; pushes each item's next request to `follow_ups`
+    /// and returns how many locks are now held.
+    fn advance_batch(
+        &mut self,
+        indexes: Vec<usize>,
+        step: BatchStep,
+        follow_ups: &mut Vec<Advance>,
+    ) -> Result<usize, Error> {
+        let retry = self.config.retry_delay;
+        match step {
+            BatchStep::DirsMade(Ok(_)) => {
+                self.known_dirs.extend(indexes.iter().copied());
+                let count = indexes.len();
+                follow_ups.push(Advance::Batch(self.create_batch(indexes), count));
+            }
+            BatchStep::Created(Ok(results)) => {
+                for (index, result) in indexes.iter().zip(results) {
+                    if let (Some(contender), zookeeper_client::MultiWriteResult::Create { path, stat }) =
+                        (self.contenders.get_mut(index), result)
+                    {
+                        contender.node = path.rsplit('/').next().map(str::to_owned);
+                        // Servers before 3.7.2/3.8.2/3.9.0 send no stat for a create inside a multi (ZOOKEEPER-4026).
+                        contender.czxid = if stat.is_invalid() { 0 } else { stat.czxid };
+                    }
+                }
+                let (dirs, count) =
+                    (indexes.iter().map(|&i| self.config.lock_dirs[i].clone()).collect(), indexes.len());
+                follow_ups.push(Advance::Batch(locks::list_batch(&self.client, indexes, dirs, Duration::ZERO), count));
+            }
+            BatchStep::Listed(Ok(results)) => {
+                let mut held = 0;
+                for (index, result) in indexes.into_iter().zip(results) {
+                    let listed = match result {
+                        zookeeper_client::MultiReadResult::Children { children } => Ok(children),
+                        zookeeper_client::MultiReadResult::Error { err } => Err(err),
+                        _ => Err(zookeeper_client::Error::UnexpectedError("get_children answered with data".into())),
+                    };
+                    match self.advance(index, Step::Listed(listed))? {
+                        Some(next) => follow_ups.push(next),
+                        None => held += 1,
+                    }
+                }
+                return Ok(held);
+            }
+            BatchStep::Listed(Err(err)) => {
+                if let Some(err) = Error::zk_or_transient("multi get_children", self.config.paths.locks.clone(), err) {
+                    return Err(err);
+                }
+                let (dirs, count) =
+                    (indexes.iter().map(|&i| self.config.lock_dirs[i].clone()).collect(), indexes.len());
+                follow_ups.push(Advance::Batch(locks::list_batch(&self.client, indexes, dirs, retry), count));
+            }
+            BatchStep::DirsMade(Err(err)) | BatchStep::Created(Err(err)) => {
+                let source = match err {
+                    zookeeper_client::MultiWriteError::RequestFailed { source } => source,
+                    zookeeper_client::MultiWriteError::OperationFailed { source, .. } => source,
+                };
+                let data = self.membership.name.as_bytes();
+                for index in indexes {
+                    let Some(contender) = self.contenders.get(&index) else { continue };
+                    // A `multi` is all or nothing. When it was refused (a directory exists already, or is missing),
+                    // nothing was written: go item by item. When its reply was lost, the listing tells what happened.
+                    let next = match (&source, Error::zk_or_transient("multi", contender.dir.clone(), source.clone())) {
+                        (zookeeper_client::Error::NodeExists | zookeeper_client::Error::NoNode, _) => {
+                            locks::create(&self.client, index, contender, data, Duration::ZERO)
+                        }
+                        (_, None) => locks::list(&self.client, index, &contender.dir, retry),
+                        (_, Some(err)) => return Err(err),
+                    };
+                    follow_ups.push(Advance::Request(next));
+                }
+            }
+        }
+        Ok(0)
     }
 
     /// Moves one item's lock forward after a request returned. `Ok(None)` means the lock is held.
@@ -374,6 +498,7 @@ impl Driver {
         };
         let next = match step {
             Step::Created(Ok((stat, sequence))) => {
+                self.known_dirs.insert(index);
                 contender.node = Some(format!("{}{sequence}", contender.prefix));
                 contender.czxid = stat.czxid;
                 Advance::Request(locks::list(client, index, &contender.dir, Duration::ZERO))
@@ -426,6 +551,7 @@ impl Driver {
             Step::Listed(Err(ZkError::NoNode)) => {
                 // The directory went away, and our node with it.
                 contender.node = None;
+                self.known_dirs.remove(&index);
                 Advance::Request(locks::make_dir(client, index, &contender.dir, Duration::ZERO))
             }
             Step::Listed(Err(err)) => match Error::zk_or_transient("get_children", contender.dir.clone(), err) {
@@ -516,18 +642,29 @@ impl Driver {
     }
 }
 
-/// The next step of one item's lock.
+/// The next step of one item's lock, or of a batch of them.
 enum Advance {
-    /// A request: counts against the in-flight window.
+    /// One request: one operation against the in-flight window.
     Request(StepFuture),
+    /// A `multi` of this many operations.
+    Batch(StepFuture, usize),
     /// A wait on a watch: costs the server nothing while it waits.
     Wait(StepFuture),
 }
 
 impl Advance {
+    /// The operations this step keeps in flight; what its outcome gives back to the window.
+    fn weight(&self) -> usize {
+        match self {
+            Advance::Request(_) => 1,
+            Advance::Batch(_, count) => *count,
+            Advance::Wait(_) => 0,
+        }
+    }
+
     fn into_future(self) -> StepFuture {
         match self {
-            Advance::Request(step) | Advance::Wait(step) => step,
+            Advance::Request(step) | Advance::Batch(step, _) | Advance::Wait(step) => step,
         }
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, CreateSequence, Stat};
+use zookeeper_client::{
+    Acls, Client, CreateMode, CreateOptions, CreateSequence, MultiReadResult, MultiWriteError, MultiWriteResult, Stat,
+};
 
 use crate::Error;
 use crate::error::{is_transient, session_end};
@@ -17,6 +19,10 @@ use crate::party::{PERSISTENT, random_hex};
 
 /// The marker kazoo's exclusive lock puts before the sequence.
 const LOCK_MARK: &str = "__lock__";
+
+/// Operations per `multi` request. Each is small (a path and a member name), so 500 stay far below ZooKeeper's 1 MB
+/// packet limit (`jute.maxbuffer`) while saving 499 round trips.
+pub(crate) const BATCH: usize = 500;
 
 static EPHEMERAL_SEQUENTIAL: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
 
@@ -107,14 +113,32 @@ impl Step {
     }
 }
 
-/// A lock request in flight, tagged with its item's index.
-pub(crate) type StepFuture = BoxFuture<'static, (usize, Step)>;
+/// The outcome of one `multi` request covering several items (in the order of its indexes).
+#[derive(Debug)]
+pub(crate) enum BatchStep {
+    /// The lock directories were created.
+    DirsMade(Result<Vec<MultiWriteResult>, MultiWriteError>),
+    /// The contenders were created.
+    Created(Result<Vec<MultiWriteResult>, MultiWriteError>),
+    /// The lock directories were listed.
+    Listed(Result<Vec<MultiReadResult>, zookeeper_client::Error>),
+}
+
+/// What a lock request in flight gives back, tagged with the index (or indexes) of its items.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    One(usize, Step),
+    Batch(Vec<usize>, BatchStep),
+}
+
+/// A lock request in flight.
+pub(crate) type StepFuture = BoxFuture<'static, Outcome>;
 
 pub(crate) fn create(client: &Client, index: usize, contender: &Contender, data: &[u8], delay: Duration) -> StepFuture {
     let (client, path, data) = (client.clone(), format!("{}/{}", contender.dir, contender.prefix), data.to_vec());
     async move {
         tokio::time::sleep(delay).await;
-        (index, Step::Created(client.create(&path, &data, &EPHEMERAL_SEQUENTIAL).await))
+        Outcome::One(index, Step::Created(client.create(&path, &data, &EPHEMERAL_SEQUENTIAL).await))
     }
     .boxed()
 }
@@ -124,7 +148,7 @@ pub(crate) fn make_dir(client: &Client, index: usize, dir: &str, delay: Duration
     async move {
         tokio::time::sleep(delay).await;
         // `mkdir` also recreates `<path>/locks` should an operator have removed it.
-        (index, Step::DirReady(client.mkdir(&dir, &PERSISTENT).await))
+        Outcome::One(index, Step::DirReady(client.mkdir(&dir, &PERSISTENT).await))
     }
     .boxed()
 }
@@ -133,7 +157,7 @@ pub(crate) fn list(client: &Client, index: usize, dir: &str, delay: Duration) ->
     let (client, dir) = (client.clone(), dir.to_owned());
     async move {
         tokio::time::sleep(delay).await;
-        (index, Step::Listed(client.list_children(&dir).await))
+        Outcome::One(index, Step::Listed(client.list_children(&dir).await))
     }
     .boxed()
 }
@@ -154,7 +178,63 @@ pub(crate) fn wait_for(client: &Client, index: usize, predecessor: String) -> St
             Err(zookeeper_client::Error::NoNode) => Step::PredecessorChanged(Ok(())),
             Err(err) => Step::PredecessorChanged(Err(err)),
         };
-        (index, step)
+        Outcome::One(index, step)
+    }
+    .boxed()
+}
+
+/// Creates the lock directories `dirs` (missing ones, as far as we know) in one `multi`. If any already exists the
+/// whole request fails and nothing is created; the caller then goes item by item.
+pub(crate) fn make_dirs(client: &Client, indexes: Vec<usize>, dirs: Vec<String>) -> StepFuture {
+    let client = client.clone();
+    async move {
+        let mut writer = client.new_multi_writer();
+        let mut result = Ok(());
+        for dir in &dirs {
+            result = result.and_then(|()| writer.add_create(dir, b"", &PERSISTENT));
+        }
+        let outcome = match result {
+            Ok(()) => writer.commit().await,
+            Err(err) => Err(MultiWriteError::RequestFailed { source: err }),
+        };
+        Outcome::Batch(indexes, BatchStep::DirsMade(outcome))
+    }
+    .boxed()
+}
+
+/// Creates one contender per item in one `multi` (all or none).
+pub(crate) fn create_batch(client: &Client, indexes: Vec<usize>, prefixes: Vec<String>, data: &[u8]) -> StepFuture {
+    let (client, data) = (client.clone(), data.to_vec());
+    async move {
+        let mut writer = client.new_multi_writer();
+        let mut result = Ok(());
+        for prefix in &prefixes {
+            result = result.and_then(|()| writer.add_create(prefix, &data, &EPHEMERAL_SEQUENTIAL));
+        }
+        let outcome = match result {
+            Ok(()) => writer.commit().await,
+            Err(err) => Err(MultiWriteError::RequestFailed { source: err }),
+        };
+        Outcome::Batch(indexes, BatchStep::Created(outcome))
+    }
+    .boxed()
+}
+
+/// Lists several lock directories in one read-only `multi` (each listing succeeds or fails on its own).
+pub(crate) fn list_batch(client: &Client, indexes: Vec<usize>, dirs: Vec<String>, delay: Duration) -> StepFuture {
+    let client = client.clone();
+    async move {
+        tokio::time::sleep(delay).await;
+        let mut reader = client.new_multi_reader();
+        let mut result = Ok(());
+        for dir in &dirs {
+            result = result.and_then(|()| reader.add_get_children(dir));
+        }
+        let outcome = match result {
+            Ok(()) => reader.commit().await,
+            Err(err) => Err(err),
+        };
+        Outcome::Batch(indexes, BatchStep::Listed(outcome))
     }
     .boxed()
 }

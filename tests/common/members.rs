@@ -97,27 +97,36 @@ impl Drop for Recorder {
 /// The ZooKeeper session holding each item's lock (the lowest `__lock__` contender's `ephemeralOwner`), read by
 /// `observer` under the partitioner `path`. Items with no contender are absent.
 pub async fn lock_holders(observer: &Client, path: &str, items: &[Item]) -> BTreeMap<String, i64> {
-    let mut holders = BTreeMap::new();
-    for item in items {
-        let dir = format!("{path}/locks/{item}");
-        let children = match observer.list_children(&dir).await {
+    // All listings at once, then all stats at once: one session pipelines them, so a probe of thousands of items
+    // takes milliseconds rather than thousands of round trips.
+    let dirs: Vec<String> = items.iter().map(|item| format!("{path}/locks/{item}")).collect();
+    let listings = futures::future::join_all(dirs.iter().map(|dir| observer.list_children(dir))).await;
+    let mut lowest = Vec::new();
+    for ((item, dir), listing) in items.iter().zip(&dirs).zip(listings) {
+        let children = match listing {
             Ok(children) => children,
             Err(zk_partitioner::zookeeper_client::Error::NoNode) => continue,
             Err(err) => panic!("listing {dir}: {err}"),
         };
-        let lowest = children
+        let first = children
             .iter()
             .filter_map(|c| c.rsplit_once("__lock__").map(|(_, seq)| (seq.to_string(), c)))
             .filter(|(seq, _)| seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
             .min();
-        if let Some((_, node)) = lowest {
-            match observer.check_stat(&format!("{dir}/{node}")).await {
-                Ok(Some(stat)) => {
-                    holders.insert(item.to_string(), stat.ephemeral_owner);
-                }
-                Ok(None) => {}
-                Err(err) => panic!("stat {dir}/{node}: {err}"),
+        if let Some((_, node)) = first {
+            lowest.push((item.to_string(), format!("{dir}/{node}")));
+        }
+    }
+    let stats = futures::future::join_all(lowest.iter().map(|(_, node)| observer.check_stat(node))).await;
+    let mut holders = BTreeMap::new();
+    for ((item, node), stat) in lowest.into_iter().zip(stats) {
+        match stat {
+            Ok(Some(stat)) => {
+                holders.insert(item, stat.ephemeral_owner);
             }
+            // Released between the listing and the stat: no holder right now.
+            Ok(None) => {}
+            Err(err) => panic!("stat {node}: {err}"),
         }
     }
     holders
