@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::members::{TIME_BOUNDARY, assert_disjoint_cover, ints, lock_holders, settle};
+use common::members::{assert_disjoint_cover, ints, lock_holders, settle};
 use common::{Ctx, timing, wait_for};
 use zk_partitioner::{Item, PartitionState};
 
