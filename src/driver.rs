@@ -18,7 +18,7 @@ use zookeeper_client::{Client, EventType, SessionState, StateWatcher, WatchedEve
 use crate::locks::{self, BatchStep, Contender, Outcome, Position, Step, StepFuture};
 use crate::party::{self, Membership, Paths};
 use crate::policy::{self, Reaction};
-use crate::{Error, Item, PartitionFn, PartitionState, Snapshot};
+use crate::{Error, FencingToken, Item, PartitionFn, PartitionState, Snapshot};
 
 /// Requests from handles to the driver; each carries the channel its answer goes back on.
 #[derive(Debug)]
@@ -148,13 +148,14 @@ impl Driver {
 
     /// The single place where state changes: bumps the generation and wakes every observer.
     fn publish(&mut self, state: PartitionState, cause: Option<Error>, reason: &str) {
-        let items: Arc<[Item]> = if state == PartitionState::Acquired {
-            let mut held: Vec<usize> = self.contenders.iter().filter(|(_, c)| c.held).map(|(&i, _)| i).collect();
+        let mut held: Vec<(usize, FencingToken)> = Vec::new();
+        if state == PartitionState::Acquired {
+            held =
+                self.contenders.iter().filter(|(_, c)| c.held).map(|(&i, c)| (i, FencingToken::new(c.czxid))).collect();
             held.sort_unstable();
-            held.into_iter().map(|i| self.config.items[i].clone()).collect()
-        } else {
-            Arc::from([])
-        };
+        }
+        let items: Arc<[Item]> = held.iter().map(|&(i, _)| self.config.items[i].clone()).collect();
+        let tokens: Arc<[FencingToken]> = held.iter().map(|&(_, token)| token).collect();
         let (member, members) = (self.membership.name.clone(), self.members.clone());
         self.publisher.send_modify(|snapshot| {
             tracing::info!(from = %snapshot.state, to = %state, generation = snapshot.generation + 1, reason, items = items.len(), "state change");
@@ -162,6 +163,7 @@ impl Driver {
             snapshot.generation += 1;
             snapshot.member = member;
             snapshot.items = items;
+            snapshot.tokens = tokens;
             snapshot.members = members;
             snapshot.cause = cause;
         });
@@ -406,6 +408,17 @@ impl Driver {
         if dirs.is_empty() { self.create_batch(batch) } else { locks::make_dirs(&self.client, batch, dirs) }
     }
 
+    /// Lists the lock directories of a batch whose contenders were created, with each contender's stat.
+    fn list_batch(&self, indexes: Vec<usize>, delay: Duration) -> Advance {
+        let dirs_and_nodes: Vec<(String, String)> = indexes
+            .iter()
+            .filter_map(|i| self.contenders.get(i))
+            .map(|c| (c.dir.clone(), c.node_path().unwrap_or_else(|| format!("{}/{}", c.dir, c.prefix))))
+            .collect();
+        let count = indexes.len();
+        Advance::Batch(locks::list_batch(&self.client, indexes, dirs_and_nodes, delay), count)
+    }
+
     fn create_batch(&self, batch: Vec<usize>) -> StepFuture {
         let prefixes = batch.iter().filter_map(|i| self.contenders.get(i)).map(|c| format!("{}/{}", c.dir, c.prefix));
         locks::create_batch(&self.client, batch.clone(), prefixes.collect(), self.membership.name.as_bytes())
@@ -436,18 +449,21 @@ impl Driver {
                         contender.czxid = if stat.is_invalid() { 0 } else { stat.czxid };
                     }
                 }
-                let (dirs, count) =
-                    (indexes.iter().map(|&i| self.config.lock_dirs[i].clone()).collect(), indexes.len());
-                follow_ups.push(Advance::Batch(locks::list_batch(&self.client, indexes, dirs, Duration::ZERO), count));
+                follow_ups.push(self.list_batch(indexes, Duration::ZERO));
             }
             BatchStep::Listed(Ok(results)) => {
                 let mut held = 0;
-                for (index, result) in indexes.into_iter().zip(results) {
-                    let listed = match result {
-                        zookeeper_client::MultiReadResult::Children { children } => Ok(children),
-                        zookeeper_client::MultiReadResult::Error { err } => Err(err),
+                for (index, pair) in indexes.into_iter().zip(results.chunks(2)) {
+                    let listed = match pair.first() {
+                        Some(zookeeper_client::MultiReadResult::Children { children }) => Ok(children.clone()),
+                        Some(zookeeper_client::MultiReadResult::Error { err }) => Err(err.clone()),
                         _ => Err(zookeeper_client::Error::UnexpectedError("get_children answered with data".into())),
                     };
+                    if let (Some(zookeeper_client::MultiReadResult::Data { stat, .. }), Some(contender)) =
+                        (pair.get(1), self.contenders.get_mut(&index))
+                    {
+                        contender.czxid = stat.czxid;
+                    }
                     match self.advance(index, Step::Listed(listed))? {
                         Some(next) => follow_ups.push(next),
                         None => held += 1,
@@ -459,9 +475,7 @@ impl Driver {
                 if let Some(err) = Error::zk_or_transient("multi get_children", self.config.paths.locks.clone(), err) {
                     return Err(err);
                 }
-                let (dirs, count) =
-                    (indexes.iter().map(|&i| self.config.lock_dirs[i].clone()).collect(), indexes.len());
-                follow_ups.push(Advance::Batch(locks::list_batch(&self.client, indexes, dirs, retry), count));
+                follow_ups.push(self.list_batch(indexes, retry));
             }
             BatchStep::DirsMade(Err(err)) | BatchStep::Created(Err(err)) => {
                 let source = match err {
@@ -531,6 +545,12 @@ impl Driver {
                 }
                 let own = contender.node.as_deref().unwrap_or_default();
                 match locks::position(&children, own) {
+                    Position::Held if contender.czxid <= 0 => {
+                        // Held, but a node found again after a lost reply has no known stat yet: read it, so the
+                        // fencing token is right.
+                        let path = format!("{}/{own}", contender.dir);
+                        Advance::Request(locks::stat(client, index, path, Duration::ZERO))
+                    }
                     Position::Held => {
                         tracing::debug!(item = %self.config.items[index], node = own, "lock held");
                         contender.held = true;
@@ -556,6 +576,20 @@ impl Driver {
             }
             Step::Listed(Err(err)) => match Error::zk_or_transient("get_children", contender.dir.clone(), err) {
                 None => Advance::Request(locks::list(client, index, &contender.dir, retry)),
+                Some(err) => return Err(err),
+            },
+            Step::Stat(Ok(Some(stat))) if stat.ephemeral_owner == client.session_id().0 => {
+                contender.czxid = stat.czxid;
+                contender.held = true;
+                return Ok(None);
+            }
+            Step::Stat(Ok(_)) => {
+                tracing::warn!(item = %self.config.items[index], "our lock node vanished; contending again");
+                contender.node = None;
+                Advance::Request(locks::create(client, index, contender, data, Duration::ZERO))
+            }
+            Step::Stat(Err(err)) => match Error::zk_or_transient("exists", contender.dir.clone(), err) {
+                None => Advance::Request(locks::stat(client, index, contender.node_path().unwrap_or_default(), retry)),
                 Some(err) => return Err(err),
             },
             Step::PredecessorChanged(Ok(())) => {

@@ -104,6 +104,8 @@ pub(crate) enum Step {
     Listed(Result<Vec<String>, zookeeper_client::Error>),
     /// The contender we waited for changed or is gone: look again.
     PredecessorChanged(Result<(), zookeeper_client::Error>),
+    /// Our held node's stat was read (for its fencing token).
+    Stat(Result<Option<Stat>, zookeeper_client::Error>),
 }
 
 impl Step {
@@ -120,7 +122,7 @@ pub(crate) enum BatchStep {
     DirsMade(Result<Vec<MultiWriteResult>, MultiWriteError>),
     /// The contenders were created.
     Created(Result<Vec<MultiWriteResult>, MultiWriteError>),
-    /// The lock directories were listed.
+    /// The lock directories were listed, each followed by our node's data and stat (two results per item).
     Listed(Result<Vec<MultiReadResult>, zookeeper_client::Error>),
 }
 
@@ -158,6 +160,16 @@ pub(crate) fn list(client: &Client, index: usize, dir: &str, delay: Duration) ->
     async move {
         tokio::time::sleep(delay).await;
         Outcome::One(index, Step::Listed(client.list_children(&dir).await))
+    }
+    .boxed()
+}
+
+/// Reads our node's stat (for its fencing token).
+pub(crate) fn stat(client: &Client, index: usize, node: String, delay: Duration) -> StepFuture {
+    let client = client.clone();
+    async move {
+        tokio::time::sleep(delay).await;
+        Outcome::One(index, Step::Stat(client.check_stat(&node).await))
     }
     .boxed()
 }
@@ -220,15 +232,22 @@ pub(crate) fn create_batch(client: &Client, indexes: Vec<usize>, prefixes: Vec<S
     .boxed()
 }
 
-/// Lists several lock directories in one read-only `multi` (each listing succeeds or fails on its own).
-pub(crate) fn list_batch(client: &Client, indexes: Vec<usize>, dirs: Vec<String>, delay: Duration) -> StepFuture {
+/// Lists several lock directories in one read-only `multi`, and reads our node in each (for its creation zxid, the
+/// fencing token: servers before 3.7.2/3.8.2/3.9.0 return no stat for a create inside a `multi`, ZOOKEEPER-4026).
+/// Each read succeeds or fails on its own.
+pub(crate) fn list_batch(
+    client: &Client,
+    indexes: Vec<usize>,
+    dirs_and_nodes: Vec<(String, String)>,
+    delay: Duration,
+) -> StepFuture {
     let client = client.clone();
     async move {
         tokio::time::sleep(delay).await;
         let mut reader = client.new_multi_reader();
         let mut result = Ok(());
-        for dir in &dirs {
-            result = result.and_then(|()| reader.add_get_children(dir));
+        for (dir, node) in &dirs_and_nodes {
+            result = result.and_then(|()| reader.add_get_children(dir)).and_then(|()| reader.add_get_data(node));
         }
         let outcome = match result {
             Ok(()) => reader.commit().await,

@@ -13,7 +13,7 @@ use crate::driver::{Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Paths};
-use crate::{Error, Item, KazooStride, PartitionFn, PartitionState, Snapshot};
+use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, Snapshot};
 
 /// kazoo's default `time_boundary`.
 const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
@@ -261,6 +261,14 @@ impl SetPartitioner {
     /// the last set in every state; this crate does not).
     pub fn items(&self) -> Vec<Item> {
         self.snapshot.borrow().items.to_vec()
+    }
+
+    /// The fencing token of an item this member holds: `None` unless the state is
+    /// [`PartitionState::Acquired`] and the item is one of [`items`](SetPartitioner::items). See [`FencingToken`].
+    pub fn fencing_token(&self, item: &Item) -> Option<FencingToken> {
+        let snapshot = self.snapshot.borrow();
+        let index = snapshot.items.binary_search(item).ok()?;
+        snapshot.tokens.get(index).copied()
     }
 
     /// Why the partitioner failed, once it has.

@@ -69,6 +69,8 @@ pub struct Snapshot {
     pub member: Arc<str>,
     /// The items owned: non-empty only in [`PartitionState::Acquired`].
     pub items: Arc<[Item]>,
+    /// The fencing token of each item in [`items`](Snapshot::items), in the same order.
+    pub tokens: Arc<[FencingToken]>,
     /// The party membership the current assignment was computed from (sorted member names); empty until the first
     /// allocation.
     pub members: Arc<[String]>,
@@ -83,8 +85,53 @@ impl Snapshot {
             generation: 0,
             member,
             items: Arc::from([]),
+            tokens: Arc::from([]),
             members: Arc::from([]),
             cause: None,
         }
+    }
+}
+
+/// A number that strictly increases every time an item's lock changes hands: the creation zxid (`czxid`) of the lock
+/// node that holds it.
+///
+/// ZooKeeper orders every write with one increasing zxid, and the holder of an item's lock is always the oldest
+/// contender in its directory, so the next holder's node was created later and carries a larger zxid. That holds
+/// across releases, crashes, session expiry, and kazoo peers (their lock nodes are ordered the same way).
+///
+/// A worker that writes an item's results to another store passes its token along; the store remembers the largest
+/// token it has accepted for the item and rejects writes with a smaller one. A worker that was paused (a long GC,
+/// a stalled VM) and resumes after its lock passed to another member then cannot overwrite the newer owner's work.
+/// The token is not a lease: it protects the store, not the worker.
+///
+/// ```
+/// use zk_partitioner::FencingToken;
+///
+/// // The downstream store's check, e.g. inside a compare-and-set.
+/// fn accept(last_accepted: Option<FencingToken>, writer: FencingToken) -> bool {
+///     last_accepted.is_none_or(|last| writer >= last)
+/// }
+/// let (old_owner, new_owner) = (FencingToken::new(0x1_0000_0002), FencingToken::new(0x1_0000_0040));
+/// assert!(accept(Some(old_owner), new_owner));
+/// assert!(!accept(Some(new_owner), old_owner));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(i64);
+
+impl FencingToken {
+    /// A token with this value (for stores that keep tokens as numbers).
+    pub const fn new(value: i64) -> Self {
+        FencingToken(value)
+    }
+
+    /// The token's value: the lock node's creation zxid.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
     }
 }
