@@ -100,7 +100,7 @@ mod state;
 
 pub use error::Error;
 pub use item::Item;
-pub use partition_fn::{KazooStride, PartitionFn};
+pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::{Builder, SetPartitioner};
 pub use state::{FencingToken, PartitionState, Snapshot};
 

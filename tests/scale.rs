@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::members::{assert_disjoint_cover, ints, lock_holders, settle};
 use common::{Ctx, timing, wait_for};
-use zk_partitioner::{Item, PartitionState};
+use zk_partitioner::{Item, PartitionState, Rendezvous};
 
 const PATH: &str = "/partitioner";
 
@@ -82,4 +82,27 @@ async fn party_change_aborts_a_long_allocation_promptly() {
     ctx.release_locks(&blocker, held).await;
     settle(&[m0, m1], timing(Duration::from_secs(60))).await;
     assert!(lock_holders(&ctx.observer, PATH, &blocked).await.values().all(|&s| s != blocker_session));
+}
+
+#[tokio::test]
+async fn rendezvous_party_covers_the_set_and_a_join_moves_few_items() {
+    // given: 10 members dividing 1,000 items with rendezvous hashing
+    let ctx = Ctx::new().await;
+    let items = ints(1000);
+    let mut members = Vec::new();
+    for i in 0..10 {
+        members
+            .push(ctx.member_with(&format!("m{i}"), items.clone(), |b| b.partition_func(Rendezvous::default())).await);
+    }
+    settle(&members, timing(Duration::from_secs(60))).await;
+    assert_disjoint_cover(&ctx.observer, PATH, &members.iter().collect::<Vec<_>>(), &items).await;
+    let before = lock_holders(&ctx.observer, PATH, &items).await;
+    // when: an 11th joins
+    members.push(ctx.member_with("m10", items.clone(), |b| b.partition_func(Rendezvous::default())).await);
+    settle(&members, timing(Duration::from_secs(60))).await;
+    // then: about 1/11 of the items changed owner (the ideal is 91), not kazoo's ~90%
+    assert_disjoint_cover(&ctx.observer, PATH, &members.iter().collect::<Vec<_>>(), &items).await;
+    let after = lock_holders(&ctx.observer, PATH, &items).await;
+    let moved = before.iter().filter(|(item, session)| after.get(*item) != Some(session)).count();
+    assert!(moved <= 110, "{moved} of 1000 items changed owner on one join");
 }

@@ -54,6 +54,21 @@ impl Ctx {
         (Self::start_member(client, identifier, items).await, proxy)
     }
 
+    /// A member whose builder `configure` adjusts (partition function, limits...).
+    pub async fn member_with(
+        &self,
+        identifier: &str,
+        items: Vec<Item>,
+        configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
+    ) -> Member {
+        let client = self.client().await;
+        let builder = SetPartitioner::builder(client.clone(), "/partitioner", items)
+            .identifier(identifier)
+            .time_boundary(TIME_BOUNDARY);
+        let partitioner = configure(builder).build().await.expect("build partitioner");
+        Member { client, partitioner }
+    }
+
     async fn start_member(client: Client, identifier: &str, items: Vec<Item>) -> Member {
         let partitioner = SetPartitioner::builder(client.clone(), "/partitioner", items)
             .identifier(identifier)
