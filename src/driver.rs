@@ -17,7 +17,7 @@ use zookeeper_client::{Client, EventType, SessionState, StateWatcher, WatchedEve
 
 use crate::locks::{self, BatchStep, Contender, Outcome, Position, Step, StepFuture};
 use crate::party::{self, Membership, Paths};
-use crate::policy::{self, Reaction};
+use crate::policy::{self, Reaction, SessionPolicy};
 use crate::{Error, FencingToken, Item, PartitionFn, PartitionState, Snapshot};
 
 /// Requests from handles to the driver; each carries the channel its answer goes back on.
@@ -39,6 +39,7 @@ pub(crate) struct Config {
     pub time_boundary: Duration,
     pub retry_delay: Duration,
     pub max_allocation_time: Option<Duration>,
+    pub session_policy: SessionPolicy,
     /// At most this many lock requests in flight at once.
     pub window: usize,
 }
@@ -48,6 +49,8 @@ enum Next {
     Allocate,
     Hold,
     AwaitRelease,
+    /// `Release` because the connection is suspended, waiting to learn whether the session (and our locks) survive.
+    Suspended,
     ReleaseSet(oneshot::Sender<Result<(), Error>>),
     Fail(Error),
     /// `finish()` was called (with its acknowledgement) or every handle was dropped.
@@ -77,6 +80,8 @@ pub(crate) struct Driver {
     members: Arc<[String]>,
     /// When the current allocation must be done by, if there is a limit.
     allocation_deadline: Option<Instant>,
+    /// Whether the current `Release` is a suspension ([`SessionPolicy::SessionAware`]).
+    suspended: bool,
 }
 
 impl Driver {
@@ -100,6 +105,7 @@ impl Driver {
             known_dirs: HashSet::new(),
             members: Arc::from([]),
             allocation_deadline: None,
+            suspended: false,
         }
     }
 
@@ -110,6 +116,7 @@ impl Driver {
                 Next::Allocate => self.allocate().await,
                 Next::Hold => self.hold().await,
                 Next::AwaitRelease => self.await_release().await,
+                Next::Suspended => self.suspended().await,
                 Next::ReleaseSet(ack) => self.release_set(ack).await,
                 Next::Fail(cause) => {
                     // Stop the worker first, then clean up so others can take our items at once.
@@ -157,6 +164,7 @@ impl Driver {
         let items: Arc<[Item]> = held.iter().map(|&(i, _)| self.config.items[i].clone()).collect();
         let tokens: Arc<[FencingToken]> = held.iter().map(|&(_, token)| token).collect();
         let (member, members) = (self.membership.name.clone(), self.members.clone());
+        let suspended = state == PartitionState::Release && self.suspended;
         self.publisher.send_modify(|snapshot| {
             tracing::info!(from = %snapshot.state, to = %state, generation = snapshot.generation + 1, reason, items = items.len(), "state change");
             snapshot.state = state;
@@ -166,12 +174,13 @@ impl Driver {
             snapshot.tokens = tokens;
             snapshot.members = members;
             snapshot.cause = cause;
+            snapshot.suspended = suspended;
         });
     }
 
     /// Reacts to a change of the session's state (kazoo's policy, see [`policy::react`]).
     fn on_session(&mut self, state: SessionState) -> Option<Next> {
-        match policy::react(state, self.state()) {
+        match policy::react(self.config.session_policy, state, self.state()) {
             Reaction::Ignore => {
                 tracing::debug!(%state, "session state change");
                 None
@@ -180,6 +189,12 @@ impl Driver {
                 tracing::warn!(%state, "connection state changed; releasing");
                 self.publish(PartitionState::Release, None, "connection state changed");
                 Some(Next::AwaitRelease)
+            }
+            Reaction::Suspend => {
+                tracing::warn!(%state, "connection suspended; pausing until the session's fate is known");
+                self.suspended = true;
+                self.publish(PartitionState::Release, None, "connection suspended");
+                Some(Next::Suspended)
             }
             Reaction::Fail => Some(Next::Fail(Error::SessionLost { state })),
         }
@@ -631,6 +646,66 @@ impl Driver {
             state = self.session.changed() => self.on_session(state).unwrap_or(Next::AwaitRelease),
             command = self.commands.recv() => Self::on_command(command),
         }
+    }
+
+    /// RELEASE, suspended ([`SessionPolicy::SessionAware`]): wait for the connection to come back. `release_set()`
+    /// calls wait here too. Same session back and every lock node still ours: resume `Acquired` with the same locks.
+    async fn suspended(&mut self) -> Next {
+        let mut waiting_release: Vec<oneshot::Sender<Result<(), Error>>> = Vec::new();
+        let next = loop {
+            // The state watcher may have coalesced the disconnection and the reconnection into one change.
+            let state = self.client.state();
+            if state.is_terminated() {
+                break Next::Fail(Error::SessionLost { state });
+            }
+            if state != SessionState::Disconnected {
+                let held: Vec<String> =
+                    self.contenders.values().filter(|c| c.held).filter_map(Contender::node_path).collect();
+                break match locks::still_ours(&self.client, &self.config.paths.locks, &held).await {
+                    Ok(true) => {
+                        tracing::info!("same session back and every lock node still ours; resuming");
+                        self.suspended = false;
+                        self.publish(PartitionState::Acquired, None, "session survived the suspension");
+                        for ack in waiting_release.drain(..) {
+                            let _ = ack.send(Ok(()));
+                        }
+                        Next::Hold
+                    }
+                    Ok(false) => {
+                        tracing::warn!("a lock node did not survive the suspension; releasing");
+                        self.suspended = false;
+                        match waiting_release.pop() {
+                            Some(ack) => Next::ReleaseSet(ack),
+                            None => {
+                                self.publish(PartitionState::Release, None, "a lock node did not survive");
+                                Next::AwaitRelease
+                            }
+                        }
+                    }
+                    Err(err) => Next::Fail(err),
+                };
+            }
+            tokio::select! {
+                state = self.session.changed() => {
+                    if state.is_terminated() {
+                        break Next::Fail(Error::SessionLost { state });
+                    }
+                }
+                command = self.commands.recv() => match command {
+                    Some(Command::ReleaseSet(ack)) => waiting_release.push(ack),
+                    other => break Self::on_command(other),
+                },
+            }
+        };
+        // Calls still waiting see the outcome: a failure's cause, or the release that follows.
+        for ack in waiting_release {
+            let _ = ack.send(match &next {
+                Next::Fail(cause) => Err(cause.clone()),
+                _ => Ok(()),
+            });
+        }
+        self.suspended = false;
+        next
     }
 
     async fn release_set(&mut self, ack: oneshot::Sender<Result<(), Error>>) -> Next {

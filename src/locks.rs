@@ -271,6 +271,32 @@ fn session_end_of(event: &zookeeper_client::WatchedEvent) -> Option<zookeeper_cl
     })
 }
 
+/// Whether every node in `nodes` still exists and belongs to our session, as the leader sees it: `sync` on `path`
+/// first, so a lagging follower cannot vouch for a node the leader already deleted. Reads go `BATCH` per `multi`.
+pub(crate) async fn still_ours(client: &Client, path: &str, nodes: &[String]) -> Result<bool, Error> {
+    crate::party::retry_transient(|| client.sync(path)).await.map_err(|e| Error::zk("sync", path, e))?;
+    let session = client.session_id().0;
+    for chunk in nodes.chunks(BATCH) {
+        let read = || {
+            let mut reader = client.new_multi_reader();
+            let added = chunk.iter().try_for_each(|node| reader.add_get_data(node));
+            async move {
+                added?;
+                reader.commit().await
+            }
+        };
+        let results = crate::party::retry_transient(read).await.map_err(|e| Error::zk("multi get_data", path, e))?;
+        let ours = results.len() == chunk.len()
+            && results
+                .iter()
+                .all(|result| matches!(result, MultiReadResult::Data { stat, .. } if stat.ephemeral_owner == session));
+        if !ours {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Deletes our node of every contender, concurrently (at most `window` requests in flight). A contender whose create
 /// reply never arrived is looked up by its prefix first: requests on one session are applied in order, so the listing
 /// sees the create if it happened.

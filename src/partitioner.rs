@@ -13,7 +13,7 @@ use crate::driver::{Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Paths};
-use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, Snapshot};
+use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, SessionPolicy, Snapshot};
 
 /// kazoo's default `time_boundary`.
 const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
@@ -38,6 +38,7 @@ pub struct Builder {
     time_boundary: Duration,
     max_reaction_time: Duration,
     max_allocation_time: Option<Duration>,
+    session_policy: SessionPolicy,
 }
 
 impl fmt::Debug for Builder {
@@ -50,6 +51,7 @@ impl fmt::Debug for Builder {
             .field("time_boundary", &self.time_boundary)
             .field("max_reaction_time", &self.max_reaction_time)
             .field("max_allocation_time", &self.max_allocation_time)
+            .field("session_policy", &self.session_policy)
             .finish()
     }
 }
@@ -89,6 +91,12 @@ impl Builder {
     /// party that changes more often than `time_boundary` keeps every member allocating.
     pub fn max_allocation_time(mut self, limit: Duration) -> Self {
         self.max_allocation_time = Some(limit);
+        self
+    }
+
+    /// How a suspended connection is handled; default [`SessionPolicy::Standard`] (kazoo's: release everything).
+    pub fn session_policy(mut self, policy: SessionPolicy) -> Self {
+        self.session_policy = policy;
         self
     }
 
@@ -134,6 +142,7 @@ impl Builder {
             time_boundary: self.time_boundary,
             retry_delay: self.max_reaction_time,
             max_allocation_time: self.max_allocation_time,
+            session_policy: self.session_policy,
             window: DEFAULT_WINDOW,
         });
         let (commands, command_rx) = mpsc::unbounded_channel();
@@ -229,6 +238,7 @@ impl SetPartitioner {
             time_boundary: DEFAULT_TIME_BOUNDARY,
             max_reaction_time: DEFAULT_MAX_REACTION_TIME,
             max_allocation_time: None,
+            session_policy: SessionPolicy::Standard,
         }
     }
 

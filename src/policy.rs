@@ -4,6 +4,26 @@ use zookeeper_client::SessionState;
 
 use crate::PartitionState;
 
+/// How a partitioner treats a suspended connection (Curator's `ConnectionStateErrorPolicy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionPolicy {
+    /// kazoo's behaviour, the default: a suspended connection moves an `Acquired` member to `Release`, and
+    /// `release_set()` then gives up every lock, as if the session were lost.
+    #[default]
+    Standard,
+    /// A suspended connection moves an `Acquired` member to `Release` with
+    /// [`Snapshot::suspended`](crate::Snapshot::suspended) set, so the worker pauses; but a `release_set()` made
+    /// while suspended waits for the outcome instead of deleting the locks. If the client reconnects with the same
+    /// session, the member syncs, checks that each of its lock nodes still exists and is owned by its session, and
+    /// returns to `Acquired` with the same locks (and fencing tokens): a stall shorter than the session timeout moves
+    /// no item. If the session expires, the member fails as usual; if a lock node is gone, it releases everything.
+    ///
+    /// Safe because ownership is the lock node, which lives exactly as long as the session: while the session lives,
+    /// nobody else can hold those items.
+    SessionAware,
+}
+
 /// What the partitioner does about a session state change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reaction {
@@ -11,6 +31,8 @@ pub(crate) enum Reaction {
     Ignore,
     /// Stop processing: move to [`PartitionState::Release`].
     Release,
+    /// Pause processing: move to [`PartitionState::Release`], suspended, and wait for the session's fate.
+    Suspend,
     /// The session is over: move to [`PartitionState::Failure`].
     Fail,
 }
@@ -25,15 +47,19 @@ pub(crate) enum Reaction {
 ///   reconnect because it loses its watches; zookeeper-client re-registers them, and the allocation redoes any lock
 ///   request lost with the connection. (kazoo would bounce a worker that called `release_set()` during an outage
 ///   straight back to `Release` when the connection returns.)
-pub(crate) fn react(session: SessionState, current: PartitionState) -> Reaction {
+///
+/// Under [`SessionPolicy::SessionAware`], an `Acquired` member suspends instead of releasing, and an allocating one
+/// carries on (its requests wait for the reconnection, and its locks survive with the session).
+pub(crate) fn react(policy: SessionPolicy, session: SessionState, current: PartitionState) -> Reaction {
     if session.is_terminated() {
         return Reaction::Fail;
     }
     let suspended = session == SessionState::Disconnected;
-    match current {
-        PartitionState::Acquired => Reaction::Release,
-        PartitionState::Allocating if suspended => Reaction::Release,
-        PartitionState::Allocating | PartitionState::Release | PartitionState::Failure => Reaction::Ignore,
+    match (policy, current) {
+        (SessionPolicy::Standard, PartitionState::Acquired) => Reaction::Release,
+        (SessionPolicy::Standard, PartitionState::Allocating) if suspended => Reaction::Release,
+        (SessionPolicy::SessionAware, PartitionState::Acquired) => Reaction::Suspend,
+        _ => Reaction::Ignore,
     }
 }
 
@@ -45,6 +71,7 @@ mod tests {
 
     #[test]
     fn kazoo_table() {
+        let react = |session, state| react(SessionPolicy::Standard, session, state);
         for state in [Allocating, Acquired, Release] {
             for terminal in [Expired, Closed, AuthFailed] {
                 assert_eq!(react(terminal, state), Reaction::Fail);
@@ -56,5 +83,16 @@ mod tests {
         }
         assert_eq!(react(Disconnected, Allocating), Reaction::Release);
         assert_eq!(react(SyncConnected, Allocating), Reaction::Ignore);
+    }
+
+    #[test]
+    fn session_aware_table() {
+        let react = |session, state| react(SessionPolicy::SessionAware, session, state);
+        for change in [Disconnected, SyncConnected] {
+            assert_eq!(react(change, Acquired), Reaction::Suspend);
+            assert_eq!(react(change, Allocating), Reaction::Ignore);
+            assert_eq!(react(change, Release), Reaction::Ignore);
+        }
+        assert_eq!(react(Expired, Acquired), Reaction::Fail);
     }
 }

@@ -76,6 +76,11 @@ pub struct Snapshot {
     pub members: Arc<[String]>,
     /// Why the partitioner failed: set only in [`PartitionState::Failure`].
     pub cause: Option<Error>,
+    /// Set in [`PartitionState::Release`] when the connection is suspended under
+    /// [`SessionPolicy::SessionAware`](crate::SessionPolicy::SessionAware): stop processing, and call
+    /// [`release_set`](crate::SetPartitioner::release_set), which waits for the session's fate and may return
+    /// to `Acquired` with the same items.
+    pub suspended: bool,
 }
 
 impl Snapshot {
@@ -88,6 +93,7 @@ impl Snapshot {
             tokens: Arc::from([]),
             members: Arc::from([]),
             cause: None,
+            suspended: false,
         }
     }
 }
