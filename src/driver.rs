@@ -17,7 +17,7 @@ use zookeeper_client::{Client, EventType, SessionState, StateWatcher, WatchedEve
 
 use crate::locks::{self, BatchStep, Contender, Outcome, Position, Step, StepFuture};
 use crate::party::{self, Membership, Paths};
-use crate::policy::{self, Reaction, SessionPolicy};
+use crate::policy::{self, Reaction, Rebalance, SessionPolicy};
 use crate::{Error, FencingToken, Item, PartitionFn, PartitionState, Snapshot};
 
 /// Requests from handles to the driver; each carries the channel its answer goes back on.
@@ -40,6 +40,7 @@ pub(crate) struct Config {
     pub retry_delay: Duration,
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
+    pub rebalance: Rebalance,
     /// At most this many lock requests in flight at once.
     pub window: usize,
 }
@@ -51,6 +52,8 @@ enum Next {
     AwaitRelease,
     /// `Release` because the connection is suspended, waiting to learn whether the session (and our locks) survive.
     Suspended,
+    /// The party changed while `Acquired` under [`Rebalance::Incremental`]: move only what must move.
+    Rebalance,
     ReleaseSet(oneshot::Sender<Result<(), Error>>),
     Fail(Error),
     /// `finish()` was called (with its acknowledgement) or every handle was dropped.
@@ -82,6 +85,8 @@ pub(crate) struct Driver {
     allocation_deadline: Option<Instant>,
     /// Whether the current `Release` is a suspension ([`SessionPolicy::SessionAware`]).
     suspended: bool,
+    /// Held items the worker must stop (published in `Release`); `None` means all of them.
+    revoked: Option<HashSet<usize>>,
 }
 
 impl Driver {
@@ -106,6 +111,7 @@ impl Driver {
             members: Arc::from([]),
             allocation_deadline: None,
             suspended: false,
+            revoked: None,
         }
     }
 
@@ -117,6 +123,7 @@ impl Driver {
                 Next::Hold => self.hold().await,
                 Next::AwaitRelease => self.await_release().await,
                 Next::Suspended => self.suspended().await,
+                Next::Rebalance => self.rebalance().await,
                 Next::ReleaseSet(ack) => self.release_set(ack).await,
                 Next::Fail(cause) => {
                     // Stop the worker first, then clean up so others can take our items at once.
@@ -155,38 +162,62 @@ impl Driver {
 
     /// The single place where state changes: bumps the generation and wakes every observer.
     fn publish(&mut self, state: PartitionState, cause: Option<Error>, reason: &str) {
-        let mut held: Vec<(usize, FencingToken)> = Vec::new();
-        if state == PartitionState::Acquired {
-            held =
-                self.contenders.iter().filter(|(_, c)| c.held).map(|(&i, c)| (i, FencingToken::new(c.czxid))).collect();
-            held.sort_unstable();
-        }
-        let items: Arc<[Item]> = held.iter().map(|&(i, _)| self.config.items[i].clone()).collect();
-        let tokens: Arc<[FencingToken]> = held.iter().map(|&(_, token)| token).collect();
+        let mut held: Vec<(usize, FencingToken)> =
+            self.contenders.iter().filter(|(_, c)| c.held).map(|(&i, c)| (i, FencingToken::new(c.czxid))).collect();
+        held.sort_unstable();
+        let is_revoked = |i: &usize| self.revoked.as_ref().is_none_or(|revoked| revoked.contains(i));
+        // What the worker may process: everything held once Acquired; under Incremental, what it keeps meanwhile.
+        let processable = match state {
+            PartitionState::Acquired => true,
+            PartitionState::Allocating | PartitionState::Release => {
+                self.config.rebalance == Rebalance::Incremental && !self.suspended
+            }
+            PartitionState::Failure => false,
+        };
+        let (revoked, kept): (Vec<_>, Vec<_>) =
+            held.into_iter().partition(|(i, _)| state == PartitionState::Release && is_revoked(i));
+        let kept = if processable { kept } else { Vec::new() };
+        let item = |&(i, _): &(usize, FencingToken)| self.config.items[i].clone();
+        let items: Arc<[Item]> = kept.iter().map(item).collect();
+        let tokens: Arc<[FencingToken]> = kept.iter().map(|&(_, token)| token).collect();
+        let revoked: Arc<[Item]> = revoked.iter().map(item).collect();
         let (member, members) = (self.membership.name.clone(), self.members.clone());
         let suspended = state == PartitionState::Release && self.suspended;
         self.publisher.send_modify(|snapshot| {
-            tracing::info!(from = %snapshot.state, to = %state, generation = snapshot.generation + 1, reason, items = items.len(), "state change");
+            tracing::info!(from = %snapshot.state, to = %state, generation = snapshot.generation + 1, reason, items = items.len(), revoked = revoked.len(), "state change");
             snapshot.state = state;
             snapshot.generation += 1;
             snapshot.member = member;
             snapshot.items = items;
             snapshot.tokens = tokens;
+            snapshot.revoked = revoked;
             snapshot.members = members;
             snapshot.cause = cause;
             snapshot.suspended = suspended;
         });
     }
 
+    /// The items we hold, as indexes.
+    fn held(&self) -> HashSet<usize> {
+        self.contenders.iter().filter(|(_, c)| c.held).map(|(&i, _)| i).collect()
+    }
+
+    /// Whether the worker may be processing items right now (so a suspension must stop it).
+    fn processing(&self) -> bool {
+        !self.publisher.borrow().items.is_empty()
+    }
+
     /// Reacts to a change of the session's state (kazoo's policy, see [`policy::react`]).
     fn on_session(&mut self, state: SessionState) -> Option<Next> {
-        match policy::react(self.config.session_policy, state, self.state()) {
+        let current = if self.processing() { PartitionState::Acquired } else { self.state() };
+        match policy::react(self.config.session_policy, state, current) {
             Reaction::Ignore => {
                 tracing::debug!(%state, "session state change");
                 None
             }
             Reaction::Release => {
                 tracing::warn!(%state, "connection state changed; releasing");
+                self.revoked = None;
                 self.publish(PartitionState::Release, None, "connection state changed");
                 Some(Next::AwaitRelease)
             }
@@ -416,7 +447,7 @@ impl Driver {
     /// directories first if there are any.
     fn start_batch(&mut self, batch: Vec<usize>, missing_dirs: &HashSet<usize>) -> StepFuture {
         for &index in &batch {
-            self.contenders.insert(index, Contender::new(self.config.lock_dirs[index].clone()));
+            self.contenders.insert(index, Contender::new(index, self.config.lock_dirs[index].clone()));
         }
         let dirs: Vec<String> =
             batch.iter().filter(|i| missing_dirs.contains(i)).map(|&i| self.config.lock_dirs[i].clone()).collect();
@@ -631,6 +662,10 @@ impl Driver {
                 if let Some(next) = self.on_party_event(&event) {
                     return next;
                 }
+                if self.config.rebalance == Rebalance::Incremental {
+                    return Next::Rebalance;
+                }
+                self.revoked = None;
                 self.publish(PartitionState::Release, None, "party changed");
                 Next::AwaitRelease
             }
@@ -645,6 +680,102 @@ impl Driver {
         tokio::select! {
             state = self.session.changed() => self.on_session(state).unwrap_or(Next::AwaitRelease),
             command = self.commands.recv() => Self::on_command(command),
+        }
+    }
+
+    /// The party changed under [`Rebalance::Incremental`]: keep processing what stays ours while the party settles,
+    /// then give up only what moved (after the worker's `release_set()`), take what we gained, and go back to
+    /// `Acquired`. Unmoved items keep their lock nodes throughout.
+    async fn rebalance(&mut self) -> Next {
+        let deadline = far_future();
+        loop {
+            let members = match self.stabilise(deadline).await {
+                Ok(members) => members,
+                Err(next) => return next,
+            };
+            if !members.iter().any(|m| **m == *self.membership.name) {
+                tracing::warn!(member = %self.membership.name, "our party node is gone; joining again");
+                match party::join(&self.client, &self.config.paths, &self.config.identifier).await {
+                    Ok(membership) => self.membership = membership,
+                    Err(err) => return Next::Fail(err),
+                }
+                continue;
+            }
+            self.members = members.into();
+            let assigned: HashSet<usize> = match self.assignment() {
+                Ok(assigned) => assigned.into_iter().collect(),
+                Err(err) => return Next::Fail(err),
+            };
+            let held = self.held();
+            let revoked: HashSet<usize> = held.difference(&assigned).copied().collect();
+            let mut gained: Vec<usize> = assigned.difference(&held).copied().collect();
+            gained.sort_unstable();
+            tracing::info!(
+                kept = held.len() - revoked.len(),
+                revoked = revoked.len(),
+                gained = gained.len(),
+                "rebalancing"
+            );
+            if !revoked.is_empty() {
+                self.revoked = Some(revoked);
+                self.publish(PartitionState::Release, None, "party changed: items revoked");
+                match self.await_revocation().await {
+                    Ok(()) => {}
+                    Err(Interrupt::PartyChanged) => continue,
+                    Err(Interrupt::Leave(next)) => return next,
+                }
+            }
+            if gained.is_empty() {
+                if self.state() != PartitionState::Acquired {
+                    self.publish(PartitionState::Acquired, None, "revoked items released");
+                }
+                return Next::Hold;
+            }
+            self.publish(PartitionState::Allocating, None, "taking gained items");
+            match self.acquire(gained, deadline).await {
+                Ok(()) => {
+                    self.publish(PartitionState::Acquired, None, "gained items held");
+                    return Next::Hold;
+                }
+                Err(Interrupt::PartyChanged) => {
+                    // Let go of what we were still waiting for; what we hold is sorted out by the next round.
+                    if let Err(err) = self.release_where(|c| !c.held).await {
+                        return Next::Fail(err);
+                    }
+                }
+                Err(Interrupt::Leave(next)) => return next,
+            }
+        }
+    }
+
+    /// Waits for the worker to stop the revoked items (`release_set()`), then releases exactly those.
+    async fn await_revocation(&mut self) -> Result<(), Interrupt> {
+        loop {
+            let Some(party_changed) = self.party_changed.as_mut() else {
+                return Err(Interrupt::Leave(Next::Fail(Error::Stopped)));
+            };
+            tokio::select! {
+                event = party_changed => {
+                    return Err(match self.on_party_event(&event) {
+                        Some(next) => Interrupt::Leave(next),
+                        None => Interrupt::PartyChanged,
+                    });
+                }
+                state = self.session.changed() => {
+                    if let Some(next) = self.on_session(state) {
+                        return Err(Interrupt::Leave(next));
+                    }
+                }
+                command = self.commands.recv() => match command {
+                    Some(Command::ReleaseSet(ack)) => {
+                        let revoked = self.revoked.take().unwrap_or_default();
+                        let result = self.release_where(|c| revoked.contains(&c.index)).await;
+                        let _ = ack.send(result.clone());
+                        return result.map_err(|err| Interrupt::Leave(Next::Fail(err)));
+                    }
+                    other => return Err(Interrupt::Leave(Self::on_command(other))),
+                },
+            }
         }
     }
 
@@ -709,6 +840,7 @@ impl Driver {
     }
 
     async fn release_set(&mut self, ack: oneshot::Sender<Result<(), Error>>) -> Next {
+        self.revoked = None;
         match self.release_contenders().await {
             Ok(()) => {
                 self.publish(PartitionState::Allocating, None, "release_set");
@@ -724,7 +856,13 @@ impl Driver {
 
     /// Deletes every lock node we own or may own.
     async fn release_contenders(&mut self) -> Result<(), Error> {
-        let contenders: Vec<Contender> = self.contenders.drain().map(|(_, c)| c).collect();
+        self.release_where(|_| true).await
+    }
+
+    /// Deletes the lock nodes of the contenders `which` selects.
+    async fn release_where(&mut self, which: impl Fn(&Contender) -> bool) -> Result<(), Error> {
+        let indexes: Vec<usize> = self.contenders.iter().filter(|(_, c)| which(c)).map(|(&i, _)| i).collect();
+        let contenders: Vec<Contender> = indexes.iter().filter_map(|i| self.contenders.remove(i)).collect();
         if contenders.is_empty() {
             return Ok(());
         }

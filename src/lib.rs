@@ -102,7 +102,7 @@ pub use error::Error;
 pub use item::Item;
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::{Builder, SetPartitioner};
-pub use policy::SessionPolicy;
+pub use policy::{Rebalance, SessionPolicy};
 pub use state::{FencingToken, PartitionState, Snapshot};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.

@@ -71,6 +71,8 @@ pub(crate) fn position<'a>(children: &'a [String], own: &str) -> Position<'a> {
 /// The driver's record of one item's lock: enough to finish or undo it whatever happened to the requests.
 #[derive(Debug)]
 pub(crate) struct Contender {
+    /// The item's index in the sorted set.
+    pub index: usize,
     /// `<path>/locks/<item>`.
     pub dir: String,
     /// `<32 hex>__lock__`: ours alone, so it finds our node even when a create's reply was lost.
@@ -84,8 +86,8 @@ pub(crate) struct Contender {
 }
 
 impl Contender {
-    pub fn new(dir: String) -> Self {
-        Contender { dir, prefix: format!("{}{LOCK_MARK}", random_hex()), node: None, czxid: 0, held: false }
+    pub fn new(index: usize, dir: String) -> Self {
+        Contender { index, dir, prefix: format!("{}{LOCK_MARK}", random_hex()), node: None, czxid: 0, held: false }
     }
 
     pub fn node_path(&self) -> Option<String> {

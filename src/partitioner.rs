@@ -13,7 +13,7 @@ use crate::driver::{Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Paths};
-use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, SessionPolicy, Snapshot};
+use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, Rebalance, SessionPolicy, Snapshot};
 
 /// kazoo's default `time_boundary`.
 const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
@@ -39,6 +39,7 @@ pub struct Builder {
     max_reaction_time: Duration,
     max_allocation_time: Option<Duration>,
     session_policy: SessionPolicy,
+    rebalance: Rebalance,
 }
 
 impl fmt::Debug for Builder {
@@ -52,6 +53,7 @@ impl fmt::Debug for Builder {
             .field("max_reaction_time", &self.max_reaction_time)
             .field("max_allocation_time", &self.max_allocation_time)
             .field("session_policy", &self.session_policy)
+            .field("rebalance", &self.rebalance)
             .finish()
     }
 }
@@ -100,6 +102,12 @@ impl Builder {
         self
     }
 
+    /// What happens when the party changes; default [`Rebalance::Eager`] (kazoo's: everyone stops everything).
+    pub fn rebalance(mut self, rebalance: Rebalance) -> Self {
+        self.rebalance = rebalance;
+        self
+    }
+
     /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
     /// starts the partitioner's background task on the current Tokio runtime.
     ///
@@ -143,6 +151,7 @@ impl Builder {
             retry_delay: self.max_reaction_time,
             max_allocation_time: self.max_allocation_time,
             session_policy: self.session_policy,
+            rebalance: self.rebalance,
             window: DEFAULT_WINDOW,
         });
         let (commands, command_rx) = mpsc::unbounded_channel();
@@ -239,6 +248,7 @@ impl SetPartitioner {
             max_reaction_time: DEFAULT_MAX_REACTION_TIME,
             max_allocation_time: None,
             session_policy: SessionPolicy::Standard,
+            rebalance: Rebalance::Eager,
         }
     }
 
@@ -267,10 +277,17 @@ impl SetPartitioner {
         self.state() == PartitionState::Failure
     }
 
-    /// The items this member owns, sorted: empty unless the state is [`PartitionState::Acquired`] (kazoo hands out
-    /// the last set in every state; this crate does not).
+    /// The items this member owns and may process, sorted: empty unless the state is [`PartitionState::Acquired`]
+    /// (kazoo hands out the last set in every state; this crate does not), or, under
+    /// [`Rebalance::Incremental`], the items it keeps while the party changes.
     pub fn items(&self) -> Vec<Item> {
         self.snapshot.borrow().items.to_vec()
+    }
+
+    /// In [`PartitionState::Release`], the items to stop processing before calling
+    /// [`release_set`](SetPartitioner::release_set); empty otherwise.
+    pub fn revoked(&self) -> Vec<Item> {
+        self.snapshot.borrow().revoked.to_vec()
     }
 
     /// The fencing token of an item this member holds: `None` unless the state is

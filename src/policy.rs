@@ -24,6 +24,30 @@ pub enum SessionPolicy {
     SessionAware,
 }
 
+/// What a member does when the party changes while it holds items.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rebalance {
+    /// kazoo's behaviour, the default: every member stops everything (`Release`), gives up every lock, waits for the
+    /// party to be stable and allocates again from nothing.
+    #[default]
+    Eager,
+    /// Only what moves stops. The member keeps holding (and its worker keeps processing) the items that stay its own
+    /// while the party settles; then it publishes `Release` listing only the items it must give up
+    /// ([`Snapshot::revoked`](crate::Snapshot::revoked)), still listing the others in
+    /// [`Snapshot::items`](crate::Snapshot::items). `release_set()` releases only the revoked items, the member takes
+    /// the items it gained, and returns to `Acquired`. Unmoved items keep their lock nodes (and fencing tokens).
+    ///
+    /// Worker loop: process `items()` in every state but `Failure`; in `Release`, stop `revoked()` and call
+    /// `release_set()`. A suspended connection still stops everything, as in `Eager`.
+    ///
+    /// Pairs best with [`Rendezvous`](crate::Rendezvous), which moves few items; with [`KazooStride`](crate::KazooStride)
+    /// most items move anyway. Mixing with kazoo peers (or `Eager` members) is safe: exclusion comes from the locks,
+    /// never from agreement, and every member computes the same assignment; the kazoo peers still stop everything on
+    /// each change.
+    Incremental,
+}
+
 /// What the partitioner does about a session state change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reaction {

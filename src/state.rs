@@ -67,13 +67,18 @@ pub struct Snapshot {
     pub generation: u64,
     /// This member's name in the party: `<identifier>-<10-digit sequence>`.
     pub member: Arc<str>,
-    /// The items owned: non-empty only in [`PartitionState::Acquired`].
+    /// The items owned and safe to process: non-empty only in [`PartitionState::Acquired`], except under
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental), where the items a member keeps stay listed while the
+    /// party changes (in every state but `Failure`, and never while the connection is suspended).
     pub items: Arc<[Item]>,
     /// The fencing token of each item in [`items`](Snapshot::items), in the same order.
     pub tokens: Arc<[FencingToken]>,
     /// The party membership the current assignment was computed from (sorted member names); empty until the first
     /// allocation.
     pub members: Arc<[String]>,
+    /// In [`PartitionState::Release`]: the items the worker must stop processing before calling
+    /// [`release_set`](crate::SetPartitioner::release_set) (every item it held, unless the rebalance is incremental).
+    pub revoked: Arc<[Item]>,
     /// Why the partitioner failed: set only in [`PartitionState::Failure`].
     pub cause: Option<Error>,
     /// Set in [`PartitionState::Release`] when the connection is suspended under
@@ -91,6 +96,7 @@ impl Snapshot {
             member,
             items: Arc::from([]),
             tokens: Arc::from([]),
+            revoked: Arc::from([]),
             members: Arc::from([]),
             cause: None,
             suspended: false,
