@@ -183,3 +183,25 @@ async fn rust_and_kazoo_workers_share_a_party() {
     wait_for_mixed_cover(&ctx, &[&rust_a], &[&kazoo_1], &items).await;
     kazoo_1.stop().await;
 }
+
+/// Incremental Rust members (keeping unmoved items) in a party with eager kazoo workers: exclusion comes from the
+/// locks, and every member computes kazoo's stride, so the mix converges like any other party.
+#[tokio::test]
+async fn incremental_rust_workers_mix_with_kazoo() {
+    require_kazoo();
+    let ctx = Ctx::new().await;
+    let items = ints(12);
+    let incremental = |b: zk_partitioner::Builder| b.rebalance(zk_partitioner::Rebalance::Incremental);
+    let rust_a = ctx.member_with("rs-a", items.clone(), incremental).await;
+    let kazoo_1 = KazooWorker::start(&ctx, "kz-1", &items).await;
+    let rust_b = ctx.member_with("rs-b", items.clone(), incremental).await;
+    let kazoo_2 = KazooWorker::start(&ctx, "kz-2", &items).await;
+    let _loops = [auto_release(&rust_a.partitioner), auto_release(&rust_b.partitioner)];
+    wait_for_mixed_cover(&ctx, &[&rust_a, &rust_b], &[&kazoo_1, &kazoo_2], &items).await;
+
+    kazoo_2.stop().await;
+    wait_for_mixed_cover(&ctx, &[&rust_a, &rust_b], &[&kazoo_1], &items).await;
+    rust_b.partitioner.finish().await;
+    wait_for_mixed_cover(&ctx, &[&rust_a], &[&kazoo_1], &items).await;
+    kazoo_1.stop().await;
+}
