@@ -867,9 +867,10 @@ impl Driver {
             return Ok(());
         }
         let count = contenders.len();
-        let result = locks::release_all(&self.client, contenders, self.config.window).await;
-        tracing::debug!(count, ok = result.is_ok(), "locks released");
-        result
+        locks::release_all(&self.client, contenders, self.config.window).await?;
+        tracing::debug!(count, "locks released");
+        let tracked = self.contenders.values().filter_map(Contender::node_path).collect();
+        locks::sweep_orphans(&self.client, &self.config.paths.locks, tracked).await.map(drop)
     }
 
     /// Best effort at the end: delete our lock nodes and leave the party. After a lost session there is nothing left

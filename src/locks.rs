@@ -273,6 +273,48 @@ fn session_end_of(event: &zookeeper_client::WatchedEvent) -> Option<zookeeper_cl
     })
 }
 
+/// Deletes every lock contender node of our session under `locks_dir` that is not in `tracked`: orphans, which the
+/// bookkeeping should never leave, but which would block an item forever if it did (kazoo #732/#760). One request to
+/// list them (`GetEphemerals`, ZooKeeper 3.6+; skipped on older servers). Returns how many were deleted.
+pub(crate) async fn sweep_orphans(
+    client: &Client,
+    locks_dir: &str,
+    tracked: std::collections::HashSet<String>,
+) -> Result<usize, Error> {
+    // The server matches a string prefix (and refuses a trailing '/'): `/p/locks` would also match `/p/locksmith`.
+    let ours = match client.list_ephemerals(locks_dir).await {
+        Ok(ours) => ours,
+        Err(zookeeper_client::Error::Unimplemented) => return Ok(0),
+        Err(err) => match Error::zk_or_transient("get_ephemerals", locks_dir.to_owned(), err) {
+            // The next release sweeps again.
+            None => return Ok(0),
+            Some(err) => return Err(err),
+        },
+    };
+    let orphans: Vec<Contender> = ours
+        .into_iter()
+        .filter(|path| path.strip_prefix(locks_dir).is_some_and(|rest| rest.starts_with('/')))
+        .filter(|path| sequence(path).is_some() && !tracked.contains(path))
+        .filter_map(|path| {
+            let (dir, node) = path.rsplit_once('/')?;
+            Some(Contender {
+                index: usize::MAX,
+                dir: dir.to_owned(),
+                prefix: String::new(),
+                node: Some(node.to_owned()),
+                czxid: 0,
+                held: false,
+            })
+        })
+        .collect();
+    let count = orphans.len();
+    if count > 0 {
+        tracing::warn!(count, "deleting lock nodes of our session that nothing tracked");
+        release_all(client, orphans, BATCH).await?;
+    }
+    Ok(count)
+}
+
 /// Whether every node in `nodes` still exists and belongs to our session, as the leader sees it: `sync` on `path`
 /// first, so a lagging follower cannot vouch for a node the leader already deleted. Reads go `BATCH` per `multi`.
 pub(crate) async fn still_ours(client: &Client, path: &str, nodes: &[String]) -> Result<bool, Error> {

@@ -351,3 +351,22 @@ async fn wait_for_acquire_times_out_in_allocating() {
     assert!(partitioner.items().is_empty());
     partitioner.finish().await;
 }
+
+/// kazoo #732/#760: a contender node of the member's own live session that nothing tracks (a lost cleanup) would queue
+/// ahead of its next contender and block the item forever. Every release sweeps such nodes.
+#[tokio::test]
+async fn orphaned_contender_of_own_session_is_swept() {
+    // given: a member holding both items, and an orphan of its own session queued on item 1
+    let ctx = Ctx::new().await;
+    let member = ctx.member("0", ints(2)).await;
+    member.wait_items(&ints(2), acquire_deadline()).await;
+    let orphan_prefix = format!("{PATH}/locks/1/{}__lock__", "0".repeat(32));
+    let (_, sequence) = member.client.create(&orphan_prefix, b"", &common::ephemeral_sequential()).await.unwrap();
+    let orphan = format!("{orphan_prefix}{sequence}");
+    // when
+    member.partitioner.release_set().await.unwrap();
+    // then: the orphan is gone and the member takes item 1 again instead of queueing behind its own ghost
+    assert_eq!(ctx.observer.check_stat(&orphan).await.unwrap(), None, "the orphan survived the release");
+    member.wait_items(&ints(2), acquire_deadline()).await;
+    assert_disjoint_cover(&ctx.observer, PATH, &[&member], &ints(2)).await;
+}
