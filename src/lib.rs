@@ -108,6 +108,11 @@ pub use state::{FencingToken, PartitionState, Snapshot};
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;
 
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 #[cfg(test)]
 mod tests {
     use super::*;
