@@ -339,7 +339,16 @@ impl Driver {
     /// Our share under the partition function, as indexes into the sorted item list.
     fn assignment(&self) -> Result<Vec<usize>, Error> {
         let items = &self.config.items;
-        let mine = self.config.partition_fn.partition(&self.membership.name, &self.members, items);
+        // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
+        let call = || self.config.partition_fn.partition(&self.membership.name, &self.members, items);
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".into());
+            Error::PartitionFn { reason: format!("panicked: {message}") }
+        })?;
         let mut assigned = Vec::with_capacity(mine.len());
         for item in mine {
             let index = items
@@ -841,6 +850,8 @@ impl Driver {
 
     async fn release_set(&mut self, ack: oneshot::Sender<Result<(), Error>>) -> Next {
         self.revoked = None;
+        // A new allocation begins: `max_allocation_time` counts from here (restarts under churn do not reset it).
+        self.allocation_deadline = None;
         match self.release_contenders().await {
             Ok(()) => {
                 self.publish(PartitionState::Allocating, None, "release_set");

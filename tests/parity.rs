@@ -370,3 +370,34 @@ async fn orphaned_contender_of_own_session_is_swept() {
     member.wait_items(&ints(2), acquire_deadline()).await;
     assert_disjoint_cover(&ctx.observer, PATH, &[&member], &ints(2)).await;
 }
+
+/// A partition function that panics or returns items outside the set fails the member with the cause, instead of
+/// leaving it stuck in ALLOCATING (kazoo logs the exception in a thread and stays there).
+#[tokio::test]
+async fn a_broken_partition_function_fails_with_its_cause() {
+    let ctx = Ctx::new().await;
+    let panicking = ctx
+        .member_with("p", ints(2), |b| {
+            b.partition_func(|_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("boom") })
+        })
+        .await;
+    let failed = panicking.wait_state(PartitionState::Failure, acquire_deadline()).await;
+    assert!(
+        matches!(&failed.cause, Some(Error::PartitionFn { reason }) if reason.contains("boom")),
+        "{:?}",
+        failed.cause
+    );
+
+    let foreign = ctx
+        .member_with("f", ints(2), |b| b.partition_func(|_: &str, _: &[String], _: &[Item]| vec![Item::from(99)]))
+        .await;
+    let failed = foreign.wait_state(PartitionState::Failure, acquire_deadline()).await;
+    assert!(matches!(failed.cause, Some(Error::PartitionFn { .. })), "{:?}", failed.cause);
+    // Both leave the party once failed (Failure is published first, so the worker stops before the cleanup).
+    let observer = &ctx.observer;
+    common::wait_for("the failed members to leave the party", timing(Duration::from_secs(5)), || async {
+        let party = observer.list_children(&format!("{PATH}/party")).await.map_err(|e| e.to_string())?;
+        if party.is_empty() { Ok(()) } else { Err(format!("{party:?}")) }
+    })
+    .await;
+}
