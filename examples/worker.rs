@@ -6,8 +6,9 @@
 //!     [--session-timeout SECS] [--json]
 //! ```
 //!
-//! Prints every state change (one JSON object per line with `--json`: `ts`, `state`, `member`, `generation`,
-//! `items` when ACQUIRED, `cause` on FAILURE). On SIGINT or SIGTERM it calls `finish()` and exits 0; on FAILURE it
+//! Prints every state change (one JSON object per line with `--json`: `ts`, `state`, `member`, `session` (the
+//! ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` when ACQUIRED, `cause`
+//! on FAILURE). On SIGINT or SIGTERM it calls `finish()` and exits 0; on FAILURE it
 //! exits 1 with the cause.
 
 use std::process::ExitCode;
@@ -111,6 +112,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         .connect(&args.connect)
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", args.connect))?;
+    let session = client.session_id().0;
     let mut builder = SetPartitioner::builder(client, args.path, args.items)
         .time_boundary(args.time_boundary)
         .max_reaction_time(args.max_reaction_time);
@@ -125,7 +127,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             _ = sigterm.recv() => break,
             snapshot = changes.next() => {
                 let Some(snapshot) = snapshot else { break };
-                print_snapshot(&snapshot, args.json);
+                print_snapshot(&snapshot, session, args.json);
                 match snapshot.state {
                     PartitionState::Failure => return Ok(ExitCode::FAILURE),
                     // Stop working on the items, then let them go.
@@ -141,16 +143,16 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         }
     }
     partitioner.finish().await;
-    print_snapshot(&partitioner.snapshot(), args.json);
+    print_snapshot(&partitioner.snapshot(), session, args.json);
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_snapshot(snapshot: &Snapshot, json: bool) {
+fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
     let items: Vec<String> = snapshot.items.iter().map(item_json).collect();
     if json {
         let mut line = format!(
-            r#"{{"ts":{ts:.6},"state":"{}","member":{},"generation":{},"items":[{}]"#,
+            r#"{{"ts":{ts:.6},"state":"{}","member":{},"session":{session},"generation":{},"items":[{}]"#,
             snapshot.state,
             json_string(&snapshot.member),
             snapshot.generation,

@@ -133,8 +133,10 @@ impl Driver {
                     break;
                 }
                 Next::Finish(ack) => {
-                    self.clean_up().await;
+                    // Stop the worker before the locks go: once a lock node is deleted another member may take its
+                    // item, so no snapshot may still list it.
                     self.publish(PartitionState::Failure, Some(Error::Finished), "finished");
+                    self.clean_up().await;
                     if let Some(ack) = ack {
                         let _ = ack.send(());
                     }
@@ -852,9 +854,12 @@ impl Driver {
         self.revoked = None;
         // A new allocation begins: `max_allocation_time` counts from here (restarts under churn do not reset it).
         self.allocation_deadline = None;
-        match self.release_contenders().await {
+        // Publish first, without the items: release_set() may come while Acquired, and a deleted lock's item may be
+        // taken by another member at once.
+        let releasing = self.take_where(|_| true);
+        self.publish(PartitionState::Allocating, None, "release_set");
+        match self.release(releasing).await {
             Ok(()) => {
-                self.publish(PartitionState::Allocating, None, "release_set");
                 let _ = ack.send(Ok(()));
                 Next::Allocate
             }
@@ -872,8 +877,18 @@ impl Driver {
 
     /// Deletes the lock nodes of the contenders `which` selects.
     async fn release_where(&mut self, which: impl Fn(&Contender) -> bool) -> Result<(), Error> {
+        let contenders = self.take_where(which);
+        self.release(contenders).await
+    }
+
+    /// Takes the contenders `which` selects out of the bookkeeping (so no snapshot lists them any more).
+    fn take_where(&mut self, which: impl Fn(&Contender) -> bool) -> Vec<Contender> {
         let indexes: Vec<usize> = self.contenders.iter().filter(|(_, c)| which(c)).map(|(&i, _)| i).collect();
-        let contenders: Vec<Contender> = indexes.iter().filter_map(|i| self.contenders.remove(i)).collect();
+        indexes.iter().filter_map(|i| self.contenders.remove(i)).collect()
+    }
+
+    /// Deletes these contenders' lock nodes, then sweeps any untracked node of our session.
+    async fn release(&mut self, contenders: Vec<Contender>) -> Result<(), Error> {
         if contenders.is_empty() {
             return Ok(());
         }
