@@ -79,9 +79,12 @@
 //!
 //! # Modules, one concept each
 //!
-//! `partitioner` (the handle and its builder), `driver` (the background task, the only writer of state), `state`
-//! ([`PartitionState`], [`Snapshot`]), `policy` (the reaction to session state changes), `party` (member nodes),
-//! `locks` (item lock contenders), `partition_fn` ([`PartitionFn`], [`KazooStride`]), `item` ([`Item`]), `names`
+//! `partitioner` (the handle and its builder), `driver` (the background task, the only writer of state; its
+//! `allocation` part takes the locks of an assignment, batched and pipelined), `state`
+//! ([`PartitionState`], [`Snapshot`], [`FencingToken`]), `policy` ([`SessionPolicy`], [`Rebalance`]: reactions to
+//! session and party changes), `party` (member nodes),
+//! `locks` (item lock contenders), `partition_fn` ([`PartitionFn`], [`KazooStride`], [`Rendezvous`]), `item`
+//! ([`Item`]), `names`
 //! (path and name validation) and `error` ([`Error`]).
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
