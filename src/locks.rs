@@ -348,8 +348,22 @@ pub(crate) async fn still_ours(client: &Client, path: &str, nodes: &[String]) ->
 /// Lost connections are retried; a node already gone counts as deleted. Fails only when the session ends (every node
 /// is gone with it, but the caller must know) or on an error that retrying cannot fix.
 pub(crate) async fn release_all(client: &Client, contenders: Vec<Contender>, window: usize) -> Result<(), Error> {
-    let mut results =
-        futures::stream::iter(contenders.into_iter().map(|c| release_one(client, c))).buffer_unordered(window.max(1));
+    // Nodes we know are deleted `BATCH` per `multi`. A `multi` is all or nothing, so one node already gone fails its
+    // whole batch; such a batch, and nodes we must look up first, go one by one.
+    let (known, unknown): (Vec<Contender>, Vec<Contender>) = contenders.into_iter().partition(|c| c.node.is_some());
+    let mut batches: Vec<Vec<Contender>> = Vec::new();
+    let mut known = known.into_iter().peekable();
+    while known.peek().is_some() {
+        batches.push(known.by_ref().take(BATCH).collect());
+    }
+    let leftovers: Vec<Contender> =
+        futures::stream::iter(batches.into_iter().map(|batch| release_batch(client, batch)))
+            .buffer_unordered((window / BATCH).max(1))
+            .flat_map(futures::stream::iter)
+            .collect()
+            .await;
+    let mut results = futures::stream::iter(leftovers.into_iter().chain(unknown).map(|c| release_one(client, c)))
+        .buffer_unordered(window.max(1));
     let mut first_error = None;
     while let Some(result) = results.next().await {
         if let Err(err) = result {
@@ -357,6 +371,28 @@ pub(crate) async fn release_all(client: &Client, contenders: Vec<Contender>, win
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Deletes a batch of known nodes in one `multi`; returns the contenders still to release one by one if it failed.
+async fn release_batch(client: &Client, batch: Vec<Contender>) -> Vec<Contender> {
+    let mut writer = client.new_multi_writer();
+    for contender in &batch {
+        if let Some(path) = contender.node_path()
+            && writer.add_delete(&path, None).is_err()
+        {
+            return batch;
+        }
+    }
+    match writer.commit().await {
+        Ok(_) => {
+            tracing::debug!(count = batch.len(), "locks released in one multi");
+            Vec::new()
+        }
+        Err(err) => {
+            tracing::debug!(%err, count = batch.len(), "batched release failed; releasing one by one");
+            batch
+        }
+    }
 }
 
 async fn release_one(client: &Client, mut contender: Contender) -> Result<(), Error> {
