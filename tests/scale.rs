@@ -56,20 +56,26 @@ async fn party_change_aborts_a_long_allocation_promptly() {
     })
     .await;
     assert_eq!(m0.state(), PartitionState::Allocating);
+    // A watch on one of m0's lock nodes that will move (an odd item) times the abort exactly, without polling.
+    let moving: Vec<Item> = items[1000..].iter().skip(1).step_by(2).cloned().collect();
+    let dir = format!("{PATH}/locks/{}", moving[0]);
+    let node = ctx.observer.list_children(&dir).await.unwrap().pop().expect("m0's lock node");
+    let (stat, deleted) = ctx.observer.check_and_watch_stat(&format!("{dir}/{node}")).await.unwrap();
+    assert_eq!(stat.map(|s| s.ephemeral_owner), Some(m0_session));
     // when: a member joins
     let joined = tokio::time::Instant::now();
     let m1 = ctx.member("1", items.clone()).await;
-    // then: m0 drops the free items that are now m1's (the odd ones) at once: its allocation is aborted by the party
-    // watch, without waiting for the blocked locks or any poll period
-    let moving: Vec<Item> = items[1000..].iter().skip(1).step_by(2).cloned().collect();
+    // then: m0's allocation is aborted by the party watch, without waiting for the blocked locks or a poll period
+    tokio::time::timeout(timing(Duration::from_secs(10)), deleted.changed()).await.expect("m0 kept its lock");
+    let took = joined.elapsed();
+    assert!(took < timing(Duration::from_secs(1)), "m0 took {took:?} to abort its allocation");
+    // and it drops every item that moved
     wait_for("m0 to let go of the items that moved", timing(Duration::from_secs(10)), || async {
         let holders = lock_holders(&ctx.observer, PATH, &moving).await;
         let mine = holders.values().filter(|&&s| s == m0_session).count();
         if mine == 0 { Ok(()) } else { Err(format!("{mine} still held")) }
     })
     .await;
-    let took = joined.elapsed();
-    assert!(took < timing(Duration::from_secs(1)), "m0 took {took:?} to abort its allocation");
     // and m1 gets them as soon as the party is stable again
     let m1_session = m1.session();
     wait_for("m1 to hold the items that moved", timing(Duration::from_secs(10)), || async {
