@@ -243,17 +243,40 @@ impl Driver {
     }
 
     /// Reads the party and arms a watch on it. Returns the sorted member names.
-    async fn watch_party(&mut self) -> Result<Vec<String>, Error> {
-        let party = &self.config.paths.party;
-        let (children, _, watcher) = party::retry_transient(|| self.client.get_and_watch_children(party))
-            .await
-            .map_err(|e| Error::zk("get_children", party.as_str(), e))?;
+    async fn watch_party(&mut self) -> Result<Vec<String>, Next> {
+        let (client, party) = (self.client.clone(), self.config.paths.party.clone());
+        let read = async move { party::retry_transient(|| client.get_and_watch_children(&party)).await };
+        let (children, _, watcher) = self.read("get_children", self.config.paths.party.clone(), read).await?;
         self.party_changed = Some(watcher.changed().boxed());
         let (members, foreign) = party::members(&children);
         if !foreign.is_empty() {
             tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
         }
         Ok(members)
+    }
+
+    /// Awaits a read that is retried across reconnections while still reacting to the session and to commands, as
+    /// the `select!` loops do: a suspension during the read moves to `Release` at once, not when the connection
+    /// returns (the state watcher would by then have folded the disconnection into a single "connected"). Only for
+    /// reads: dropping one midway loses nothing.
+    async fn read<T>(
+        &mut self,
+        op: &'static str,
+        path: String,
+        read: impl Future<Output = Result<T, zookeeper_client::Error>>,
+    ) -> Result<T, Next> {
+        tokio::pin!(read);
+        loop {
+            tokio::select! {
+                result = &mut read => return result.map_err(|err| Next::Fail(Error::zk(op, path, err))),
+                state = self.session.changed() => {
+                    if let Some(next) = self.on_session(state) {
+                        return Err(next);
+                    }
+                }
+                command = self.commands.recv() => return Err(Self::on_command(command)),
+            }
+        }
     }
 
     /// ALLOCATING: wait until the party is stable, compute our share, take its locks.
@@ -302,7 +325,7 @@ impl Driver {
     /// Waits until the party has had no change for `time_boundary`: each change restarts the wait (a true debounce,
     /// where kazoo's fixed windows need between one and two boundaries of quiet).
     async fn stabilise(&mut self, deadline: Instant) -> Result<Vec<String>, Next> {
-        let mut members = self.watch_party().await.map_err(Next::Fail)?;
+        let mut members = self.watch_party().await?;
         let quiet_until = tokio::time::sleep(self.config.time_boundary);
         tokio::pin!(quiet_until);
         loop {
@@ -315,7 +338,7 @@ impl Driver {
                     if let Some(next) = self.on_party_event(&event) {
                         return Err(next);
                     }
-                    members = self.watch_party().await.map_err(Next::Fail)?;
+                    members = self.watch_party().await?;
                     quiet_until.as_mut().reset(Instant::now() + self.config.time_boundary);
                 }
                 state = self.session.changed() => {

@@ -69,8 +69,11 @@
 //! # Guarantees
 //!
 //! - **Safety**: an item's lock is the lowest contender node in its directory, an ephemeral node of one session, so two
-//!   live sessions never hold the same item; a member reports `Acquired` only for items whose lock it holds, and
-//!   leaves `Acquired` as soon as its connection is suspended.
+//!   live sessions never hold the same item; a member lists an item as processable only while it holds the item's
+//!   lock, and stops listing everything as soon as its connection is suspended. Before deleting a lock it stops
+//!   listing the item. One limitation: a member does not watch its own lock nodes, so if an operator deletes one by
+//!   hand the member notices only at the next rebalance (a lock *directory* cannot be deleted while it has
+//!   contenders). Watching every held node would cost one watch and one request per item.
 //! - **Liveness**: once the party is stable for `time_boundary` and every member has released what it no longer owns,
 //!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition
 //!   function).

@@ -21,7 +21,7 @@ impl Driver {
     /// directories. Anything a batch cannot settle (a missing directory, a lost reply, a contended lock) continues item
     /// by item. At most `window` operations are in flight at once; waits on a watch do not count.
     pub(super) async fn acquire(&mut self, assigned: Vec<usize>, deadline: Instant) -> Result<(), Interrupt> {
-        let missing_dirs = self.find_missing_dirs(&assigned).await.map_err(|e| Interrupt::Leave(Next::Fail(e)))?;
+        let missing_dirs = self.find_missing_dirs(&assigned).await.map_err(Interrupt::Leave)?;
         let mut queue: VecDeque<usize> = assigned.into();
         let mut steps: FuturesUnordered<StepFuture> = FuturesUnordered::new();
         let mut in_flight = 0usize;
@@ -79,17 +79,21 @@ impl Driver {
 
     /// The assigned items whose lock directory does not exist, from one listing of `<path>/locks` (skipped when every
     /// directory is already known: after the first allocation, a reused path costs nothing here).
-    async fn find_missing_dirs(&mut self, assigned: &[usize]) -> Result<HashSet<usize>, Error> {
+    async fn find_missing_dirs(&mut self, assigned: &[usize]) -> Result<HashSet<usize>, Next> {
         if assigned.iter().all(|i| self.known_dirs.contains(i)) {
             return Ok(HashSet::new());
         }
-        let locks_dir = &self.config.paths.locks;
-        let existing: HashSet<String> = match party::retry_transient(|| self.client.list_children(locks_dir)).await {
-            Ok(children) => children.into_iter().collect(),
-            // `<path>/locks` itself is gone: every directory is missing (the item path recreates it).
-            Err(zookeeper_client::Error::NoNode) => HashSet::new(),
-            Err(err) => return Err(Error::zk("get_children", locks_dir.as_str(), err)),
+        let (client, locks_dir) = (self.client.clone(), self.config.paths.locks.clone());
+        let read = async move {
+            match party::retry_transient(|| client.list_children(&locks_dir)).await {
+                // `<path>/locks` itself is gone: every directory is missing (the item path recreates it).
+                Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                other => other,
+            }
         };
+        let existing: HashSet<String> =
+            self.read("get_children", self.config.paths.locks.clone(), read).await?.into_iter().collect();
+        let locks_dir = &self.config.paths.locks;
         let mut missing = HashSet::new();
         for &index in assigned {
             let name = &self.config.lock_dirs[index][locks_dir.len() + 1..];

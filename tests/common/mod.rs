@@ -15,6 +15,7 @@
 pub mod ctx;
 mod docker;
 mod ensemble;
+pub mod faults;
 pub mod members;
 mod proxy;
 mod server;
