@@ -222,10 +222,12 @@ impl World {
     }
 }
 
-/// Waits until the world has converged; panics after a minute with the last observation.
-async fn recover(world: &World, observer: &zk_partitioner::zookeeper_client::Client, what: String) -> Duration {
+/// Waits until the world has converged, replacing members that fail meanwhile (a session can run out some time after
+/// the fault, e.g. while a restarted server replays it); panics after a minute with the last observation.
+async fn recover(world: &mut World, observer: &zk_partitioner::zookeeper_client::Client, what: String) -> Duration {
     let started = Instant::now();
     loop {
+        world.replace_the_dead().await;
         match world.converged(observer).await {
             Ok(()) => return started.elapsed(),
             Err(last) if started.elapsed() > timing(Duration::from_secs(60)) => {
@@ -252,7 +254,7 @@ async fn chaos() {
     let mut world = World { server, namespace, items, members: Vec::new(), process: None, checker, next_id: 0 };
     world.replace_the_dead().await;
     let liveness_bound = SESSION + common::members::TIME_BOUNDARY + Duration::from_secs(2);
-    recover(&world, &observer, "the start".into()).await;
+    recover(&mut world, &observer, "the start".into()).await;
 
     let mut recoveries: BTreeMap<Fault, Vec<Duration>> = BTreeMap::new();
     for round in 0..faults {
@@ -293,9 +295,14 @@ async fn chaos() {
         }
         let fault_over = Instant::now();
         world.replace_the_dead().await;
-        recover(&world, &observer, format!("round {round}: {fault:?}")).await;
+        recover(&mut world, &observer, format!("round {round}: {fault:?}")).await;
         let took = fault_over.elapsed();
-        eprintln!("round {round:4}: {fault:?} recovered in {took:.2?}");
+        let checks = world.checker.checks();
+        eprintln!(
+            "round {round:4}: {fault:?} recovered in {took:.2?} (so far: {} claims checked, {} violations)",
+            checks.claims_checked,
+            checks.violations.len()
+        );
         recoveries.entry(fault).or_default().push(took);
     }
 
