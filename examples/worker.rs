@@ -3,19 +3,26 @@
 //! ```text
 //! cargo run --example worker -- --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE)
 //!     [--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS]
-//!     [--session-timeout SECS] [--json]
+//!     [--session-timeout SECS] [--partition stride|rendezvous] [--rebalance eager|incremental]
+//!     [--session-policy standard|session-aware] [--json]
 //! ```
 //!
+//! The defaults are kazoo's: `--partition stride` ([`KazooStride`]), `--rebalance eager`, `--session-policy standard`.
+//! `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the same partition function.
+//!
 //! Prints every state change (one JSON object per line with `--json`: `ts`, `state`, `member`, `session` (the
-//! ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` when ACQUIRED, `cause`
-//! on FAILURE). On SIGINT or SIGTERM it calls `finish()` and exits 0; on FAILURE it
-//! exits 1 with the cause.
+//! ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` (the items it may process
+//! now: those held when ACQUIRED, and under `--rebalance incremental` the kept ones while the party changes), `revoked`
+//! (the items to stop, in RELEASE), `suspended` (true while a session-aware member waits for its connection) and
+//! `cause` on FAILURE). On SIGINT or SIGTERM it calls `finish()` and exits 0; on FAILURE it exits 1 with the cause.
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
+use zk_partitioner::{
+    Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
+};
 
 struct Args {
     connect: String,
@@ -25,17 +32,22 @@ struct Args {
     time_boundary: Duration,
     max_reaction_time: Duration,
     session_timeout: Duration,
+    rendezvous: bool,
+    rebalance: Rebalance,
+    session_policy: SessionPolicy,
     json: bool,
 }
 
 const USAGE: &str = "usage: worker --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE) \
-[--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS] [--session-timeout SECS] [--json]";
+[--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS] [--session-timeout SECS] \
+[--partition stride|rendezvous] [--rebalance eager|incremental] [--session-policy standard|session-aware] [--json]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut connect, mut path, mut raw_items, mut identifier) = (None, None, None, None);
     let (mut time_boundary, mut max_reaction_time, mut session_timeout) = (30.0, 1.0, 10.0);
-    let (mut json, mut int_items) = (false, false);
+    let (mut json, mut int_items, mut rendezvous) = (false, false, false);
+    let (mut rebalance, mut session_policy) = (Rebalance::Eager, SessionPolicy::Standard);
     let seconds = |flag: &str, value: Option<String>| -> Result<f64, String> {
         let value = value.ok_or(format!("{flag} needs a value"))?;
         match value.parse::<f64>() {
@@ -60,6 +72,20 @@ fn parse_args() -> Result<Args, String> {
             "--time-boundary" => time_boundary = seconds(&flag, args.next())?,
             "--max-reaction-time" => max_reaction_time = seconds(&flag, args.next())?,
             "--session-timeout" => session_timeout = seconds(&flag, args.next())?,
+            "--partition" => {
+                rendezvous = choose(&flag, args.next(), &[("stride", false), ("rendezvous", true)])?;
+            }
+            "--rebalance" => {
+                rebalance = choose(
+                    &flag,
+                    args.next(),
+                    &[("eager", Rebalance::Eager), ("incremental", Rebalance::Incremental)],
+                )?;
+            }
+            "--session-policy" => {
+                let policies = [("standard", SessionPolicy::Standard), ("session-aware", SessionPolicy::SessionAware)];
+                session_policy = choose(&flag, args.next(), &policies)?;
+            }
             "--json" => json = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
@@ -82,7 +108,19 @@ fn parse_args() -> Result<Args, String> {
         time_boundary: Duration::from_secs_f64(time_boundary),
         max_reaction_time: Duration::from_secs_f64(max_reaction_time),
         session_timeout: Duration::from_secs_f64(session_timeout),
+        rendezvous,
+        rebalance,
+        session_policy,
         json,
+    })
+}
+
+/// The value given to `flag`, one of `choices` (by name).
+fn choose<T: Copy>(flag: &str, value: Option<String>, choices: &[(&str, T)]) -> Result<T, String> {
+    let value = value.ok_or(format!("{flag} needs a value"))?;
+    choices.iter().find(|(name, _)| *name == value).map(|&(_, choice)| choice).ok_or_else(|| {
+        let names: Vec<&str> = choices.iter().map(|&(name, _)| name).collect();
+        format!("{flag} takes {}, not {value:?}", names.join(" or "))
     })
 }
 
@@ -115,7 +153,14 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     let session = client.session_id().0;
     let mut builder = SetPartitioner::builder(client, args.path, args.items)
         .time_boundary(args.time_boundary)
-        .max_reaction_time(args.max_reaction_time);
+        .max_reaction_time(args.max_reaction_time)
+        .rebalance(args.rebalance)
+        .session_policy(args.session_policy);
+    builder = if args.rendezvous {
+        builder.partition_func(Rendezvous::default())
+    } else {
+        builder.partition_func(KazooStride)
+    };
     if let Some(identifier) = args.identifier {
         builder = builder.identifier(identifier);
     }
@@ -130,13 +175,15 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 print_snapshot(&snapshot, session, args.json);
                 match snapshot.state {
                     PartitionState::Failure => return Ok(ExitCode::FAILURE),
-                    // Stop working on the items, then let them go.
+                    // Stop working on `snapshot.revoked` (everything, unless incremental), then let them go. Under
+                    // `--rebalance incremental`, `snapshot.items` (the kept items) stay in work meanwhile.
                     PartitionState::Release => {
                         if let Err(err) = partitioner.release_set().await {
                             eprintln!("worker: release_set failed: {err}");
                         }
                     }
-                    // A real worker processes `snapshot.items` here until the state changes.
+                    // A real worker processes `snapshot.items` here until the state changes (under
+                    // `--rebalance incremental` they may be non-empty while ALLOCATING, too).
                     PartitionState::Acquired | PartitionState::Allocating => {}
                 }
             }
@@ -158,13 +205,23 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
             snapshot.generation,
             items.join(",")
         );
+        if !snapshot.revoked.is_empty() {
+            let revoked: Vec<String> = snapshot.revoked.iter().map(item_json).collect();
+            line.push_str(&format!(r#","revoked":[{}]"#, revoked.join(",")));
+        }
+        if snapshot.suspended {
+            line.push_str(r#","suspended":true"#);
+        }
         if let Some(cause) = &snapshot.cause {
             line.push_str(&format!(r#","cause":{}"#, json_string(&cause.to_string())));
         }
         println!("{line}}}");
     } else {
+        let revoked: Vec<String> = snapshot.revoked.iter().map(Item::to_string).collect();
+        let revoked = if revoked.is_empty() { String::new() } else { format!(" revoked [{}]", revoked.join(", ")) };
+        let suspended = if snapshot.suspended { " (suspended)" } else { "" };
         let cause = snapshot.cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default();
-        println!("{ts:.3} {} {} [{}]{cause}", snapshot.member, snapshot.state, items.join(", "));
+        println!("{ts:.3} {} {} [{}]{revoked}{suspended}{cause}", snapshot.member, snapshot.state, items.join(", "));
     }
 }
 
