@@ -286,23 +286,9 @@ impl Driver {
             .allocation_deadline
             .get_or_insert_with(|| self.config.max_allocation_time.map_or(far_future(), |limit| now + limit));
         loop {
-            let members = match self.stabilise(deadline).await {
-                Ok(members) => members,
-                Err(next) => return next,
-            };
-            if !members.iter().any(|m| **m == *self.membership.name) {
-                // An operator (or a bug elsewhere) removed our party node: join again, which changes the party.
-                tracing::warn!(member = %self.membership.name, "our party node is gone; joining again");
-                match party::join(&self.client, &self.config.paths, &self.config.identifier).await {
-                    Ok(membership) => self.membership = membership,
-                    Err(err) => return Next::Fail(err),
-                }
-                continue;
-            }
-            self.members = members.into();
-            let assigned = match self.assignment() {
+            let assigned = match self.stable_assignment(deadline).await {
                 Ok(assigned) => assigned,
-                Err(err) => return Next::Fail(err),
+                Err(next) => return next,
             };
             tracing::debug!(members = self.members.len(), assigned = assigned.len(), "party stable; taking locks");
             match self.acquire(assigned, deadline).await {
@@ -319,6 +305,22 @@ impl Driver {
                 }
                 Err(Interrupt::Leave(next)) => return next,
             }
+        }
+    }
+
+    /// Waits for a stable party that includes us and returns our share of the items under it.
+    async fn stable_assignment(&mut self, deadline: Instant) -> Result<Vec<usize>, Next> {
+        loop {
+            let members = self.stabilise(deadline).await?;
+            if !members.iter().any(|m| **m == *self.membership.name) {
+                // An operator (or a bug elsewhere) removed our party node: join again, which changes the party.
+                tracing::warn!(member = %self.membership.name, "our party node is gone; joining again");
+                self.membership =
+                    party::join(&self.client, &self.config.paths, &self.config.identifier).await.map_err(Next::Fail)?;
+                continue;
+            }
+            self.members = members.into();
+            return self.assignment().map_err(Next::Fail);
         }
     }
 
@@ -429,22 +431,9 @@ impl Driver {
     async fn rebalance(&mut self) -> Next {
         let deadline = far_future();
         loop {
-            let members = match self.stabilise(deadline).await {
-                Ok(members) => members,
-                Err(next) => return next,
-            };
-            if !members.iter().any(|m| **m == *self.membership.name) {
-                tracing::warn!(member = %self.membership.name, "our party node is gone; joining again");
-                match party::join(&self.client, &self.config.paths, &self.config.identifier).await {
-                    Ok(membership) => self.membership = membership,
-                    Err(err) => return Next::Fail(err),
-                }
-                continue;
-            }
-            self.members = members.into();
-            let assigned: HashSet<usize> = match self.assignment() {
+            let assigned: HashSet<usize> = match self.stable_assignment(deadline).await {
                 Ok(assigned) => assigned.into_iter().collect(),
-                Err(err) => return Next::Fail(err),
+                Err(next) => return next,
             };
             let held = self.held();
             let revoked: HashSet<usize> = held.difference(&assigned).copied().collect();
