@@ -180,7 +180,8 @@ impl Rendezvous {
             ranked.extend(member_hashes.iter().enumerate().map(|(m, &h)| (weight(h, name.as_bytes()), m)));
             // Highest weight first; equal weights (astronomically rare) by member order.
             ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            // capacity × members ≥ items, so some member always has room.
+            // capacity × members ≥ items, so some member always has room; `ranked` has one entry per member and
+            // `members` is not empty (checked above), so `ranked[0]` exists.
             let owner = ranked.iter().map(|&(_, m)| m).find(|&m| load[m] < capacity).unwrap_or(ranked[0].1);
             load[owner] += 1;
             owners.push(owner);
