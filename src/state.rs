@@ -114,7 +114,8 @@ impl Snapshot {
 /// A worker that writes an item's results to another store passes its token along; the store remembers the largest
 /// token it has accepted for the item and rejects writes with a smaller one. A worker that was paused (a long GC,
 /// a stalled VM) and resumes after its lock passed to another member then cannot overwrite the newer owner's work.
-/// The token is not a lease: it protects the store, not the worker.
+/// The token is not a lease: it protects the store, not the worker. It orders the holders of one item only: items
+/// whose locks were taken in the same batched request share one zxid, so different items may carry equal tokens.
 ///
 /// ```
 /// use zk_partitioner::FencingToken;
