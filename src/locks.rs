@@ -138,13 +138,9 @@ pub(crate) enum Outcome {
 /// A lock request in flight.
 pub(crate) type StepFuture = BoxFuture<'static, Outcome>;
 
-pub(crate) fn create(client: &Client, index: usize, contender: &Contender, data: &[u8], delay: Duration) -> StepFuture {
+pub(crate) fn create(client: &Client, index: usize, contender: &Contender, data: &[u8]) -> StepFuture {
     let (client, path, data) = (client.clone(), format!("{}/{}", contender.dir, contender.prefix), data.to_vec());
-    async move {
-        tokio::time::sleep(delay).await;
-        Outcome::One(index, Step::Created(client.create(&path, &data, &EPHEMERAL_SEQUENTIAL).await))
-    }
-    .boxed()
+    async move { Outcome::One(index, Step::Created(client.create(&path, &data, &EPHEMERAL_SEQUENTIAL).await)) }.boxed()
 }
 
 pub(crate) fn make_dir(client: &Client, index: usize, dir: &str, delay: Duration) -> StepFuture {

@@ -198,7 +198,7 @@ impl Driver {
                     // nothing was written: go item by item. When its reply was lost, the listing tells what happened.
                     let next = match (&source, Error::zk_or_transient("multi", contender.dir.clone(), source.clone())) {
                         (zookeeper_client::Error::NodeExists | zookeeper_client::Error::NoNode, _) => {
-                            locks::create(&self.client, index, contender, data, Duration::ZERO)
+                            locks::create(&self.client, index, contender, data)
                         }
                         (_, None) => locks::list(&self.client, index, &contender.dir, retry),
                         (_, Some(err)) => return Err(err),
@@ -234,7 +234,7 @@ impl Driver {
                 None => Advance::Request(locks::list(client, index, &contender.dir, retry)),
                 Some(err) => return Err(err),
             },
-            Step::DirReady(Ok(())) => Advance::Request(locks::create(client, index, contender, data, Duration::ZERO)),
+            Step::DirReady(Ok(())) => Advance::Request(locks::create(client, index, contender, data)),
             Step::DirReady(Err(err)) => match Error::zk_or_transient("mkdir", contender.dir.clone(), err) {
                 None => Advance::Request(locks::make_dir(client, index, &contender.dir, retry)),
                 Some(err) => return Err(err),
@@ -243,13 +243,7 @@ impl Driver {
                 if contender.node.is_none() {
                     contender.node = children.iter().find(|c| c.starts_with(&contender.prefix)).cloned();
                     if contender.node.is_none() {
-                        return Ok(Some(Advance::Request(locks::create(
-                            client,
-                            index,
-                            contender,
-                            data,
-                            Duration::ZERO,
-                        ))));
+                        return Ok(Some(Advance::Request(locks::create(client, index, contender, data))));
                     }
                 }
                 let own = contender.node.as_deref().unwrap_or_default();
@@ -273,7 +267,7 @@ impl Driver {
                     Position::Missing => {
                         tracing::warn!(item = %self.config.items[index], node = own, "our lock node vanished; contending again");
                         contender.node = None;
-                        Advance::Request(locks::create(client, index, contender, data, Duration::ZERO))
+                        Advance::Request(locks::create(client, index, contender, data))
                     }
                 }
             }
@@ -295,7 +289,7 @@ impl Driver {
             Step::Stat(Ok(_)) => {
                 tracing::warn!(item = %self.config.items[index], "our lock node vanished; contending again");
                 contender.node = None;
-                Advance::Request(locks::create(client, index, contender, data, Duration::ZERO))
+                Advance::Request(locks::create(client, index, contender, data))
             }
             Step::Stat(Err(err)) => match Error::zk_or_transient("exists", contender.dir.clone(), err) {
                 None => Advance::Request(locks::stat(client, index, contender.node_path().unwrap_or_default(), retry)),

@@ -62,20 +62,23 @@ impl Ctx {
         configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
     ) -> Member {
         let client = self.client().await;
+        Self::build_member(client, identifier, items, configure).await
+    }
+
+    async fn start_member(client: Client, identifier: &str, items: Vec<Item>) -> Member {
+        Self::build_member(client, identifier, items, |builder| builder).await
+    }
+
+    async fn build_member(
+        client: Client,
+        identifier: &str,
+        items: Vec<Item>,
+        configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
+    ) -> Member {
         let builder = SetPartitioner::builder(client.clone(), "/partitioner", items)
             .identifier(identifier)
             .time_boundary(TIME_BOUNDARY);
         let partitioner = configure(builder).build().await.expect("build partitioner");
-        Member { client, partitioner }
-    }
-
-    async fn start_member(client: Client, identifier: &str, items: Vec<Item>) -> Member {
-        let partitioner = SetPartitioner::builder(client.clone(), "/partitioner", items)
-            .identifier(identifier)
-            .time_boundary(TIME_BOUNDARY)
-            .build()
-            .await
-            .expect("build partitioner");
         Member { client, partitioner }
     }
 
