@@ -67,6 +67,14 @@ pub enum Error {
     /// The partitioner's background task is gone (its Tokio runtime shut down).
     #[error("partitioner task stopped")]
     Stopped,
+
+    /// A bug in this crate: its background task panicked or reached a state it should never reach. The partitioner
+    /// failed safely (nothing listed, locks released when possible); please report the reason.
+    #[error("internal error in the partitioner (please report it): {reason}")]
+    Internal {
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl Error {

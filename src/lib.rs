@@ -93,6 +93,7 @@
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod decision;
 mod driver;
 mod error;
 mod item;
@@ -102,6 +103,8 @@ mod partition_fn;
 mod partitioner;
 mod party;
 mod policy;
+#[cfg(test)]
+mod sim;
 mod state;
 
 pub use error::Error;

@@ -9,10 +9,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 use zookeeper_client::Client;
 
-use crate::driver::{Command, Config, Driver};
+use crate::decision::{Core, CoreConfig};
+use crate::driver::{self, Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
-use crate::party::{self, Paths};
+use crate::party::{self, Membership, Paths};
 use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, Rebalance, SessionPolicy, Snapshot};
 
 /// kazoo's default `time_boundary`.
@@ -116,8 +117,8 @@ impl Builder {
     /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if creating the paths or joining fails.
     ///
     /// # Cancel safety
-    /// Not cancel safe: dropping the future after the party node was created leaves that node until the session
-    /// ends. Build partitioners before racing them against anything.
+    /// Cancel safe: if the future is dropped after the party node may have been created, a background task deletes
+    /// it (found by its unique prefix), so no phantom member is left holding a share nobody locks.
     pub async fn build(self) -> Result<SetPartitioner, Error> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::config("runtime", "build() must run inside a Tokio runtime"))?;
@@ -138,28 +139,69 @@ impl Builder {
 
         let session = self.client.state_watcher();
         party::ensure_base(&self.client, &paths).await?;
-        let membership = party::join(&self.client, &paths, &identifier).await?;
+        let prefix = party::node_prefix(&identifier);
+        let guard = JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix, armed: true };
+        let membership = party::join_with_prefix(&self.client, &paths, &identifier, &guard.prefix).await?;
 
         let span = tracing::info_span!("partitioner", path = %self.path, member = %membership.name);
-        let config = Arc::new(Config {
-            paths,
-            identifier,
-            items,
-            lock_dirs,
-            partition_fn: self.partition_fn.unwrap_or_else(|| Box::new(KazooStride)),
-            time_boundary: self.time_boundary,
-            retry_delay: self.max_reaction_time,
-            max_allocation_time: self.max_allocation_time,
-            session_policy: self.session_policy,
-            rebalance: self.rebalance,
-            window: DEFAULT_WINDOW,
-        });
+        let core = Core::new(
+            CoreConfig {
+                items: items.clone(),
+                partition_fn: self.partition_fn.unwrap_or_else(|| Box::new(KazooStride)),
+                time_boundary: self.time_boundary,
+                retry_delay: self.max_reaction_time,
+                max_allocation_time: self.max_allocation_time,
+                session_policy: self.session_policy,
+                rebalance: self.rebalance,
+                window: DEFAULT_WINDOW,
+                batch: crate::locks::BATCH,
+            },
+            membership.name.clone(),
+            uuid::Uuid::new_v4().as_u128(),
+            tokio::time::Instant::now().into_std(),
+        );
+        let config = Arc::new(Config { paths, identifier, items: items.into(), lock_dirs, window: DEFAULT_WINDOW });
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (publisher, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
         tracing::info!(parent: &span, "joined the party");
-        let driver = Driver::new(self.client, config, membership, session, command_rx, publisher);
-        runtime.spawn(driver.run().instrument(span));
+        let driver = Driver::new(self.client, config, core, membership, session, command_rx, Arc::new(publisher));
+        runtime.spawn(driver::supervise(driver).instrument(span));
+        guard.disarm();
         Ok(SetPartitioner { commands, snapshot })
+    }
+}
+
+/// Deletes our party node if `build()` is dropped between sending the join and handing the member to its driver.
+struct JoinGuard {
+    client: Client,
+    party: String,
+    prefix: String,
+    armed: bool,
+}
+
+impl JoinGuard {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for JoinGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (client, party, prefix) = (self.client.clone(), self.party.clone(), std::mem::take(&mut self.prefix));
+        runtime.spawn(async move {
+            // Requests on one session apply in order: this listing sees the join if it was sent.
+            let Ok(children) = party::retry_transient(|| client.list_children(&party)).await else { return };
+            for child in children.into_iter().filter(|child| child.starts_with(&prefix)) {
+                let membership = Membership::from_node(child);
+                if let Err(err) = party::leave(&client, &Paths::from_party(&party), &membership).await {
+                    tracing::warn!(%err, "could not remove the party node of a cancelled build()");
+                }
+            }
+        });
     }
 }
 
@@ -252,9 +294,25 @@ impl SetPartitioner {
         }
     }
 
+    /// Reads the latest snapshot. If the background task is gone without publishing `Failure` (its runtime shut
+    /// down), the snapshot says `Failure` with [`Error::Stopped`]: a stale `Acquired` must never outlive the task.
+    fn read<R>(&self, read: impl FnOnce(&Snapshot) -> R) -> R {
+        let snapshot = self.snapshot.borrow();
+        let task_gone = self.snapshot.has_changed().is_err();
+        if task_gone && snapshot.state != PartitionState::Failure {
+            let mut stopped = Snapshot::initial(snapshot.member.clone());
+            stopped.state = PartitionState::Failure;
+            stopped.generation = snapshot.generation + 1;
+            stopped.members = snapshot.members.clone();
+            stopped.cause = Some(Error::Stopped);
+            return read(&stopped);
+        }
+        read(&snapshot)
+    }
+
     /// The current state.
     pub fn state(&self) -> PartitionState {
-        self.snapshot.borrow().state
+        self.read(|s| s.state)
     }
 
     /// Whether the state is [`PartitionState::Allocating`].
@@ -281,26 +339,27 @@ impl SetPartitioner {
     /// (kazoo hands out the last set in every state; this crate does not), or, under
     /// [`Rebalance::Incremental`], the items it keeps while the party changes.
     pub fn items(&self) -> Vec<Item> {
-        self.snapshot.borrow().items.to_vec()
+        self.read(|s| s.items.to_vec())
     }
 
     /// In [`PartitionState::Release`], the items to stop processing before calling
     /// [`release_set`](SetPartitioner::release_set); empty otherwise.
     pub fn revoked(&self) -> Vec<Item> {
-        self.snapshot.borrow().revoked.to_vec()
+        self.read(|s| s.revoked.to_vec())
     }
 
     /// The fencing token of an item this member holds: `None` unless the state is
     /// [`PartitionState::Acquired`] and the item is one of [`items`](SetPartitioner::items). See [`FencingToken`].
     pub fn fencing_token(&self, item: &Item) -> Option<FencingToken> {
-        let snapshot = self.snapshot.borrow();
-        let index = snapshot.items.binary_search(item).ok()?;
-        snapshot.tokens.get(index).copied()
+        self.read(|snapshot| {
+            let index = snapshot.items.binary_search(item).ok()?;
+            snapshot.tokens.get(index).copied()
+        })
     }
 
     /// Why the partitioner failed, once it has.
     pub fn failure(&self) -> Option<Error> {
-        self.snapshot.borrow().cause.clone()
+        self.read(|s| s.cause.clone())
     }
 
     /// This member's name in the party, `<identifier>-<sequence>`.
@@ -310,7 +369,7 @@ impl SetPartitioner {
 
     /// A copy of the latest published snapshot.
     pub fn snapshot(&self) -> Snapshot {
-        self.snapshot.borrow().clone()
+        self.read(Snapshot::clone)
     }
 
     /// A `watch` receiver of snapshots: `changed()` wakes on every transition. Like every `watch` receiver it may

@@ -28,6 +28,11 @@ impl Paths {
         Paths { party: format!("{base}/party"), locks: format!("{base}/locks") }
     }
 
+    /// The paths of the partitioner whose party node is `party`.
+    pub fn from_party(party: &str) -> Self {
+        Paths::new(party.strip_suffix("/party").unwrap_or(party))
+    }
+
     /// `<path>/locks/<item>`: the directory holding one item's lock contenders.
     pub fn lock_dir(&self, item_name: &str) -> String {
         format!("{}/{item_name}", self.locks)
@@ -82,9 +87,23 @@ pub(crate) async fn ensure_base(client: &Client, paths: &Paths) -> Result<(), Er
     Ok(())
 }
 
+/// The start of a new member node's name, `<32 hex>-<identifier>-`: ours alone.
+pub(crate) fn node_prefix(identifier: &str) -> String {
+    format!("{}-{identifier}-", random_hex())
+}
+
 /// Joins the party: creates this member's ephemeral sequential node.
 pub(crate) async fn join(client: &Client, paths: &Paths, identifier: &str) -> Result<Membership, Error> {
-    let prefix = format!("{}-{identifier}-", random_hex());
+    join_with_prefix(client, paths, identifier, &node_prefix(identifier)).await
+}
+
+/// Joins the party with a node named `<prefix><sequence>` (see [`node_prefix`]).
+pub(crate) async fn join_with_prefix(
+    client: &Client,
+    paths: &Paths,
+    identifier: &str,
+    prefix: &str,
+) -> Result<Membership, Error> {
     let path = format!("{}/{prefix}", paths.party);
     loop {
         match client.create(&path, identifier.as_bytes(), &EPHEMERAL_SEQUENTIAL).await {
@@ -95,7 +114,7 @@ pub(crate) async fn join(client: &Client, paths: &Paths, identifier: &str) -> Re
                 let children = retry_transient(|| client.list_children(&paths.party))
                     .await
                     .map_err(|e| Error::zk("get_children", paths.party.as_str(), e))?;
-                if let Some(node) = children.into_iter().find(|child| child.starts_with(&prefix)) {
+                if let Some(node) = children.into_iter().find(|child| child.starts_with(prefix)) {
                     return Ok(Membership::from_node(node));
                 }
             }
@@ -105,7 +124,7 @@ pub(crate) async fn join(client: &Client, paths: &Paths, identifier: &str) -> Re
 }
 
 impl Membership {
-    fn from_node(node: String) -> Self {
+    pub(crate) fn from_node(node: String) -> Self {
         // The node name is "<hex>-<identifier>-<seq>", so it has a first dash.
         let name = node.split_once('-').map_or(node.as_str(), |(_, name)| name);
         Membership { name: Arc::from(name), node }

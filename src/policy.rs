@@ -1,8 +1,5 @@
-//! How the partitioner reacts to the ZooKeeper session's state: one decision table, kazoo's.
-
-use zookeeper_client::SessionState;
-
-use crate::PartitionState;
+//! The two mode switches a partitioner is built with. How each combination reacts is decided in one place, the
+//! decision core's table (`decision` module).
 
 /// How a partitioner treats a suspended connection (Curator's `ConnectionStateErrorPolicy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,77 +43,4 @@ pub enum Rebalance {
     /// never from agreement, and every member computes the same assignment; the kazoo peers still stop everything on
     /// each change.
     Incremental,
-}
-
-/// What the partitioner does about a session state change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reaction {
-    /// Nothing to do.
-    Ignore,
-    /// Stop processing: move to [`PartitionState::Release`].
-    Release,
-    /// Pause processing: move to [`PartitionState::Release`], suspended, and wait for the session's fate.
-    Suspend,
-    /// The session is over: move to [`PartitionState::Failure`].
-    Fail,
-}
-
-/// kazoo's policy (`_establish_sessionwatch`), minus one of its quirks:
-///
-/// - a lost session is fatal;
-/// - while `Acquired`, any other change moves to `Release`: a suspended member cannot know whether its session and
-///   locks survive. The client's state watcher may coalesce a quick disconnect/reconnect into a single
-///   `SyncConnected`, so a reconnect counts too;
-/// - while `Allocating`, a suspension moves to `Release` (kazoo parity), but a reconnect does not. kazoo releases on
-///   reconnect because it loses its watches; zookeeper-client re-registers them, and the allocation redoes any lock
-///   request lost with the connection. (kazoo would bounce a worker that called `release_set()` during an outage
-///   straight back to `Release` when the connection returns.)
-///
-/// Under [`SessionPolicy::SessionAware`], an `Acquired` member suspends instead of releasing, and an allocating one
-/// carries on (its requests wait for the reconnection, and its locks survive with the session).
-pub(crate) fn react(policy: SessionPolicy, session: SessionState, current: PartitionState) -> Reaction {
-    if session.is_terminated() {
-        return Reaction::Fail;
-    }
-    let suspended = session == SessionState::Disconnected;
-    match (policy, current) {
-        (SessionPolicy::Standard, PartitionState::Acquired) => Reaction::Release,
-        (SessionPolicy::Standard, PartitionState::Allocating) if suspended => Reaction::Release,
-        (SessionPolicy::SessionAware, PartitionState::Acquired) => Reaction::Suspend,
-        _ => Reaction::Ignore,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use PartitionState::*;
-    use SessionState::*;
-
-    #[test]
-    fn kazoo_table() {
-        let react = |session, state| react(SessionPolicy::Standard, session, state);
-        for state in [Allocating, Acquired, Release] {
-            for terminal in [Expired, Closed, AuthFailed] {
-                assert_eq!(react(terminal, state), Reaction::Fail);
-            }
-        }
-        for change in [Disconnected, SyncConnected, ConnectedReadOnly] {
-            assert_eq!(react(change, Acquired), Reaction::Release, "{change}");
-            assert_eq!(react(change, Release), Reaction::Ignore, "{change}");
-        }
-        assert_eq!(react(Disconnected, Allocating), Reaction::Release);
-        assert_eq!(react(SyncConnected, Allocating), Reaction::Ignore);
-    }
-
-    #[test]
-    fn session_aware_table() {
-        let react = |session, state| react(SessionPolicy::SessionAware, session, state);
-        for change in [Disconnected, SyncConnected] {
-            assert_eq!(react(change, Acquired), Reaction::Suspend);
-            assert_eq!(react(change, Allocating), Reaction::Ignore);
-            assert_eq!(react(change, Release), Reaction::Ignore);
-        }
-        assert_eq!(react(Expired, Acquired), Reaction::Fail);
-    }
 }

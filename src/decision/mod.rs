@@ -1,0 +1,1435 @@
+//! The partitioner's decisions, without I/O: one state machine for every mode.
+//!
+//! A sans-IO core in quinn-proto's shape. The driver (or the deterministic simulation) feeds it what happened
+//! ([`Event`]: the session's state, a party change, a request's [`Reply`], a command from a handle) and the time, then
+//! performs the [`Action`]s it asks for (ZooKeeper requests, publications, acknowledgements) and sleeps until
+//! [`Core::poll_timeout`]. There is no ZooKeeper client, no Tokio and no clock in here, so every decision can be
+//! replayed from a seed.
+//!
+//! # The decisions, in one table
+//!
+//! `S` is the published state, `L` the items listed as processable, `H` the items whose lock we hold, `T` our share
+//! under the latest stable party (unknown while the party is settling).
+//!
+//! | when | Eager | Incremental |
+//! |---|---|---|
+//! | the party changes, `S` = Acquired | `Release`, every item revoked | stay `Acquired`, keep `L`; start the rebalance clock |
+//! | the party changes, `S` = Allocating | give up every lock, wait for stability | give up the contenders not yet held |
+//! | `T` known, `S` = Allocating | take `T`; all held: `Acquired` | listed items outside `T`: `Release` revoking them; else take `T`; all held: `Acquired` |
+//! | `T` known, `S` = Acquired | — | as above (gains published as `Allocating` with `L` kept) |
+//! | `release_set()` | `Allocating`, then delete every lock, wait a full `time_boundary` | revoked items only (or everything, if not asked) |
+//!
+//! | session | Standard | SessionAware |
+//! |---|---|---|
+//! | suspended (or a reconnect the client folded into one change) while processing | `Release`, every item revoked | `Release` with `suspended`, nothing listed |
+//! | suspended while allocating, nothing listed | `Release` (kazoo) | carry on |
+//! | connected again after a suspension | — | verify every held node, resume the previous state or release everything |
+//! | lost | `Failure` | `Failure` |
+//!
+//! Safety rules that hold in every row: an item is listed only while its lock is held and the connection is up; an
+//! item leaves the listing before its lock node is deleted (a publication is queued before the delete); a create
+//! whose reply is pending is never released before the reply comes (its node may exist); nothing new is contended
+//! while a release is in flight. The lock of each item goes through its own small machine ([`Lock`]): create, list,
+//! watch the predecessor, held, with batching and an in-flight window.
+
+mod contention;
+mod debounce;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(crate) use contention::{LOCK_MARK, Position, position, sequence};
+use debounce::Debounce;
+
+use crate::{Error, FencingToken, Item, PartitionFn, PartitionState, Rebalance, SessionPolicy};
+
+/// Identifies a request the core asked for; its [`Reply`] comes back with the same id.
+pub(crate) type ReqId = u64;
+/// Identifies a waiting `release_set()` or `finish()` call.
+pub(crate) type AckId = u64;
+
+/// Everything the core decides from, fixed at build time.
+pub(crate) struct CoreConfig {
+    /// The whole set, sorted and validated.
+    pub items: Vec<Item>,
+    pub partition_fn: Box<dyn PartitionFn>,
+    pub time_boundary: Duration,
+    /// The pause before retrying a request lost with the connection.
+    pub retry_delay: Duration,
+    pub max_allocation_time: Option<Duration>,
+    pub session_policy: SessionPolicy,
+    pub rebalance: Rebalance,
+    /// At most this many lock operations in flight (waits on a watch do not count).
+    pub window: usize,
+    /// Operations per `multi` request.
+    pub batch: usize,
+}
+
+/// What happened, as the core is told.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The session is connected (again, or still: the client may fold a disconnection and a reconnection into one
+    /// change, so a "connected" while connected means the connection was suspended meanwhile).
+    Connected,
+    /// The connection is suspended: the session may or may not survive.
+    Suspended,
+    /// The session is over (the error says how).
+    SessionLost(Error),
+    /// The watch armed by the latest party read fired.
+    PartyChanged,
+    /// A request's outcome.
+    Reply(ReqId, Reply),
+    /// A handle called `release_set()`.
+    ReleaseSet(AckId),
+    /// A handle called `finish()` (`Some`), or every handle was dropped (`None`).
+    Finish(Option<AckId>),
+}
+
+/// A request to ZooKeeper, by item index (the driver knows the paths).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// List `<path>/party` and arm a child watch (its firing is [`Event::PartyChanged`]).
+    ReadParty,
+    /// Join the party again: our party node is gone.
+    Join,
+    /// List `<path>/locks`: which lock directories exist.
+    ListLockDirs,
+    /// Make sure these items' lock directories exist.
+    MakeDirs(Vec<usize>),
+    /// Create one contender per item (`<dir>/<prefix>`, ephemeral sequential, data = `data`), all in one `multi`.
+    Create { contenders: Vec<(usize, String)>, data: Arc<str> },
+    /// List these items' lock directories in one read `multi`, each with our node's stat when its name is known.
+    List(Vec<(usize, Option<String>)>),
+    /// Wait until this contender (in the item's directory) changes or goes.
+    Watch { item: usize, node: String },
+    /// Delete these contenders (found by prefix when the node is unknown), then sweep any node of our session under
+    /// `<path>/locks` that no tracked contender (`keep`, by prefix) accounts for.
+    Release { nodes: Vec<Contender>, keep: Vec<(usize, String)> },
+    /// `sync`, then check that each node still exists and belongs to our session.
+    Verify(Vec<(usize, String)>),
+    /// Leave the party: delete our party node.
+    Leave,
+}
+
+/// One contender node to delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Contender {
+    pub item: usize,
+    pub prefix: String,
+    pub node: Option<String>,
+}
+
+/// Why a request failed, as far as the core cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReqError {
+    /// The node (or its parent) does not exist.
+    NoNode,
+    /// Lost with the connection: it may or may not have been applied.
+    Transient,
+    /// Anything retrying cannot fix, including the end of the session.
+    Fatal(Error),
+}
+
+/// One lock directory as listed: its children, and our node's creation zxid (0 if not read).
+pub(crate) type DirListing = Result<(Vec<String>, i64), ReqError>;
+
+/// A request's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The party's member names, sorted.
+    Party(Result<Vec<String>, ReqError>),
+    /// Our new member name.
+    Joined(Result<Arc<str>, ReqError>),
+    /// The names of the existing lock directories.
+    LockDirs(Result<Vec<String>, ReqError>),
+    DirsMade(Result<(), ReqError>),
+    /// Each created node's name and creation zxid (0 if the server did not say), in request order.
+    Created(Result<Vec<(String, i64)>, ReqError>),
+    /// Per item, in request order: the children of its directory and our node's creation zxid (0 if not read).
+    Listed(Result<Vec<DirListing>, ReqError>),
+    /// The watched contender changed or went.
+    Changed(Result<(), ReqError>),
+    Released(Result<(), Error>),
+    /// Whether every verified node is still ours.
+    Verified(Result<bool, Error>),
+    Left,
+}
+
+/// A deliberately broken rule, for showing that the simulation's checker catches each bug of the old driver when it
+/// is put back (test builds only).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sabotage {
+    None,
+    /// The old driver's resumption after a suspension: publish `Acquired` with whatever is held, as if the
+    /// assignment were complete, abandoning a rebalance in progress.
+    ResumeAbandonsRebalance,
+    /// The old incremental driver awaited releases outside its `select!`: a suspension during a release went
+    /// unnoticed while kept items stayed listed.
+    UnnoticedSuspensionDuringRelease,
+}
+
+/// What the core asks for.
+#[derive(Debug)]
+pub(crate) enum Action {
+    Request(ReqId, Op),
+    /// Stop waiting for this request (a watch): its reply is no longer wanted.
+    Cancel(ReqId),
+    Publish(Publication),
+    Ack(AckId, Result<(), Error>),
+    /// The partitioner is done: nothing more will be asked.
+    Stop,
+}
+
+/// A snapshot to publish (the driver adds the generation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Publication {
+    pub state: PartitionState,
+    pub member: Arc<str>,
+    /// Listed items with their fencing tokens, sorted by item.
+    pub items: Vec<(usize, FencingToken)>,
+    pub revoked: Vec<usize>,
+    pub members: Arc<[String]>,
+    pub cause: Option<Error>,
+    pub suspended: bool,
+    /// Why, for the log.
+    pub reason: &'static str,
+}
+
+/// One item's lock, as far as we know.
+#[derive(Debug, Clone)]
+struct Lock {
+    /// `<32 hex>__lock__`: ours alone, so it finds our node even when a create's reply was lost.
+    prefix: String,
+    /// Our node's name once known.
+    node: Option<String>,
+    /// Whether a create was ever sent (if not, there is nothing to delete).
+    created: bool,
+    /// The node's creation zxid: the fencing token (0 until known).
+    token: i64,
+    step: Step,
+}
+
+/// Where one item's lock is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Wanted, nothing in flight: waits for its directory to be known, or for room in the window.
+    Queued,
+    /// Its directory is being made.
+    MakingDir(ReqId),
+    /// A create is in flight: once its reply comes, the node may exist.
+    Creating(ReqId),
+    /// Its directory is being listed.
+    Listing(ReqId),
+    /// Watching the contender before ours.
+    Waiting(ReqId),
+    /// A request lost with the connection is retried at this time.
+    Delayed(Instant, Retry),
+    Held,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    List,
+    MakeDir,
+}
+
+/// What a request in flight was for.
+#[derive(Debug)]
+enum Pending {
+    Party,
+    Join,
+    LockDirs,
+    /// Lock operations on these items (each counts once against the window).
+    Locks(Vec<usize>),
+    /// A watch (counts nothing against the window).
+    Watch(usize),
+    Release,
+    Verify,
+    Leave,
+}
+
+/// What the worker has been asked to do with `release_set()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owed {
+    /// Stop everything; `release_set()` gives up every lock.
+    All,
+    /// Stop these items; `release_set()` gives up exactly these.
+    Revoked(BTreeSet<usize>),
+}
+
+/// What was published last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shown {
+    state: PartitionState,
+    listed: BTreeSet<usize>,
+    revoked: BTreeSet<usize>,
+    suspended: bool,
+    /// The party the assignment in force was computed from.
+    members: Arc<[String]>,
+}
+
+/// A suspension under [`SessionPolicy::SessionAware`]: what to go back to if the session and our locks survive.
+#[derive(Debug)]
+struct Suspension {
+    before: Shown,
+    owed_before: Option<Owed>,
+    verifying: Option<ReqId>,
+}
+
+/// The partitioner is ending (failure or finish).
+#[derive(Debug)]
+struct Ending {
+    cause: Error,
+    acks: Vec<AckId>,
+    /// Whether ZooKeeper can still be asked anything (not after the session is lost).
+    clean_up: bool,
+    leaving: bool,
+}
+
+/// The decision core. See the module docs for the table.
+pub(crate) struct Core {
+    cfg: CoreConfig,
+    now: Instant,
+    /// This member's name in the party.
+    me: Arc<str>,
+    /// Random bits from the driver, so contender prefixes are ours alone yet the core stays deterministic.
+    nonce: u128,
+    prefixes_issued: u128,
+    connected: bool,
+
+    // The party.
+    party_read: Option<ReqId>,
+    /// The latest party read is newer than the last change notification.
+    party_fresh: bool,
+    latest_party: Vec<String>,
+    debounce: Debounce,
+    joining: Option<ReqId>,
+    /// A party read, join or lock directory listing was lost with the connection: none is sent again before this.
+    backoff_until: Option<Instant>,
+    /// The members the assignment in force was computed from.
+    members: Arc<[String]>,
+    /// Our share under the latest stable party; `None` while the party settles.
+    target: Option<BTreeSet<usize>>,
+
+    // The locks.
+    locks: BTreeMap<usize, Lock>,
+    /// The items whose lock we hold (a subset of `locks`).
+    held: BTreeSet<usize>,
+    /// The items whose lock we want; the rest of `locks` is released.
+    want: BTreeSet<usize>,
+    /// Unwanted locks were left in place because a create was in flight: release them once the reply comes.
+    unwanted_left: bool,
+    /// Items waiting for a create (their directory known).
+    queued: BTreeSet<usize>,
+    dirs_known: Vec<bool>,
+    dirs_listed: bool,
+    dirs_listing: Option<ReqId>,
+    /// Items waiting for their directory to be made.
+    need_dirs: BTreeSet<usize>,
+    delayed: BTreeSet<(Instant, usize)>,
+    requests: HashMap<ReqId, Pending>,
+    in_flight: usize,
+    releases: HashMap<ReqId, Vec<AckId>>,
+
+    // The worker.
+    shown: Shown,
+    owed: Option<Owed>,
+    /// `release_set()` calls answered once nothing unwanted is left to release.
+    release_acks: Vec<AckId>,
+    /// `release_set()` calls made during a suspension, answered when it ends.
+    suspended_acks: Vec<AckId>,
+    suspension: Option<Suspension>,
+    deadline: Option<Instant>,
+    ending: Option<Ending>,
+    stopped: bool,
+
+    actions: VecDeque<Action>,
+    next_id: u64,
+    #[cfg(test)]
+    sabotage: Sabotage,
+}
+
+impl Core {
+    /// A core for member `me`, starting to allocate at `now`.
+    pub fn new(cfg: CoreConfig, me: Arc<str>, nonce: u128, now: Instant) -> Self {
+        let count = cfg.items.len();
+        let deadline = cfg.max_allocation_time.map(|limit| now + limit);
+        let debounce = Debounce::new(cfg.time_boundary, now);
+        let mut core = Core {
+            cfg,
+            now,
+            me,
+            nonce,
+            prefixes_issued: 0,
+            connected: true,
+            party_read: None,
+            party_fresh: false,
+            latest_party: Vec::new(),
+            debounce,
+            joining: None,
+            backoff_until: None,
+            members: Arc::from([]),
+            target: None,
+            locks: BTreeMap::new(),
+            held: BTreeSet::new(),
+            want: BTreeSet::new(),
+            unwanted_left: false,
+            queued: BTreeSet::new(),
+            dirs_known: vec![false; count],
+            dirs_listed: false,
+            dirs_listing: None,
+            need_dirs: BTreeSet::new(),
+            delayed: BTreeSet::new(),
+            requests: HashMap::new(),
+            in_flight: 0,
+            releases: HashMap::new(),
+            shown: Shown {
+                state: PartitionState::Allocating,
+                listed: BTreeSet::new(),
+                revoked: BTreeSet::new(),
+                suspended: false,
+                members: Arc::from([]),
+            },
+            owed: None,
+            release_acks: Vec::new(),
+            suspended_acks: Vec::new(),
+            suspension: None,
+            deadline,
+            ending: None,
+            stopped: false,
+            actions: VecDeque::new(),
+            next_id: 0,
+            #[cfg(test)]
+            sabotage: Sabotage::None,
+        };
+        core.decide();
+        core
+    }
+
+    /// The next action to perform, if any. Perform them in order: a publication queued before a delete must be
+    /// visible before the delete is sent.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Core::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stopped || self.ending.is_some() {
+            return None;
+        }
+        // The end of the quiet period, if it is still ahead: once passed, the next event decides (a deadline in the
+        // past would have the driver spin).
+        let settling = (self.target.is_none() && self.party_fresh && self.connected)
+            .then(|| self.debounce.ready_at())
+            .filter(|&at| at > self.now);
+        let retry = self.delayed.first().map(|&(at, _)| at);
+        [settling, retry, self.deadline, self.backoff_until].into_iter().flatten().min()
+    }
+
+    /// Whether the core has stopped (after its final [`Action::Stop`]).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Time passed: fire whatever is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick(now);
+        if self.ending.is_none() && self.deadline.is_some_and(|deadline| now >= deadline) {
+            let limit = self.cfg.max_allocation_time.unwrap_or_default();
+            self.fail(Error::AllocationTimeout(limit));
+        }
+        let mut due = Vec::new();
+        while let Some(&(at, item)) = self.delayed.first() {
+            if at > now {
+                break;
+            }
+            self.delayed.pop_first();
+            due.push(item);
+        }
+        let (mut lists, mut dirs) = (Vec::new(), Vec::new());
+        for item in due {
+            match self.locks.get(&item).map(|lock| lock.step) {
+                Some(Step::Delayed(_, Retry::List)) => lists.push(item),
+                Some(Step::Delayed(_, Retry::MakeDir)) => dirs.push(item),
+                _ => {}
+            }
+        }
+        self.send_lists(lists);
+        self.send_make_dirs(dirs);
+        self.decide();
+    }
+
+    /// Something happened at `now`.
+    pub fn handle(&mut self, event: Event, now: Instant) {
+        self.tick(now);
+        if self.stopped {
+            return;
+        }
+        match event {
+            Event::Connected => self.on_connected(),
+            Event::Suspended => self.on_suspended(),
+            Event::SessionLost(cause) => {
+                if let Some(ending) = &mut self.ending {
+                    ending.clean_up = false;
+                } else {
+                    self.fail(cause);
+                }
+                self.connected = false;
+            }
+            Event::PartyChanged => {
+                self.party_fresh = false;
+                self.on_party_changed();
+            }
+            Event::Reply(id, reply) => self.on_reply(id, reply),
+            Event::ReleaseSet(ack) => self.on_release_set(ack),
+            Event::Finish(ack) => {
+                let acks = ack.into_iter().collect();
+                self.end(Error::Finished, acks);
+            }
+        }
+        self.decide();
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        if self.backoff_until.is_some_and(|until| self.now >= until) {
+            self.backoff_until = None;
+        }
+    }
+
+    fn back_off(&mut self) {
+        self.backoff_until = Some(self.now + self.cfg.retry_delay);
+    }
+
+    fn request(&mut self, op: Op, pending: Pending) -> ReqId {
+        self.next_id += 1;
+        let id = self.next_id;
+        if let Pending::Locks(items) = &pending {
+            self.in_flight += items.len();
+        }
+        self.requests.insert(id, pending);
+        self.actions.push_back(Action::Request(id, op));
+        id
+    }
+
+    // ---- Session ----------------------------------------------------------------------------------------------
+
+    fn on_suspended(&mut self) {
+        let was_connected = std::mem::replace(&mut self.connected, false);
+        if self.ending.is_some() || !was_connected {
+            return;
+        }
+        self.react_to_suspension();
+    }
+
+    fn on_connected(&mut self) {
+        let was_connected = std::mem::replace(&mut self.connected, true);
+        if self.ending.is_some() {
+            return;
+        }
+        if was_connected {
+            // The client folded a disconnection and a reconnection into one change: react as to both.
+            self.react_to_suspension();
+        }
+        // Under SessionAware, decide() verifies the held nodes now that the connection is back.
+    }
+
+    /// The connection was suspended: nobody may rely on our locks until the session's fate is known.
+    fn react_to_suspension(&mut self) {
+        #[cfg(test)]
+        if self.sabotage == Sabotage::UnnoticedSuspensionDuringRelease && !self.releases.is_empty() {
+            return;
+        }
+        let processing = !self.shown.listed.is_empty();
+        match self.cfg.session_policy {
+            SessionPolicy::Standard => {
+                let active = matches!(self.shown.state, PartitionState::Acquired | PartitionState::Allocating);
+                // kazoo releases on a suspension while allocating, but not on a reconnection (zookeeper-client keeps
+                // its watches, and lock requests lost with the connection are redone).
+                let reconnected = self.connected;
+                if processing || self.shown.state == PartitionState::Acquired || (active && !reconnected) {
+                    self.ask_release_all("connection state changed");
+                }
+            }
+            SessionPolicy::SessionAware => {
+                if !processing && self.suspension.is_none() {
+                    // Allocating with nothing listed: carry on; requests wait for the reconnection.
+                    return;
+                }
+                if self.suspension.is_none() {
+                    self.suspension =
+                        Some(Suspension { before: self.shown.clone(), owed_before: self.owed.take(), verifying: None });
+                } else if let Some(suspension) = &mut self.suspension {
+                    // Suspended again while verifying: that verification no longer proves anything.
+                    if let Some(id) = suspension.verifying.take() {
+                        self.requests.remove(&id);
+                    }
+                }
+                let revoked = self.held.clone();
+                self.show(PartitionState::Release, BTreeSet::new(), revoked, true, None, "connection suspended");
+            }
+        }
+    }
+
+    /// Publishes `Release` revoking everything; `release_set()` will give up every lock.
+    fn ask_release_all(&mut self, reason: &'static str) {
+        self.owed = Some(Owed::All);
+        // Waiting for the worker is not allocating: the clock starts again at release_set().
+        self.deadline = None;
+        let revoked = self.held.clone();
+        self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
+    }
+
+    fn on_verified(&mut self, ours: bool) {
+        let Some(suspension) = self.suspension.take() else { return };
+        let mut acks = std::mem::take(&mut self.suspended_acks).into_iter();
+        #[cfg(test)]
+        if ours && self.sabotage == Sabotage::ResumeAbandonsRebalance {
+            self.owed = None;
+            self.target = Some(self.held.clone());
+            let held = self.held.clone();
+            self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, "sabotaged resumption");
+            for ack in acks {
+                self.actions.push_back(Action::Ack(ack, Ok(())));
+            }
+            return;
+        }
+        if ours {
+            // Same session, same nodes: nobody else can hold our items. Resume where we were.
+            self.owed = suspension.owed_before;
+            let before = suspension.before;
+            let listed: BTreeSet<usize> = before.listed.intersection(&self.held).copied().collect();
+            self.show(before.state, listed, before.revoked, false, None, "session survived the suspension");
+            if self.owed.is_none() {
+                // The worker's release_set() answered the suspension's Release alone: nothing to give up.
+                for ack in acks.by_ref() {
+                    self.actions.push_back(Action::Ack(ack, Ok(())));
+                }
+            }
+            if self.target.is_none() && self.shown.state == PartitionState::Acquired {
+                // The party changed while we were suspended.
+                match self.cfg.rebalance {
+                    Rebalance::Eager => self.ask_release_all("party changed"),
+                    Rebalance::Incremental if self.deadline.is_none() => {
+                        self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
+                    }
+                    Rebalance::Incremental => {}
+                }
+            }
+        } else {
+            self.owed = Some(Owed::All);
+            self.ask_release_all("a lock node did not survive the suspension");
+        }
+        // The first waiting call does what the worker was asked; the others are answered with it.
+        if let Some(first) = acks.next() {
+            self.on_release_set(first);
+            self.release_acks.extend(acks);
+        }
+    }
+
+    // ---- The party --------------------------------------------------------------------------------------------
+
+    fn on_party_changed(&mut self) {
+        if self.ending.is_some() {
+            return;
+        }
+        self.debounce.changed(self.now);
+        if self.target.take().is_none() {
+            return;
+        }
+        // A new episode: the assignment in force is no longer the party's.
+        match (self.cfg.rebalance, self.shown.state) {
+            // During a suspension, the resumption deals with it.
+            (Rebalance::Eager, PartitionState::Acquired) if self.suspension.is_none() => {
+                self.ask_release_all("party changed");
+            }
+            (Rebalance::Incremental, PartitionState::Acquired) if self.deadline.is_none() => {
+                self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_party(&mut self, result: Result<Vec<String>, ReqError>) {
+        match result {
+            Ok(members) => {
+                if members != self.latest_party {
+                    self.debounce.changed(self.now);
+                }
+                self.latest_party = members;
+                self.party_fresh = true;
+            }
+            Err(ReqError::Transient) => self.back_off(),
+            Err(ReqError::NoNode) => {
+                // `<path>/party` itself was deleted, and our node with it: an empty party, so we join again.
+                self.latest_party.clear();
+                self.party_fresh = true;
+                self.debounce.changed(self.now);
+            }
+            Err(ReqError::Fatal(err)) => self.fail(err),
+        }
+    }
+
+    // ---- Commands ---------------------------------------------------------------------------------------------
+
+    fn on_release_set(&mut self, ack: AckId) {
+        if let Some(ending) = &self.ending {
+            self.actions.push_back(Action::Ack(ack, Err(ending.cause.clone())));
+            return;
+        }
+        if self.suspension.is_some() {
+            // Answered when the session's fate is known.
+            self.suspended_acks.push(ack);
+            return;
+        }
+        match self.owed.take() {
+            Some(Owed::Revoked(revoked)) => {
+                // Incremental: the worker stopped exactly these. Keep the rest listed.
+                let listed = self.shown.listed.clone();
+                self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, "revoked items released");
+                let want = self.want.iter().filter(|item| !revoked.contains(item)).copied().collect();
+                self.set_want(want);
+                self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
+            }
+            Some(Owed::All) | None => {
+                // kazoo: give up everything and allocate from nothing, after a full time_boundary. Publish first:
+                // once a lock node is deleted another member may take its item at once.
+                self.show(PartitionState::Allocating, BTreeSet::new(), BTreeSet::new(), false, None, "release_set");
+                self.set_want(BTreeSet::new());
+                self.target = None;
+                self.debounce.changed(self.now);
+                self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
+            }
+        }
+        self.release_acks.push(ack);
+    }
+
+    // ---- Replies ----------------------------------------------------------------------------------------------
+
+    fn on_reply(&mut self, id: ReqId, reply: Reply) {
+        let Some(pending) = self.requests.remove(&id) else {
+            return; // abandoned
+        };
+        if let Pending::Locks(items) = &pending {
+            self.in_flight -= items.len();
+        }
+        match (pending, reply) {
+            (Pending::Party, Reply::Party(result)) => {
+                self.party_read = None;
+                self.on_party(result);
+            }
+            (Pending::Join, Reply::Joined(result)) => {
+                self.joining = None;
+                match result {
+                    Ok(name) => {
+                        self.me = name;
+                        self.party_fresh = false;
+                        self.debounce.changed(self.now);
+                    }
+                    Err(ReqError::Fatal(err)) => self.fail(err),
+                    Err(_) => self.back_off(),
+                }
+            }
+            (Pending::LockDirs, Reply::LockDirs(result)) => {
+                self.dirs_listing = None;
+                self.on_lock_dirs(result);
+            }
+            (Pending::Locks(items), Reply::DirsMade(result)) => self.on_dirs_made(id, items, result),
+            (Pending::Locks(items), Reply::Created(result)) => self.on_created(id, items, result),
+            (Pending::Locks(items), Reply::Listed(result)) => self.on_listed(id, items, result),
+            (Pending::Watch(item), Reply::Changed(result)) => self.on_changed(id, item, result),
+            (Pending::Release, Reply::Released(result)) => {
+                let acks = self.releases.remove(&id).unwrap_or_default();
+                match result {
+                    Ok(()) => self.release_acks.extend(acks),
+                    Err(err) => {
+                        for ack in acks {
+                            self.actions.push_back(Action::Ack(ack, Err(err.clone())));
+                        }
+                        if let Some(ending) = &mut self.ending {
+                            // Best effort while ending: the session is gone, and our nodes with it.
+                            ending.clean_up = false;
+                        } else {
+                            self.fail(err);
+                        }
+                    }
+                }
+            }
+            (Pending::Verify, Reply::Verified(result)) => {
+                if let Some(suspension) = &mut self.suspension {
+                    suspension.verifying = None;
+                }
+                match result {
+                    Ok(ours) => self.on_verified(ours),
+                    Err(err) => self.fail(err),
+                }
+            }
+            (Pending::Leave, Reply::Left) => {}
+            (pending, reply) => {
+                self.fail(Error::Internal { reason: format!("reply {reply:?} to a {pending:?} request") });
+            }
+        }
+    }
+
+    fn on_lock_dirs(&mut self, result: Result<Vec<String>, ReqError>) {
+        let existing: BTreeSet<String> = match result {
+            Ok(names) => names.into_iter().collect(),
+            // `<path>/locks` is gone: every directory is missing (making them recreates it).
+            Err(ReqError::NoNode) => BTreeSet::new(),
+            Err(ReqError::Transient) => return self.back_off(),
+            Err(ReqError::Fatal(err)) => return self.fail(err),
+        };
+        self.dirs_listed = true;
+        for (index, item) in self.cfg.items.iter().enumerate() {
+            self.dirs_known[index] = existing.contains(&item.node_name());
+        }
+    }
+
+    fn on_dirs_made(&mut self, id: ReqId, items: Vec<usize>, result: Result<(), ReqError>) {
+        match result {
+            Ok(()) => {
+                for item in items {
+                    self.dirs_known[item] = true;
+                    if self.step_is(item, Step::MakingDir(id)) {
+                        self.set_step(item, Step::Queued);
+                    }
+                }
+            }
+            Err(ReqError::Fatal(err)) => self.fail(err),
+            Err(_) => {
+                let at = self.now + self.cfg.retry_delay;
+                for item in items {
+                    if self.step_is(item, Step::MakingDir(id)) {
+                        self.set_step(item, Step::Delayed(at, Retry::MakeDir));
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_created(&mut self, id: ReqId, items: Vec<usize>, result: Result<Vec<(String, i64)>, ReqError>) {
+        match result {
+            Ok(created) => {
+                let mut listing = Vec::new();
+                for (item, (node, czxid)) in items.into_iter().zip(created) {
+                    if let Some(lock) = self.locks.get_mut(&item)
+                        && lock.step == Step::Creating(id)
+                    {
+                        lock.node = Some(node);
+                        lock.token = czxid;
+                        // Listed either way; one no longer wanted is released by the next pump (the listing's reply
+                        // is then ignored).
+                        listing.push(item);
+                        self.unwanted_left |= !self.want.contains(&item);
+                    }
+                }
+                self.send_lists(listing);
+            }
+            Err(ReqError::NoNode) => {
+                // A directory is missing (a `multi` is all or nothing: none was created). Make them, then retry.
+                let mut dirs = Vec::new();
+                for item in items {
+                    if self.step_is(item, Step::Creating(id)) {
+                        self.dirs_known[item] = false;
+                        dirs.push(item);
+                    }
+                }
+                self.send_make_dirs(dirs);
+            }
+            Err(ReqError::Transient) => {
+                // The create may or may not have happened: a listing tells (our prefix is unique).
+                let at = self.now + self.cfg.retry_delay;
+                for item in items {
+                    if self.step_is(item, Step::Creating(id)) {
+                        self.set_step(item, Step::Delayed(at, Retry::List));
+                    }
+                }
+            }
+            Err(ReqError::Fatal(err)) => self.fail(err),
+        }
+    }
+
+    fn on_listed(&mut self, id: ReqId, items: Vec<usize>, result: Result<Vec<DirListing>, ReqError>) {
+        let results = match result {
+            Ok(results) => results,
+            Err(ReqError::Fatal(err)) => return self.fail(err),
+            Err(_) => {
+                let at = self.now + self.cfg.retry_delay;
+                for item in items {
+                    if self.step_is(item, Step::Listing(id)) {
+                        self.set_step(item, Step::Delayed(at, Retry::List));
+                    }
+                }
+                return;
+            }
+        };
+        let (mut relist, mut dirs) = (Vec::new(), Vec::new());
+        for (item, listed) in items.into_iter().zip(results) {
+            if !self.step_is(item, Step::Listing(id)) {
+                continue;
+            }
+            match listed {
+                Ok((children, czxid)) => match self.on_children(item, &children, czxid) {
+                    Next::Held | Next::Waiting => {}
+                    Next::Queued => self.set_step(item, Step::Queued),
+                    Next::List => relist.push(item),
+                },
+                Err(ReqError::NoNode) => {
+                    // The directory went away, and our node with it.
+                    if let Some(lock) = self.locks.get_mut(&item) {
+                        lock.node = None;
+                        lock.token = 0;
+                    }
+                    self.dirs_known[item] = false;
+                    dirs.push(item);
+                }
+                Err(ReqError::Transient) => {
+                    let at = self.now + self.cfg.retry_delay;
+                    self.set_step(item, Step::Delayed(at, Retry::List));
+                }
+                Err(ReqError::Fatal(err)) => return self.fail(err),
+            }
+        }
+        self.send_lists(relist);
+        self.send_make_dirs(dirs);
+    }
+
+    /// Where our contender stands among `children`.
+    fn on_children(&mut self, item: usize, children: &[String], czxid: i64) -> Next {
+        let Some(lock) = self.locks.get_mut(&item) else { return Next::Waiting };
+        if lock.node.is_none() {
+            // After a lost create reply: our prefix finds the node if the create happened.
+            lock.node = children.iter().find(|c| c.starts_with(&lock.prefix)).cloned();
+            if lock.node.is_none() {
+                // Requests on one session apply in order: a create not seen now never happened.
+                lock.created = false;
+                return Next::Queued;
+            }
+            // Found again: its stat (the fencing token) comes with the next listing.
+            return Next::List;
+        }
+        if czxid > 0 {
+            lock.token = czxid;
+        }
+        let own = lock.node.clone().unwrap_or_default();
+        match position(children, &own) {
+            Position::Held if lock.token <= 0 => Next::List,
+            Position::Held => {
+                self.set_step(item, Step::Held);
+                Next::Held
+            }
+            Position::Behind(predecessor) => {
+                let node = predecessor.to_owned();
+                let id = self.request(Op::Watch { item, node }, Pending::Watch(item));
+                self.set_step(item, Step::Waiting(id));
+                Next::Waiting
+            }
+            Position::Missing => {
+                // Someone deleted our node: contend again.
+                lock.node = None;
+                lock.token = 0;
+                lock.created = false;
+                Next::Queued
+            }
+        }
+    }
+
+    fn on_changed(&mut self, id: ReqId, item: usize, result: Result<(), ReqError>) {
+        if !self.step_is(item, Step::Waiting(id)) {
+            return;
+        }
+        match result {
+            Ok(()) => self.send_lists(vec![item]),
+            Err(ReqError::Fatal(err)) => self.fail(err),
+            Err(_) => {
+                let at = self.now + self.cfg.retry_delay;
+                self.set_step(item, Step::Delayed(at, Retry::List));
+            }
+        }
+    }
+
+    // ---- Lock bookkeeping -------------------------------------------------------------------------------------
+
+    fn step_is(&self, item: usize, step: Step) -> bool {
+        self.locks.get(&item).is_some_and(|lock| lock.step == step)
+    }
+
+    /// Moves an item's lock to `step`, keeping the indexes (`held`, `queued`, `delayed`) in line.
+    fn set_step(&mut self, item: usize, step: Step) {
+        let Some(lock) = self.locks.get_mut(&item) else { return };
+        match lock.step {
+            Step::Held => {
+                self.held.remove(&item);
+            }
+            Step::Queued => {
+                self.queued.remove(&item);
+                self.need_dirs.remove(&item);
+            }
+            Step::Delayed(at, _) => {
+                self.delayed.remove(&(at, item));
+            }
+            _ => {}
+        }
+        lock.step = step;
+        match step {
+            Step::Held => {
+                self.held.insert(item);
+            }
+            Step::Queued if self.dirs_known[item] => {
+                self.queued.insert(item);
+            }
+            Step::Queued => {
+                self.need_dirs.insert(item);
+            }
+            Step::Delayed(at, _) => {
+                self.delayed.insert((at, item));
+            }
+            _ => {}
+        }
+    }
+
+    fn new_prefix_peek(&self) -> String {
+        let bits =
+            self.nonce.wrapping_add(self.prefixes_issued.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
+        format!("{bits:032x}{LOCK_MARK}")
+    }
+
+    fn new_lock(&mut self) -> Lock {
+        let prefix = self.new_prefix_peek();
+        self.prefixes_issued += 1;
+        Lock { prefix, node: None, created: false, token: 0, step: Step::Queued }
+    }
+
+    /// Changes what we want, and releases at once what we no longer want.
+    fn set_want(&mut self, want: BTreeSet<usize>) {
+        if want != self.want {
+            self.want = want;
+            self.release_unwanted();
+        }
+    }
+
+    fn send_lists(&mut self, items: Vec<usize>) {
+        for chunk in items.chunks(self.cfg.batch.max(1)) {
+            let list = chunk.iter().map(|&item| (item, self.locks.get(&item).and_then(|l| l.node.clone()))).collect();
+            let id = self.request(Op::List(list), Pending::Locks(chunk.to_vec()));
+            for &item in chunk {
+                self.set_step(item, Step::Listing(id));
+            }
+        }
+    }
+
+    fn send_make_dirs(&mut self, items: Vec<usize>) {
+        for chunk in items.chunks(self.cfg.batch.max(1)) {
+            let id = self.request(Op::MakeDirs(chunk.to_vec()), Pending::Locks(chunk.to_vec()));
+            for &item in chunk {
+                self.set_step(item, Step::MakingDir(id));
+            }
+        }
+    }
+
+    /// Brings the locks in line with `want`: releases what is not wanted (once no reply can still reveal a node),
+    /// and contends for what is wanted, batched, within the window, never while a release is in flight.
+    fn pump_locks(&mut self) {
+        if std::mem::take(&mut self.unwanted_left) {
+            self.release_unwanted();
+        }
+        if !self.releases.is_empty() {
+            return;
+        }
+        let missing: Vec<usize> = self.want.iter().filter(|item| !self.locks.contains_key(item)).copied().collect();
+        for item in missing {
+            let lock = self.new_lock();
+            self.locks.insert(item, lock);
+            self.set_step(item, Step::Queued);
+        }
+        if !self.need_dirs.is_empty() {
+            if !self.dirs_listed {
+                if self.dirs_listing.is_none() && self.backoff_until.is_none() {
+                    self.dirs_listing = Some(self.request(Op::ListLockDirs, Pending::LockDirs));
+                }
+                return;
+            }
+            let (known, unknown): (Vec<usize>, Vec<usize>) =
+                std::mem::take(&mut self.need_dirs).into_iter().partition(|&item| self.dirs_known[item]);
+            for item in known {
+                self.queued.insert(item);
+            }
+            let room = self.cfg.window.saturating_sub(self.in_flight);
+            let (now, later) = unknown.split_at(unknown.len().min(room));
+            self.need_dirs.extend(later.iter().copied());
+            self.send_make_dirs(now.to_vec());
+        }
+        while !self.queued.is_empty() && self.in_flight < self.cfg.window {
+            let room = (self.cfg.window - self.in_flight).min(self.cfg.batch.max(1));
+            let batch: Vec<usize> = std::iter::from_fn(|| self.queued.pop_first()).take(room).collect();
+            let mut contenders = Vec::with_capacity(batch.len());
+            for &item in &batch {
+                if let Some(lock) = self.locks.get_mut(&item) {
+                    lock.created = true;
+                    contenders.push((item, lock.prefix.clone()));
+                }
+            }
+            let id = self.request(Op::Create { contenders, data: self.me.clone() }, Pending::Locks(batch.clone()));
+            for item in batch {
+                if let Some(lock) = self.locks.get_mut(&item) {
+                    lock.step = Step::Creating(id);
+                }
+            }
+        }
+    }
+
+    /// Takes the locks nobody wants out of the bookkeeping and deletes their nodes. A lock whose create is in flight
+    /// stays until its reply says what exists.
+    fn release_unwanted(&mut self) {
+        let unwanted: Vec<usize> = self.locks.keys().filter(|item| !self.want.contains(item)).copied().collect();
+        let mut nodes = Vec::new();
+        for item in unwanted {
+            let Some(lock) = self.locks.get(&item) else { continue };
+            match lock.step {
+                Step::Creating(_) => {
+                    self.unwanted_left = true;
+                    continue;
+                }
+                Step::Waiting(id) => {
+                    self.requests.remove(&id);
+                    self.actions.push_back(Action::Cancel(id));
+                }
+                Step::Listing(_) | Step::MakingDir(_) => {} // their replies find no lock and are ignored
+                Step::Queued | Step::Delayed(..) | Step::Held => {}
+            }
+            debug_assert!(!self.shown.listed.contains(&item), "releasing item {item} while it is listed");
+            self.set_step(item, Step::Queued);
+            self.queued.remove(&item);
+            self.need_dirs.remove(&item);
+            if let Some(lock) = self.locks.remove(&item)
+                && lock.created
+            {
+                nodes.push(Contender { item, prefix: lock.prefix, node: lock.node });
+            }
+        }
+        if !nodes.is_empty() {
+            let keep = self.locks.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
+            let id = self.request(Op::Release { nodes, keep }, Pending::Release);
+            self.releases.insert(id, Vec::new());
+        }
+    }
+
+    /// Whether every unwanted lock is released (nothing in flight, nothing left).
+    fn released_all_unwanted(&self) -> bool {
+        self.releases.is_empty() && self.locks.keys().all(|item| self.want.contains(item))
+    }
+
+    // ---- The decision -----------------------------------------------------------------------------------------
+
+    /// Looks at everything known and queues what follows. Called after every event.
+    fn decide(&mut self) {
+        if !self.stopped && self.ending.is_none() {
+            self.decide_running();
+        }
+        // Also when the decision just now was to end.
+        if !self.stopped && self.ending.is_some() {
+            self.drive_ending();
+        }
+    }
+
+    fn decide_running(&mut self) {
+        let may_send = self.connected && self.backoff_until.is_none();
+        if may_send && self.party_read.is_none() && !self.party_fresh && self.joining.is_none() {
+            self.party_read = Some(self.request(Op::ReadParty, Pending::Party));
+        }
+        if let Some(suspension) = &self.suspension {
+            if self.connected && suspension.verifying.is_none() {
+                let nodes: Vec<(usize, String)> =
+                    self.held.iter().filter_map(|&item| Some((item, self.locks.get(&item)?.node.clone()?))).collect();
+                let id = self.request(Op::Verify(nodes), Pending::Verify);
+                if let Some(suspension) = &mut self.suspension {
+                    suspension.verifying = Some(id);
+                }
+            }
+            // Lock requests carry on (they wait for the reconnection); nothing else is decided meanwhile.
+            return self.settle_locks();
+        }
+        if self.target.is_none() && self.party_fresh && self.connected && self.debounce.ready(self.now) {
+            if !self.latest_party.iter().any(|member| **member == *self.me) {
+                if self.joining.is_none() && may_send {
+                    // An operator (or a bug elsewhere) removed our party node: join again, which changes the party.
+                    self.joining = Some(self.request(Op::Join, Pending::Join));
+                }
+                return self.settle_locks();
+            }
+            match self.assignment(&self.latest_party) {
+                Ok(target) => {
+                    self.members = self.latest_party.clone().into();
+                    self.target = Some(target);
+                }
+                Err(err) => return self.fail(err),
+            }
+        }
+        match self.cfg.rebalance {
+            Rebalance::Eager => self.decide_eager(),
+            Rebalance::Incremental => self.decide_incremental(),
+        }
+        self.settle_locks();
+    }
+
+    /// kazoo's way: everything stops on a change, then everything is taken again.
+    fn decide_eager(&mut self) {
+        if self.owed.is_some() {
+            // Waiting for release_set(): keep what we hold, contend for nothing.
+            let held = self.held.clone();
+            return self.set_want(held);
+        }
+        if self.shown.state != PartitionState::Allocating {
+            return;
+        }
+        match self.target.clone() {
+            // The party is settling: start over from nothing.
+            None => self.set_want(BTreeSet::new()),
+            Some(target) => {
+                self.set_want(target);
+                self.acquired_if_complete();
+            }
+        }
+    }
+
+    /// Only what moves stops.
+    fn decide_incremental(&mut self) {
+        let Some(target) = self.target.clone() else {
+            // Settling: keep what we hold, stop contending for the rest.
+            let held = self.held.clone();
+            return self.set_want(held);
+        };
+        let moved: BTreeSet<usize> = self.shown.listed.difference(&target).copied().collect();
+        if !moved.is_empty() {
+            let mut revoked = match self.owed.take() {
+                Some(Owed::Revoked(revoked)) => revoked,
+                Some(Owed::All) => {
+                    self.owed = Some(Owed::All);
+                    return;
+                }
+                None => BTreeSet::new(),
+            };
+            revoked.extend(moved.iter().copied());
+            let listed: BTreeSet<usize> = self.shown.listed.difference(&moved).copied().collect();
+            self.show(PartitionState::Release, listed, revoked.clone(), false, None, "party changed: items revoked");
+            self.owed = Some(Owed::Revoked(revoked));
+            self.deadline = None;
+        }
+        match &self.owed {
+            Some(Owed::Revoked(revoked)) => {
+                // Keep the revoked items until the worker says it stopped them; let go of unlisted items not ours.
+                let keep: BTreeSet<usize> =
+                    self.held.iter().filter(|item| target.contains(item) || revoked.contains(item)).copied().collect();
+                self.set_want(keep);
+            }
+            Some(Owed::All) => {
+                let held = self.held.clone();
+                self.set_want(held);
+            }
+            None => {
+                self.set_want(target);
+                if !self.acquired_if_complete() && self.shown.state != PartitionState::Allocating {
+                    let listed = self.shown.listed.clone();
+                    self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, "taking gained items");
+                }
+            }
+        }
+    }
+
+    /// Publishes `Acquired` once every wanted lock, and nothing else, is held. Returns whether the state is now
+    /// `Acquired` with everything listed.
+    fn acquired_if_complete(&mut self) -> bool {
+        let complete = self.held.len() == self.want.len() && self.released_all_unwanted() && self.want_is_held();
+        let unchanged = self.shown.state == PartitionState::Acquired
+            && self.shown.listed == self.held
+            && self.shown.members == self.members;
+        if complete && !unchanged {
+            self.deadline = None;
+            let held = self.held.clone();
+            self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, "all assigned locks held");
+        }
+        complete
+    }
+
+    fn want_is_held(&self) -> bool {
+        self.want.iter().all(|item| self.held.contains(item))
+    }
+
+    /// Runs the lock machinery, then answers `release_set()` calls whose release is complete.
+    fn settle_locks(&mut self) {
+        self.pump_locks();
+        if !self.release_acks.is_empty() && self.released_all_unwanted() {
+            for ack in std::mem::take(&mut self.release_acks) {
+                self.actions.push_back(Action::Ack(ack, Ok(())));
+            }
+        }
+        // A release finishing can complete an allocation.
+        if self.ending.is_none() && self.suspension.is_none() && self.owed.is_none() && self.target.is_some() {
+            let before = self.shown.state;
+            if before == PartitionState::Allocating || self.cfg.rebalance == Rebalance::Incremental {
+                self.acquired_if_complete();
+            }
+        }
+    }
+
+    /// Our share under the partition function, as indexes into the sorted item list.
+    fn assignment(&self, members: &[String]) -> Result<BTreeSet<usize>, Error> {
+        let items = &self.cfg.items;
+        // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
+        let call = || self.cfg.partition_fn.partition(&self.me, members, items);
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+            .map_err(|panic| Error::PartitionFn { reason: format!("panicked: {}", panic_message(&*panic)) })?;
+        let mut assigned = BTreeSet::new();
+        for item in mine {
+            let index = items
+                .binary_search(&item)
+                .map_err(|_| Error::PartitionFn { reason: format!("returned {item:?}, which is not in the set") })?;
+            if !assigned.insert(index) {
+                return Err(Error::PartitionFn { reason: "returned an item more than once".into() });
+            }
+        }
+        Ok(assigned)
+    }
+
+    // ---- Publishing -------------------------------------------------------------------------------------------
+
+    /// The single place where the published state changes.
+    fn show(
+        &mut self,
+        state: PartitionState,
+        listed: BTreeSet<usize>,
+        revoked: BTreeSet<usize>,
+        suspended: bool,
+        cause: Option<Error>,
+        reason: &'static str,
+    ) {
+        debug_assert!(listed.is_subset(&self.held), "listing an item whose lock is not held");
+        let shown = Shown { state, listed, revoked, suspended, members: self.members.clone() };
+        if shown == self.shown && cause.is_none() {
+            return;
+        }
+        let items = shown
+            .listed
+            .iter()
+            .map(|&item| (item, FencingToken::new(self.locks.get(&item).map_or(0, |lock| lock.token))))
+            .collect();
+        self.actions.push_back(Action::Publish(Publication {
+            state,
+            member: self.me.clone(),
+            items,
+            revoked: shown.revoked.iter().copied().collect(),
+            members: self.members.clone(),
+            cause,
+            suspended,
+            reason,
+        }));
+        self.shown = shown;
+    }
+
+    // ---- The end ----------------------------------------------------------------------------------------------
+
+    fn fail(&mut self, cause: Error) {
+        self.end(cause, Vec::new());
+    }
+
+    /// Publishes `Failure` first (nothing listed), then cleans up: every lock, then the party node, then stops.
+    fn end(&mut self, cause: Error, acks: Vec<AckId>) {
+        if let Some(ending) = &mut self.ending {
+            ending.acks.extend(acks);
+            return;
+        }
+        let clean_up = !matches!(cause, Error::SessionLost { .. });
+        self.show(PartitionState::Failure, BTreeSet::new(), BTreeSet::new(), false, Some(cause.clone()), "ended");
+        self.suspension = None;
+        self.owed = None;
+        for ack in std::mem::take(&mut self.release_acks).into_iter().chain(std::mem::take(&mut self.suspended_acks)) {
+            self.actions.push_back(Action::Ack(ack, Err(cause.clone())));
+        }
+        self.ending = Some(Ending { cause, acks, clean_up, leaving: false });
+        self.set_want(BTreeSet::new());
+    }
+
+    /// Ending: release every lock, then leave the party, then stop (skipping what a lost session makes pointless).
+    fn drive_ending(&mut self) {
+        let Some(ending) = &self.ending else { return };
+        if ending.clean_up {
+            if !ending.leaving {
+                self.pump_locks();
+                if !self.released_all_unwanted() {
+                    return;
+                }
+                self.request(Op::Leave, Pending::Leave);
+                if let Some(ending) = &mut self.ending {
+                    ending.leaving = true;
+                }
+                return;
+            }
+            if self.requests.values().any(|pending| matches!(pending, Pending::Leave)) {
+                return;
+            }
+        }
+        let watches: Vec<ReqId> =
+            self.requests.iter().filter(|(_, p)| matches!(p, Pending::Watch(_))).map(|(&id, _)| id).collect();
+        for id in watches {
+            self.actions.push_back(Action::Cancel(id));
+        }
+        if let Some(ending) = &mut self.ending {
+            for ack in std::mem::take(&mut ending.acks) {
+                self.actions.push_back(Action::Ack(ack, Ok(())));
+            }
+        }
+        self.actions.push_back(Action::Stop);
+        self.stopped = true;
+    }
+
+    // ---- Inspection, for the simulation's checker ------------------------------------------------------------
+
+    /// Breaks a rule on purpose (see [`Sabotage`]).
+    #[cfg(test)]
+    pub fn sabotage(&mut self, sabotage: Sabotage) {
+        self.sabotage = sabotage;
+    }
+
+    /// The items published as processable.
+    #[cfg(test)]
+    pub fn listed(&self) -> &BTreeSet<usize> {
+        &self.shown.listed
+    }
+
+    /// Our node for an item we hold.
+    #[cfg(test)]
+    pub fn held_node(&self, item: usize) -> Option<&str> {
+        self.held.contains(&item).then(|| self.locks.get(&item)?.node.as_deref()).flatten()
+    }
+
+    #[cfg(test)]
+    pub fn state(&self) -> PartitionState {
+        self.shown.state
+    }
+
+    #[cfg(test)]
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+}
+
+/// What an item's lock does after a listing.
+enum Next {
+    Held,
+    Waiting,
+    /// Create a contender (again).
+    Queued,
+    /// List again (to read our node's stat).
+    List,
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".into())
+}

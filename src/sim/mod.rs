@@ -1,0 +1,1057 @@
+//! Deterministic simulation: many members' decision cores against an in-memory ZooKeeper, under seeded faults, with
+//! the safety invariants checked after every step (FoundationDB's and TigerBeetle's discipline: one seed replays one
+//! run exactly).
+//!
+//! The world plays the driver's part for every member: it performs each core's actions against the model
+//! ([`zk::Zk`]) with network latency, delivers replies and watch events in order per session, and injects faults from
+//! the same random stream: connections cut (the outcome of requests in flight unknown), server stalls longer than the
+//! client's read timeout, session expiry, crashes, graceful leaves, joins, server restarts. A worker per member
+//! answers every `Release` with `release_set()` after a random delay, as kazoo's loop does.
+//!
+//! Checked after every step that changes ZooKeeper or a publication:
+//! - **safety**: no item is listed by two members whose sessions are both alive; a member lists an item only while its
+//!   session is alive and its lock node is the lowest contender of the item's directory;
+//! - **liveness**: once faults stop, within the liveness bound (session timeout + time_boundary + margin), every live
+//!   member is `Acquired` over the real party and their listings are a disjoint cover of the set;
+//! - **hygiene**: then, no lock node of a live session is anything but its member's held lock (no orphans).
+//!
+//! `SIM_SEED=<seed>` replays one failing run; `SIM_RUNS` and `SIM_STEPS` scale the run (see `RELIABILITY.md`).
+
+mod zk;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zk::{Mode, ReadOp, ReadResult, SessionId, WatchId, WriteOp, WriteResult, Zk, ZkErr};
+
+use crate::decision::{Action, Core, CoreConfig, Event, Op, Publication, Reply, ReqError, ReqId, Sabotage};
+use crate::{Error, Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy};
+
+/// A run that takes more steps than this is stuck in a loop.
+const MAX_STEPS: u64 = 2_000_000;
+const PARTY: &str = "/p/party";
+const LOCKS: &str = "/p/locks";
+
+/// SplitMix64: small, seedable, the same everywhere.
+#[derive(Clone, Debug)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// A duration between `low` and `high` (in milliseconds).
+    fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(low + self.below(high - low + 1))
+    }
+}
+
+/// One of the eight mode combinations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Combo {
+    pub rendezvous: bool,
+    pub rebalance: Rebalance,
+    pub policy: SessionPolicy,
+}
+
+impl Combo {
+    pub fn all() -> Vec<Combo> {
+        let mut all = Vec::new();
+        for rendezvous in [false, true] {
+            for rebalance in [Rebalance::Eager, Rebalance::Incremental] {
+                for policy in [SessionPolicy::Standard, SessionPolicy::SessionAware] {
+                    all.push(Combo { rendezvous, rebalance, policy });
+                }
+            }
+        }
+        all
+    }
+}
+
+/// The shape of one simulated run.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub combo: Combo,
+    pub members: usize,
+    pub items: usize,
+    pub faults: usize,
+    pub session: Duration,
+    pub time_boundary: Duration,
+    pub max_allocation_time: Option<Duration>,
+    pub sabotage: Sabotage,
+}
+
+impl Plan {
+    /// A plan drawn from the seed: party and set sizes, fault count, timing.
+    pub fn draw(combo: Combo, rng: &mut Rng) -> Plan {
+        Plan {
+            combo,
+            members: 2 + rng.below(3) as usize,
+            items: 5 + rng.below(30) as usize,
+            faults: 6 + rng.below(10) as usize,
+            session: Duration::from_secs(3),
+            time_boundary: rng.millis(100, 600),
+            max_allocation_time: None,
+            sabotage: Sabotage::None,
+        }
+    }
+}
+
+/// What the simulation found.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Outcome {
+    pub steps: u64,
+    pub faults: usize,
+    /// Simulated time from the end of the last fault to a converged, clean world.
+    pub recovery: Duration,
+    pub violation: Option<String>,
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// The server takes the next request from a member's queue.
+    Serve(usize),
+    /// Something reaches a member's core (if the connection generation still matches).
+    Deliver { member: usize, link: u64, event: Box<SimEvent> },
+    /// A member's core asked to be woken at this time.
+    Timer(usize),
+    /// The worker answers a `Release`.
+    Worker(usize),
+    /// The server expires a session if its connection is still down (same generation).
+    MaybeExpire { member: usize, link: u64 },
+    /// A member's connection comes back.
+    Reconnect { member: usize, link: u64 },
+    /// The server resumes after a stall or restart.
+    Thaw,
+    /// The server stalls.
+    Stall,
+    /// The next fault.
+    Fault,
+}
+
+#[derive(Debug)]
+enum SimEvent {
+    Core(Event),
+}
+
+/// What a request's registered watch is for.
+#[derive(Debug, Clone, Copy)]
+enum WatchFor {
+    Party,
+    Lock(ReqId),
+}
+
+struct Member {
+    ident: String,
+    core: Option<Core>,
+    session: SessionId,
+    party_node: String,
+    /// Connection generation: bumped on every cut, so deliveries from an older connection are dropped.
+    link: u64,
+    up: bool,
+    /// Requests the server has not taken yet (a real client queues them while disconnected).
+    queue: VecDeque<(ReqId, Op)>,
+    /// Requests taken by the server whose replies have not arrived: lost with the connection if it drops.
+    unanswered: BTreeMap<ReqId, Op>,
+    watches: HashMap<WatchId, WatchFor>,
+    /// Watch events that fired while disconnected: delivered on reconnection (the client's SetWatches).
+    stashed: Vec<Event>,
+    /// Lock watches that fired: their event survives a lost connection.
+    watch_fired: BTreeSet<ReqId>,
+    serving: bool,
+    /// Deliveries to this member stay in order (one TCP connection).
+    last_delivery: Duration,
+    timer: Option<Duration>,
+    worker_pending: bool,
+    shown: Option<Publication>,
+    next_ack: u64,
+    /// The process is gone (crashed), or its core stopped and the session closed.
+    gone: bool,
+}
+
+struct World {
+    plan: Plan,
+    rng: Rng,
+    zk: Zk,
+    epoch: Instant,
+    now: Duration,
+    queue: BinaryHeap<Reverse<(Duration, u64, usize)>>,
+    events: Vec<Option<Ev>>,
+    seq: u64,
+    members: Vec<Member>,
+    frozen: bool,
+    /// Overlapping stalls: the server resumes at the end of the last one.
+    frozen_until: Duration,
+    items: Vec<Item>,
+    steps: u64,
+    faults_left: usize,
+    /// When the last fault ended (for the liveness bound).
+    quiet_since: Duration,
+    log: VecDeque<String>,
+    checked_zxid: i64,
+}
+
+/// Runs one seeded simulation of `plan`.
+pub(crate) fn run(seed: u64, plan: Plan) -> Outcome {
+    let mut world = World::new(seed, plan);
+    world.run()
+}
+
+impl World {
+    fn new(seed: u64, plan: Plan) -> World {
+        let mut zk = Zk::new();
+        let admin = zk.open_session();
+        for path in [PARTY, LOCKS] {
+            let _ = zk.mkdir(admin, path);
+        }
+        let items: Vec<Item> = (0..plan.items as i64).map(Item::from).collect();
+        let mut world = World {
+            faults_left: plan.faults,
+            plan,
+            rng: Rng::new(seed),
+            zk,
+            epoch: Instant::now(),
+            now: Duration::ZERO,
+            queue: BinaryHeap::new(),
+            events: Vec::new(),
+            seq: 0,
+            members: Vec::new(),
+            frozen: false,
+            frozen_until: Duration::ZERO,
+            items,
+            steps: 0,
+            quiet_since: Duration::ZERO,
+            log: VecDeque::new(),
+            checked_zxid: -1,
+        };
+        for _ in 0..world.plan.members {
+            world.join();
+        }
+        let first = world.rng.millis(500, 3000);
+        world.at(first, Ev::Fault);
+        world
+    }
+
+    fn at(&mut self, delay: Duration, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Some(ev));
+        self.queue.push(Reverse((self.now + delay, self.seq, self.events.len() - 1)));
+    }
+
+    fn note(&mut self, line: String) {
+        if self.log.len() == 200 {
+            self.log.pop_front();
+        }
+        self.log.push_back(format!("{:>9.3?} {line}", self.now));
+    }
+
+    fn instant(&self) -> Instant {
+        self.epoch + self.now
+    }
+
+    fn latency(&mut self) -> Duration {
+        self.rng.millis(1, 8)
+    }
+
+    // ---- Members ----------------------------------------------------------------------------------------------
+
+    fn join(&mut self) -> usize {
+        let index = self.members.len();
+        let ident = format!("m{index}");
+        let session = self.zk.open_session();
+        let prefix = format!("{:032x}-{ident}-", self.rng.next() as u128 | ((self.rng.next() as u128) << 64));
+        let (path, _) = self
+            .zk
+            .create(session, &format!("{PARTY}/{prefix}"), ident.as_bytes(), Mode::EphemeralSequential)
+            .unwrap_or_else(|err| panic!("the party node must be creatable: {err:?}"));
+        let node = path.rsplit('/').next().unwrap_or_default().to_owned();
+        let name: Arc<str> = Arc::from(node.split_once('-').map_or(node.as_str(), |(_, name)| name));
+        let mut core = Core::new(self.core_config(), name.clone(), self.rng.next() as u128, self.instant());
+        core.sabotage(self.plan.sabotage);
+        self.members.push(Member {
+            ident,
+            core: Some(core),
+            session,
+            party_node: node,
+            link: 0,
+            up: true,
+            queue: VecDeque::new(),
+            unanswered: BTreeMap::new(),
+            watches: HashMap::new(),
+            stashed: Vec::new(),
+            watch_fired: BTreeSet::new(),
+            serving: false,
+            last_delivery: self.now,
+            timer: None,
+            worker_pending: false,
+            shown: None,
+            next_ack: 0,
+            gone: false,
+        });
+        self.note(format!("join {name} (session {session})"));
+        self.fire_watches();
+        self.pump(index);
+        index
+    }
+
+    fn core_config(&self) -> CoreConfig {
+        let combo = self.plan.combo;
+        CoreConfig {
+            items: self.items.clone(),
+            partition_fn: if combo.rendezvous { Box::new(Rendezvous::default()) } else { Box::new(KazooStride) },
+            time_boundary: self.plan.time_boundary,
+            retry_delay: Duration::from_millis(100),
+            max_allocation_time: self.plan.max_allocation_time,
+            session_policy: combo.policy,
+            rebalance: combo.rebalance,
+            // Small, so batching and the window are exercised with few items.
+            window: 6,
+            batch: 4,
+        }
+    }
+
+    /// Feeds an event to a member's core, then performs what it asks.
+    fn feed(&mut self, index: usize, event: Event) {
+        let now = self.instant();
+        let Some(core) = self.members[index].core.as_mut() else { return };
+        core.handle(event, now);
+        self.pump(index);
+    }
+
+    /// Performs a member's pending actions and re-arms its timer.
+    fn pump(&mut self, index: usize) {
+        loop {
+            let Some(action) = self.members[index].core.as_mut().and_then(Core::poll_action) else { break };
+            match action {
+                Action::Request(id, op) => {
+                    if std::env::var_os("SIM_TRACE").is_some() {
+                        self.note(format!("m{index} asks #{id} {op:?}"));
+                    }
+                    self.members[index].queue.push_back((id, op));
+                    self.serve_soon(index);
+                }
+                Action::Cancel(id) => {
+                    self.members[index].watches.retain(|_, w| !matches!(w, WatchFor::Lock(r) if *r == id))
+                }
+                Action::Publish(publication) => {
+                    let m = &mut self.members[index];
+                    let line = format!(
+                        "{} publishes {} items {:?} revoked {:?}{} ({})",
+                        publication.member,
+                        publication.state,
+                        publication.items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                        publication.revoked,
+                        if publication.suspended { " suspended" } else { "" },
+                        publication.reason
+                    );
+                    if publication.state == PartitionState::Release && !m.worker_pending {
+                        m.worker_pending = true;
+                        let delay = self.rng.millis(0, 80);
+                        self.at(delay, Ev::Worker(index));
+                    }
+                    self.members[index].shown = Some(publication);
+                    self.note(line);
+                    self.checked_zxid = -1;
+                }
+                Action::Ack(..) => {}
+                Action::Stop => {
+                    // The process closes its client: the session ends, and its ephemerals with it.
+                    let m = &mut self.members[index];
+                    m.core = None;
+                    m.gone = true;
+                    let session = m.session;
+                    self.note(format!("m{index} stopped; session {session} closed"));
+                    self.zk.expire(session);
+                    self.fire_watches();
+                    return;
+                }
+            }
+        }
+        let Some(core) = self.members[index].core.as_ref() else { return };
+        if let Some(deadline) = core.poll_timeout() {
+            let due = deadline.saturating_duration_since(self.epoch);
+            let m = &mut self.members[index];
+            if m.timer.is_none_or(|t| due < t) {
+                m.timer = Some(due);
+                let delay = due.saturating_sub(self.now);
+                self.at(delay, Ev::Timer(index));
+            }
+        }
+    }
+
+    fn serve_soon(&mut self, index: usize) {
+        let m = &self.members[index];
+        if m.serving || !m.up || m.gone || self.frozen || m.queue.is_empty() {
+            return;
+        }
+        self.members[index].serving = true;
+        let delay = self.latency();
+        self.at(delay, Ev::Serve(index));
+    }
+
+    /// Schedules a delivery to a member over its current connection, after everything already sent to it.
+    fn deliver(&mut self, index: usize, event: Event) {
+        let latency = self.latency();
+        let m = &mut self.members[index];
+        let when = (self.now + latency).max(m.last_delivery);
+        m.last_delivery = when;
+        let link = m.link;
+        let delay = when - self.now;
+        self.at(delay, Ev::Deliver { member: index, link, event: Box::new(SimEvent::Core(event)) });
+    }
+
+    // ---- The server -------------------------------------------------------------------------------------------
+
+    fn serve(&mut self, index: usize) {
+        self.members[index].serving = false;
+        let m = &self.members[index];
+        if !m.up || m.gone || self.frozen {
+            return;
+        }
+        let Some((id, op)) = self.members[index].queue.pop_front() else { return };
+        let session = self.members[index].session;
+        if let Some(reply) = self.apply(index, session, id, &op) {
+            self.members[index].unanswered.insert(id, op);
+            self.deliver(index, Event::Reply(id, reply));
+        } else {
+            // A watch registered: its reply is the event.
+            self.members[index].unanswered.insert(id, op);
+        }
+        self.fire_watches();
+        self.serve_soon(index);
+    }
+
+    /// Applies one request to the model; `None` for a watch that is now registered.
+    fn apply(&mut self, index: usize, s: SessionId, id: ReqId, op: &Op) -> Option<Reply> {
+        let lost = || ReqError::Fatal(Error::SessionLost { state: zookeeper_client::SessionState::Expired });
+        let err = |e: ZkErr| match e {
+            ZkErr::NoNode => ReqError::NoNode,
+            ZkErr::SessionExpired => lost(),
+            other => ReqError::Fatal(Error::Internal { reason: format!("model: {other:?}") }),
+        };
+        let dir = |item: usize| format!("{LOCKS}/{item}");
+        Some(match op {
+            Op::ReadParty => match self.zk.children(s, PARTY, true) {
+                Ok((children, watch)) => {
+                    if let Some(watch) = watch {
+                        self.members[index].watches.insert(watch, WatchFor::Party);
+                    }
+                    Reply::Party(Ok(crate::party::members(&children).0))
+                }
+                Err(e) => Reply::Party(Err(err(e))),
+            },
+            Op::Join => {
+                let ident = self.members[index].ident.clone();
+                let prefix = format!("{:032x}-{ident}-", self.rng.next());
+                let _ = self.zk.mkdir(s, PARTY);
+                match self.zk.create(s, &format!("{PARTY}/{prefix}"), ident.as_bytes(), Mode::EphemeralSequential) {
+                    Ok((path, _)) => {
+                        let node = path.rsplit('/').next().unwrap_or_default().to_owned();
+                        let name: Arc<str> = Arc::from(node.split_once('-').map_or(node.as_str(), |(_, n)| n));
+                        self.members[index].party_node = node;
+                        Reply::Joined(Ok(name))
+                    }
+                    Err(e) => Reply::Joined(Err(err(e))),
+                }
+            }
+            Op::ListLockDirs => Reply::LockDirs(self.zk.children(s, LOCKS, false).map(|(c, _)| c).map_err(err)),
+            Op::MakeDirs(items) => {
+                let mut result = Ok(());
+                for &item in items {
+                    if let Err(e) = self.zk.mkdir(s, &dir(item)) {
+                        result = Err(err(e));
+                    }
+                }
+                Reply::DirsMade(result)
+            }
+            Op::Create { contenders, data } => {
+                let ops: Vec<WriteOp> = contenders
+                    .iter()
+                    .map(|(item, prefix)| WriteOp::Create {
+                        path: format!("{}/{prefix}", dir(*item)),
+                        data: data.as_bytes().to_vec(),
+                        mode: Mode::EphemeralSequential,
+                    })
+                    .collect();
+                Reply::Created(match self.zk.multi_write(s, &ops) {
+                    Ok(results) => Ok(results
+                        .into_iter()
+                        .map(|r| match r {
+                            WriteResult::Created { path, stat } => {
+                                (path.rsplit('/').next().unwrap_or_default().to_owned(), stat.czxid)
+                            }
+                            WriteResult::Deleted => (String::new(), 0),
+                        })
+                        .collect()),
+                    Err((_, e)) => Err(err(e)),
+                })
+            }
+            Op::List(items) => {
+                let mut ops = Vec::new();
+                for (item, node) in items {
+                    ops.push(ReadOp::Children { path: dir(*item) });
+                    if let Some(node) = node {
+                        ops.push(ReadOp::Data { path: format!("{}/{node}", dir(*item)) });
+                    }
+                }
+                match self.zk.multi_read(s, &ops) {
+                    Ok(results) => {
+                        let mut results = results.into_iter();
+                        let mut listings = Vec::new();
+                        for (_, node) in items {
+                            let children = match results.next() {
+                                Some(ReadResult::Children(children)) => Ok(children),
+                                Some(ReadResult::Error(e)) => Err(err(e)),
+                                _ => Err(ReqError::Transient),
+                            };
+                            let czxid = match node.as_ref().and_then(|_| results.next()) {
+                                Some(ReadResult::Data(_, stat)) => stat.czxid,
+                                _ => 0,
+                            };
+                            listings.push(children.map(|c| (c, czxid)));
+                        }
+                        Reply::Listed(Ok(listings))
+                    }
+                    Err(e) => Reply::Listed(Err(err(e))),
+                }
+            }
+            Op::Watch { item, node } => match self.zk.get_data(s, &format!("{}/{node}", dir(*item)), true) {
+                Ok((_, _, Some(watch))) => {
+                    self.members[index].watches.insert(watch, WatchFor::Lock(id));
+                    return None;
+                }
+                Ok(_) | Err(ZkErr::NoNode) => Reply::Changed(Ok(())),
+                Err(e) => Reply::Changed(Err(err(e))),
+            },
+            Op::Release { nodes, keep } => {
+                if !self.zk.is_alive(s) {
+                    return Some(Reply::Released(Err(Error::SessionLost {
+                        state: zookeeper_client::SessionState::Expired,
+                    })));
+                }
+                for contender in nodes {
+                    let dir = dir(contender.item);
+                    let node = contender
+                        .node
+                        .clone()
+                        .or_else(|| self.zk.children_of(&dir).into_iter().find(|c| c.starts_with(&contender.prefix)));
+                    if let Some(node) = node {
+                        let _ = self.zk.delete(s, &format!("{dir}/{node}"));
+                    }
+                }
+                let kept: BTreeSet<String> =
+                    keep.iter().map(|(item, prefix)| format!("{}/{prefix}", dir(*item))).collect();
+                for path in self.zk.ephemerals(s, LOCKS) {
+                    if let Some(seq) = crate::decision::sequence(&path)
+                        && path.starts_with(&format!("{LOCKS}/"))
+                        && !kept.contains(&path[..path.len() - seq.len()])
+                    {
+                        let _ = self.zk.delete(s, &path);
+                    }
+                }
+                Reply::Released(Ok(()))
+            }
+            Op::Verify(nodes) => {
+                let mut ours = true;
+                for (item, node) in nodes {
+                    match self.zk.get_data(s, &format!("{}/{node}", dir(*item)), false) {
+                        Ok((_, stat, _)) if stat.ephemeral_owner == s => {}
+                        Err(ZkErr::SessionExpired) => {
+                            return Some(Reply::Verified(Err(Error::SessionLost {
+                                state: zookeeper_client::SessionState::Expired,
+                            })));
+                        }
+                        _ => ours = false,
+                    }
+                }
+                Reply::Verified(Ok(ours))
+            }
+            Op::Leave => {
+                let node = format!("{PARTY}/{}", self.members[index].party_node);
+                let _ = self.zk.delete(s, &node);
+                Reply::Left
+            }
+        })
+    }
+
+    /// Routes fired watches to their members (held back while a member is disconnected).
+    fn fire_watches(&mut self) {
+        for fired in self.zk.take_fired() {
+            let Some(index) = self.members.iter().position(|m| m.session == fired.session && !m.gone) else {
+                continue;
+            };
+            let Some(target) = self.members[index].watches.remove(&fired.watch) else { continue };
+            let event = match target {
+                WatchFor::Party => Event::PartyChanged,
+                WatchFor::Lock(id) => {
+                    self.members[index].unanswered.remove(&id);
+                    self.members[index].watch_fired.insert(id);
+                    Event::Reply(id, Reply::Changed(Ok(())))
+                }
+            };
+            if self.members[index].up {
+                self.deliver(index, event);
+            } else {
+                self.members[index].stashed.push(event);
+            }
+        }
+    }
+
+    // ---- Faults -----------------------------------------------------------------------------------------------
+
+    /// Cuts a member's connection: requests the server took whose replies are still out fail with a lost
+    /// connection (they may or may not have been applied), and the member notices after `detect`.
+    fn cut(&mut self, index: usize, detect: Duration) {
+        let m = &mut self.members[index];
+        if m.gone || !m.up {
+            return;
+        }
+        m.up = false;
+        m.link += 1;
+        m.serving = false;
+        let lost: Vec<(ReqId, Op)> = std::mem::take(&mut m.unanswered).into_iter().collect();
+        let link = m.link;
+        let session = m.session;
+        self.note(format!("cut m{index} (session {session})"));
+        let mut failed = vec![Event::Suspended];
+        for (id, op) in lost {
+            let failure = match op {
+                Op::ReadParty => Some(Reply::Party(Err(ReqError::Transient))),
+                Op::ListLockDirs => Some(Reply::LockDirs(Err(ReqError::Transient))),
+                Op::MakeDirs(_) => Some(Reply::DirsMade(Err(ReqError::Transient))),
+                Op::Create { .. } => Some(Reply::Created(Err(ReqError::Transient))),
+                Op::List(_) => Some(Reply::Listed(Err(ReqError::Transient))),
+                Op::Watch { .. } => {
+                    // Registered watches survive (the client sets them again on reconnection); a registration whose
+                    // reply was lost is answered with the lost connection.
+                    let registered =
+                        self.members[index].watches.values().any(|w| matches!(w, WatchFor::Lock(r) if *r == id));
+                    if registered {
+                        self.members[index].unanswered.insert(id, op);
+                        None
+                    } else {
+                        Some(Reply::Changed(Err(ReqError::Transient)))
+                    }
+                }
+                // The driver retries these inside the request until the session ends: run them again.
+                op @ (Op::Release { .. } | Op::Verify(_) | Op::Join | Op::Leave) => {
+                    self.members[index].queue.push_front((id, op));
+                    None
+                }
+            };
+            if let Some(reply) = failure {
+                failed.push(Event::Reply(id, reply));
+            }
+        }
+        // The notifications travel over no connection: deliver them directly after `detect`, in order.
+        let m = &mut self.members[index];
+        m.last_delivery = self.now + detect;
+        for (k, event) in failed.into_iter().enumerate() {
+            let delay = detect + Duration::from_micros(k as u64);
+            self.seq += 1;
+            self.events.push(Some(Ev::Deliver { member: index, link, event: Box::new(SimEvent::Core(event)) }));
+            self.queue.push(Reverse((self.now + delay, self.seq, self.events.len() - 1)));
+        }
+        let session_timeout = self.plan.session;
+        self.at(session_timeout, Ev::MaybeExpire { member: index, link });
+    }
+
+    fn reconnect(&mut self, index: usize, link: u64) {
+        let m = &self.members[index];
+        if m.gone || m.up || m.link != link || self.frozen {
+            return;
+        }
+        if self.now <= m.last_delivery {
+            // The client has not yet noticed the cut (its notifications are still on the way): reconnect after.
+            let delay = m.last_delivery - self.now + Duration::from_millis(1);
+            self.at(delay, Ev::Reconnect { member: index, link });
+            return;
+        }
+        let session = m.session;
+        if !self.zk.is_alive(session) {
+            self.note(format!("m{index} reconnects: session {session} expired"));
+            let lost = Error::SessionLost { state: zookeeper_client::SessionState::Expired };
+            self.members[index].up = true;
+            self.members[index].link += 1;
+            self.deliver(index, Event::SessionLost(lost));
+            return;
+        }
+        self.note(format!("m{index} reconnects"));
+        let m = &mut self.members[index];
+        m.up = true;
+        m.link += 1;
+        let stashed = std::mem::take(&mut m.stashed);
+        self.deliver(index, Event::Connected);
+        for event in stashed {
+            self.deliver(index, event);
+        }
+        self.serve_soon(index);
+    }
+
+    fn live(&self) -> Vec<usize> {
+        (0..self.members.len()).filter(|&i| !self.members[i].gone).collect()
+    }
+
+    fn fault(&mut self) {
+        let live = self.live();
+        let session = self.plan.session;
+        let read_timeout = session * 2 / 3;
+        let pick = |rng: &mut Rng| live.get(rng.below(live.len() as u64) as usize).copied();
+        let kind = self.rng.below(9);
+        let mut fault_lasts = Duration::ZERO;
+        match kind {
+            // A short cut: the client notices at once (the connection resets) and comes back on the same session.
+            0 | 1 => {
+                if let Some(i) = pick(&mut self.rng) {
+                    let outage = self.rng.millis(50, 1500);
+                    let link = self.members[i].link + 1;
+                    let detect = self.rng.millis(0, 20);
+                    self.cut(i, detect);
+                    self.at(outage, Ev::Reconnect { member: i, link });
+                    fault_lasts = outage;
+                }
+            }
+            // A server stall longer than the read timeout: every client suspends, the sessions survive.
+            2 | 3 => fault_lasts = self.stall(read_timeout),
+            // A join, then a stall in the middle of the rebalance it started.
+            4 => {
+                self.join();
+                let gap = self.rng.millis(300, 800);
+                self.at(gap, Ev::Stall);
+                fault_lasts = gap + session;
+            }
+            // A crash: the process dies; its session expires a session timeout later.
+            5 => {
+                if let Some(i) = pick(&mut self.rng) {
+                    let m = &mut self.members[i];
+                    m.gone = true;
+                    m.core = None;
+                    m.up = false;
+                    m.link += 1;
+                    let link = m.link;
+                    self.note(format!("crash m{i}"));
+                    self.at(session, Ev::MaybeExpire { member: i, link });
+                    fault_lasts = session;
+                }
+            }
+            // A graceful leave.
+            6 => {
+                if live.len() > 1
+                    && let Some(i) = pick(&mut self.rng)
+                {
+                    self.note(format!("m{i} finishes"));
+                    self.members[i].next_ack += 1;
+                    let ack = self.members[i].next_ack;
+                    self.feed(i, Event::Finish(Some(ack)));
+                }
+            }
+            // A cut longer than the session: the session expires and the member fails (and is replaced).
+            7 => {
+                if let Some(i) = pick(&mut self.rng) {
+                    let link = self.members[i].link + 1;
+                    let detect = self.rng.millis(0, 20);
+                    self.cut(i, detect);
+                    let outage = session + self.rng.millis(200, 1000);
+                    self.at(outage, Ev::Reconnect { member: i, link });
+                    fault_lasts = outage;
+                }
+            }
+            // A join.
+            _ => {
+                self.join();
+            }
+        }
+        self.faults_left -= 1;
+        self.quiet_since = self.quiet_since.max(self.now + fault_lasts);
+        if self.faults_left > 0 {
+            let gap = self.rng.millis(100, 2500);
+            self.at(gap, Ev::Fault);
+        }
+    }
+
+    /// Stops the server for 0.7-0.9 of the session timeout: past the clients' read timeout, so they suspend.
+    fn stall(&mut self, read_timeout: Duration) -> Duration {
+        let session = self.plan.session;
+        let length = session.mul_f64(0.7 + self.rng.below(200) as f64 / 1000.0);
+        self.note(format!("server stalls for {length:?}"));
+        self.frozen = true;
+        self.frozen_until = self.frozen_until.max(self.now + length);
+        for i in self.live() {
+            if self.members[i].up {
+                let detect = read_timeout + self.rng.millis(0, 50);
+                // The cut is decided now; the member notices after the read timeout.
+                self.cut(i, detect.min(length));
+            }
+        }
+        self.at(length, Ev::Thaw);
+        length
+    }
+
+    fn thaw(&mut self) {
+        if self.now < self.frozen_until {
+            return;
+        }
+        self.frozen = false;
+        self.note("server resumes".into());
+        for i in self.live() {
+            if !self.members[i].up {
+                let link = self.members[i].link;
+                let delay = self.rng.millis(10, 300);
+                self.at(delay, Ev::Reconnect { member: i, link });
+            }
+            self.serve_soon(i);
+        }
+    }
+
+    fn maybe_expire(&mut self, index: usize, link: u64) {
+        let m = &self.members[index];
+        if m.link != link || m.up && !m.gone {
+            return;
+        }
+        if self.frozen {
+            // A stalled server expires nothing; look again after it resumes.
+            let session = self.plan.session;
+            self.at(session / 4, Ev::MaybeExpire { member: index, link });
+            return;
+        }
+        let session = m.session;
+        if self.zk.is_alive(session) {
+            self.note(format!("session {session} of m{index} expires"));
+            self.zk.expire(session);
+            self.fire_watches();
+        }
+    }
+
+    /// Replaces members whose core ended (a failed member is restarted by its orchestrator).
+    fn replace_failed(&mut self) {
+        while self.live().len() < self.plan.members.max(1) {
+            self.join();
+        }
+    }
+
+    // ---- The run ----------------------------------------------------------------------------------------------
+
+    fn run(&mut self) -> Outcome {
+        let bound = self.plan.session + self.plan.time_boundary * 3 + Duration::from_secs(5);
+        while let Some(Reverse((when, _, slot))) = self.queue.pop() {
+            let Some(ev) = self.events[slot].take() else { continue };
+            self.now = self.now.max(when);
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                let why = self.converged().err().unwrap_or_default();
+                return self.outcome(Some(format!("more than {MAX_STEPS} steps (a livelock?); last: {why}")));
+            }
+            self.step(ev);
+            if let Err(violation) = self.check_safety() {
+                return self.outcome(Some(violation));
+            }
+            if self.faults_left == 0 && self.now >= self.quiet_since {
+                match self.converged() {
+                    Ok(()) => {
+                        let recovery = self.now - self.quiet_since;
+                        return self.outcome(None).with_recovery(recovery);
+                    }
+                    Err(why) if self.now > self.quiet_since + bound => {
+                        return self.outcome(Some(format!("no recovery within {bound:?} after the last fault: {why}")));
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        match self.converged() {
+            Ok(()) if self.faults_left == 0 => self.outcome(None),
+            Ok(()) => self.outcome(Some(format!("the world went idle with {} faults to go", self.faults_left))),
+            Err(why) => self.outcome(Some(format!("the world went idle without converging: {why}"))),
+        }
+    }
+
+    fn outcome(&self, violation: Option<String>) -> Outcome {
+        let violation = violation.map(|v| {
+            let mut text = format!("{v}\n--- the last {} events ---\n", self.log.len());
+            for line in &self.log {
+                let _ = writeln!(text, "{line}");
+            }
+            text
+        });
+        Outcome { steps: self.steps, faults: self.plan.faults, recovery: Duration::ZERO, violation }
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::Serve(i) => self.serve(i),
+            Ev::Deliver { member, link, event } => {
+                if self.members[member].gone {
+                    return;
+                }
+                if self.members[member].link != link {
+                    // Lost with its connection. A watch event is not lost for good: the client sets its watches
+                    // again on reconnection and the server fires those whose node changed meanwhile.
+                    let SimEvent::Core(event) = *event;
+                    let is_watch_event = match &event {
+                        Event::PartyChanged => true,
+                        Event::Reply(id, Reply::Changed(Ok(()))) => self.members[member].watch_fired.contains(id),
+                        _ => false,
+                    };
+                    if is_watch_event {
+                        if self.members[member].up {
+                            self.deliver(member, event);
+                        } else {
+                            self.members[member].stashed.push(event);
+                        }
+                    }
+                    return;
+                }
+                let SimEvent::Core(event) = *event;
+                match &event {
+                    Event::Reply(id, reply) => {
+                        if std::env::var_os("SIM_TRACE").is_some() {
+                            self.note(format!("m{member} <- #{id} {reply:?}"));
+                        }
+                        self.members[member].unanswered.remove(id);
+                    }
+                    other => self.note(format!("m{member} <- {other:?}")),
+                }
+                self.feed(member, event);
+            }
+            Ev::Timer(i) => {
+                let m = &mut self.members[i];
+                if m.timer.is_some_and(|t| t <= self.now) {
+                    m.timer = None;
+                }
+                let now = self.instant();
+                if let Some(core) = self.members[i].core.as_mut()
+                    && core.poll_timeout().is_some_and(|t| t <= now)
+                {
+                    core.handle_timeout(now);
+                }
+                self.pump(i);
+            }
+            Ev::Worker(i) => {
+                self.members[i].worker_pending = false;
+                let in_release = self.members[i].shown.as_ref().is_some_and(|p| p.state == PartitionState::Release);
+                if in_release && !self.members[i].gone {
+                    self.members[i].next_ack += 1;
+                    let ack = self.members[i].next_ack;
+                    self.feed(i, Event::ReleaseSet(ack));
+                }
+            }
+            Ev::MaybeExpire { member, link } => self.maybe_expire(member, link),
+            Ev::Reconnect { member, link } => self.reconnect(member, link),
+            Ev::Thaw => self.thaw(),
+            Ev::Stall => {
+                let read_timeout = self.plan.session * 2 / 3;
+                let lasts = self.stall(read_timeout);
+                self.quiet_since = self.quiet_since.max(self.now + lasts);
+            }
+            Ev::Fault => self.fault(),
+        }
+        self.replace_failed();
+    }
+
+    // ---- Invariants -------------------------------------------------------------------------------------------
+
+    fn listed(&self, index: usize) -> BTreeSet<usize> {
+        self.members[index].core.as_ref().map(|c| c.listed().clone()).unwrap_or_default()
+    }
+
+    /// No item listed by two live sessions; every listed item backed by the member's lowest contender node.
+    fn check_safety(&mut self) -> Result<(), String> {
+        let zxid = self.zk.zxid();
+        if zxid == self.checked_zxid {
+            return Ok(());
+        }
+        self.checked_zxid = zxid;
+        let mut owner: BTreeMap<usize, usize> = BTreeMap::new();
+        for index in 0..self.members.len() {
+            let Some(core) = self.members[index].core.as_ref() else { continue };
+            let listed = core.listed();
+            if listed.is_empty() {
+                continue;
+            }
+            let session = self.members[index].session;
+            let name = core.me().to_owned();
+            if !self.zk.is_alive(session) {
+                return Err(format!("{name} lists {listed:?} but its session {session} has expired"));
+            }
+            for &item in listed {
+                if let Some(other) = owner.insert(item, index) {
+                    return Err(format!("item {item} listed by m{other} and m{index}, both sessions alive"));
+                }
+                let dir = format!("{LOCKS}/{item}");
+                let Some(node) = core.held_node(item) else {
+                    return Err(format!("{name} lists item {item} without a held node"));
+                };
+                let children = self.zk.children_of(&dir);
+                let lowest = children
+                    .iter()
+                    .filter_map(|c| crate::decision::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
+                    .min()
+                    .map(|(_, c)| c);
+                if lowest.as_deref() != Some(node) {
+                    return Err(format!(
+                        "{name} lists item {item} but its node {node} is not the lowest contender ({children:?})"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every live member `Acquired` over the real party, listings a disjoint cover, no stray lock node.
+    fn converged(&self) -> Result<(), String> {
+        let party: Vec<String> = crate::party::members(&self.zk.children_of(PARTY)).0;
+        let mut covered = BTreeSet::new();
+        for index in self.live() {
+            let m = &self.members[index];
+            let Some(core) = m.core.as_ref() else { continue };
+            if core.state() != PartitionState::Acquired {
+                return Err(format!("{} is {}", core.me(), core.state()));
+            }
+            let members = m.shown.as_ref().map(|p| p.members.to_vec()).unwrap_or_default();
+            if members != party {
+                return Err(format!("{} allocated for {members:?}, the party is {party:?}", core.me()));
+            }
+            for item in self.listed(index) {
+                if !covered.insert(item) {
+                    return Err(format!("item {item} listed twice"));
+                }
+            }
+            // Hygiene: every lock node of this session is the held node of its item.
+            for path in self.zk.ephemerals(m.session, LOCKS) {
+                let Some((dir, node)) = path.rsplit_once('/') else { continue };
+                let item: usize = dir.rsplit('/').next().and_then(|i| i.parse().ok()).unwrap_or(usize::MAX);
+                if core.held_node(item) != Some(node) || !core.listed().contains(&item) {
+                    return Err(format!("{} has a stray lock node {path}", core.me()));
+                }
+            }
+        }
+        if covered.len() != self.items.len() {
+            return Err(format!("{} of {} items covered", covered.len(), self.items.len()));
+        }
+        // No lock node of a dead session may linger (the model deletes them on expiry; this checks the model too).
+        Ok(())
+    }
+}
+
+impl Outcome {
+    fn with_recovery(mut self, recovery: Duration) -> Self {
+        self.recovery = recovery;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests;
