@@ -168,6 +168,8 @@ pub(crate) enum Sabotage {
     /// The old incremental driver awaited releases outside its `select!`: a suspension during a release went
     /// unnoticed while kept items stayed listed.
     UnnoticedSuspensionDuringRelease,
+    /// The old driver acknowledged waiting `release_set()` calls before their release happened.
+    AckBeforeRelease,
 }
 
 /// What the core asks for.
@@ -702,6 +704,11 @@ impl Core {
                 self.debounce.changed(self.now);
                 self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
             }
+        }
+        #[cfg(test)]
+        if self.sabotage == Sabotage::AckBeforeRelease {
+            self.actions.push_back(Action::Ack(ack, Ok(())));
+            return;
         }
         self.release_acks.push(ack);
     }
@@ -1348,7 +1355,17 @@ impl Core {
             self.actions.push_back(Action::Ack(ack, Err(cause.clone())));
         }
         self.ending = Some(Ending { cause, acks, clean_up, leaving: false });
-        self.set_want(BTreeSet::new());
+        if clean_up {
+            self.set_want(BTreeSet::new());
+        } else {
+            // The session is gone and every node with it: nothing to delete.
+            self.want.clear();
+            self.locks.clear();
+            self.held.clear();
+            self.queued.clear();
+            self.need_dirs.clear();
+            self.delayed.clear();
+        }
     }
 
     /// Ending: release every lock, then leave the party, then stop (skipping what a lost session makes pointless).
@@ -1433,3 +1450,6 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string payload".into())
 }
+
+#[cfg(test)]
+mod tests;

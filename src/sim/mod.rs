@@ -177,6 +177,8 @@ struct Member {
     timer: Option<Duration>,
     worker_pending: bool,
     shown: Option<Publication>,
+    /// The items revoked by the latest (unsuspended) `Release`: gone once `release_set()` returns.
+    owed: Option<Vec<usize>>,
     next_ack: u64,
     /// The process is gone (crashed), or its core stopped and the session closed.
     gone: bool,
@@ -202,6 +204,8 @@ struct World {
     quiet_since: Duration,
     log: VecDeque<String>,
     checked_zxid: i64,
+    /// A `release_set()` acknowledged too early (found while performing actions, reported after the step).
+    ack_violation: Option<String>,
 }
 
 /// Runs one seeded simulation of `plan`.
@@ -236,6 +240,7 @@ impl World {
             quiet_since: Duration::ZERO,
             log: VecDeque::new(),
             checked_zxid: -1,
+            ack_violation: None,
         };
         for _ in 0..world.plan.members {
             world.join();
@@ -298,6 +303,7 @@ impl World {
             timer: None,
             worker_pending: false,
             shown: None,
+            owed: None,
             next_ack: 0,
             gone: false,
         });
@@ -357,6 +363,9 @@ impl World {
                         if publication.suspended { " suspended" } else { "" },
                         publication.reason
                     );
+                    if publication.state == PartitionState::Release && !publication.suspended {
+                        m.owed = Some(publication.revoked.clone());
+                    }
                     if publication.state == PartitionState::Release && !m.worker_pending {
                         m.worker_pending = true;
                         let delay = self.rng.millis(0, 80);
@@ -366,7 +375,17 @@ impl World {
                     self.note(line);
                     self.checked_zxid = -1;
                 }
-                Action::Ack(..) => {}
+                Action::Ack(_, Ok(())) => {
+                    // release_set() returned: what the Release it answered revoked is no longer locked by us.
+                    if let Some(revoked) = self.members[index].owed.take()
+                        && let Some(item) = revoked.iter().copied().find(|&item| self.holds_a_node(index, item))
+                    {
+                        self.ack_violation.get_or_insert(format!(
+                            "m{index}'s release_set() returned while its lock node of revoked item {item} still exists"
+                        ));
+                    }
+                }
+                Action::Ack(_, Err(_)) => {}
                 Action::Stop => {
                     // The process closes its client: the session ends, and its ephemerals with it.
                     let m = &mut self.members[index];
@@ -963,12 +982,25 @@ impl World {
 
     // ---- Invariants -------------------------------------------------------------------------------------------
 
+    /// Whether a member's session has a lock node (held or waiting) for `item`.
+    fn holds_a_node(&self, index: usize, item: usize) -> bool {
+        let dir = format!("{LOCKS}/{item}");
+        let session = self.members[index].session;
+        self.zk
+            .children_of(&dir)
+            .iter()
+            .any(|child| self.zk.exists(&format!("{dir}/{child}")).is_some_and(|stat| stat.ephemeral_owner == session))
+    }
+
     fn listed(&self, index: usize) -> BTreeSet<usize> {
         self.members[index].core.as_ref().map(|c| c.listed().clone()).unwrap_or_default()
     }
 
     /// No item listed by two live sessions; every listed item backed by the member's lowest contender node.
     fn check_safety(&mut self) -> Result<(), String> {
+        if let Some(violation) = self.ack_violation.take() {
+            return Err(violation);
+        }
         let zxid = self.zk.zxid();
         if zxid == self.checked_zxid {
             return Ok(());

@@ -9,7 +9,7 @@ use crate::decision::Sabotage;
 /// Seeds per combination in `cargo test` (`SIM_RUNS` overrides), and a fixed base so CI runs are reproducible
 /// (`SIM_BASE` moves it: a long run uses fresh seeds).
 fn runs() -> u64 {
-    std::env::var("SIM_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(40)
+    std::env::var("SIM_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(320)
 }
 
 fn base() -> u64 {
@@ -86,6 +86,11 @@ fn every_combination_survives_seeded_faults() {
     assert!(failures.is_empty(), "{} failing runs; the first:\n{}", failures.len(), failures[0]);
 }
 
+/// Seeds that caught each old bug when it was put back into the core (found by the searches below).
+const REGRESSION_RESUME: u64 = 20_360_183_784_072;
+const REGRESSION_UNNOTICED: u64 = 20_360_183_784_071;
+const REGRESSION_EARLY_ACK: u64 = 20_360_183_784_062;
+
 /// Searches seeds for a violation under a sabotaged core; returns the first seed that shows one.
 fn first_caught(combo: Combo, sabotage: Sabotage, tries: u64) -> Option<(u64, String)> {
     (0..tries).map(|k| seed(99, k)).find_map(|seed| run_seed(combo, seed, sabotage).violation.map(|v| (seed, v)))
@@ -114,4 +119,37 @@ fn checker_catches_a_suspension_unnoticed_during_a_release() {
     let caught = first_caught(combo, Sabotage::UnnoticedSuspensionDuringRelease, 400);
     let (seed, violation) = caught.expect("the checker must catch the unnoticed suspension within 400 seeds");
     eprintln!("caught with SIM_SEED={seed}: {}", violation.lines().next().unwrap_or_default());
+}
+
+/// Likewise for `release_set()` returning before its release happened (the old driver acknowledged every waiting
+/// call but one at once): the worker would believe its locks gone while they still block the next owner.
+#[test]
+fn checker_catches_an_early_release_set_acknowledgement() {
+    let combo = Combo { rendezvous: false, rebalance: crate::Rebalance::Eager, policy: crate::SessionPolicy::Standard };
+    let caught = first_caught(combo, Sabotage::AckBeforeRelease, 200);
+    let (seed, violation) = caught.expect("the checker must catch the early acknowledgement within 200 seeds");
+    eprintln!("caught with SIM_SEED={seed}: {}", violation.lines().next().unwrap_or_default());
+}
+
+/// The seeds the searches above found, pinned: each fails with its bug put back and passes with the core as it is.
+#[test]
+fn regression_seeds() {
+    let incremental_aware = Combo {
+        rendezvous: true,
+        rebalance: crate::Rebalance::Incremental,
+        policy: crate::SessionPolicy::SessionAware,
+    };
+    let incremental_standard = Combo { rendezvous: false, policy: crate::SessionPolicy::Standard, ..incremental_aware };
+    let eager_standard = Combo { rebalance: crate::Rebalance::Eager, ..incremental_standard };
+    let cases = [
+        (incremental_aware, Sabotage::ResumeAbandonsRebalance, REGRESSION_RESUME),
+        (incremental_standard, Sabotage::UnnoticedSuspensionDuringRelease, REGRESSION_UNNOTICED),
+        (eager_standard, Sabotage::AckBeforeRelease, REGRESSION_EARLY_ACK),
+    ];
+    for (combo, sabotage, seed) in cases {
+        assert!(run_seed(combo, seed, sabotage).violation.is_some(), "{sabotage:?} no longer caught by seed {seed}");
+        if let Some(violation) = run_seed(combo, seed, Sabotage::None).violation {
+            panic!("seed {seed} fails the core as it is ({}):\n{violation}", combo_name(combo));
+        }
+    }
 }

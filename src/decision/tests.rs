@@ -1,0 +1,304 @@
+//! The decision table, row by row: a scripted conversation with one core (no ZooKeeper, no clock), each test one row
+//! or one bug of the old driver.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::{KazooStride, Rebalance, SessionPolicy};
+
+const TB: Duration = Duration::from_millis(100);
+
+/// A core for member `me` of a set of `items` integers, with a clock the test moves.
+struct Script {
+    core: Core,
+    now: Instant,
+    /// Actions the core asked for and the test has not looked at yet.
+    seen: Vec<Action>,
+}
+
+fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Option<Duration>) -> CoreConfig {
+    CoreConfig {
+        items: (0..items as i64).map(Item::from).collect(),
+        partition_fn: Box::new(KazooStride),
+        time_boundary: TB,
+        retry_delay: Duration::from_millis(10),
+        max_allocation_time: limit,
+        session_policy: policy,
+        rebalance,
+        window: 100,
+        batch: 100,
+    }
+}
+
+impl Script {
+    fn new(cfg: CoreConfig) -> Script {
+        let now = Instant::now();
+        let mut script = Script { core: Core::new(cfg, Arc::from("a-0000000000"), 7, now), now, seen: Vec::new() };
+        script.drain();
+        script
+    }
+
+    fn drain(&mut self) {
+        while let Some(action) = self.core.poll_action() {
+            self.seen.push(action);
+        }
+    }
+
+    fn send(&mut self, event: Event) {
+        self.core.handle(event, self.now);
+        self.drain();
+    }
+
+    fn wait(&mut self, by: Duration) {
+        self.now += by;
+        self.core.handle_timeout(self.now);
+        self.drain();
+    }
+
+    /// Takes the one pending request matching `pick`.
+    fn request(&mut self, what: &str, pick: impl Fn(&Op) -> bool) -> (ReqId, Op) {
+        let at = self
+            .seen
+            .iter()
+            .position(|a| matches!(a, Action::Request(_, op) if pick(op)))
+            .unwrap_or_else(|| panic!("no {what} request among {:?}", self.seen));
+        match self.seen.remove(at) {
+            Action::Request(id, op) => (id, op),
+            _ => unreachable!("matched a request"),
+        }
+    }
+
+    /// Answers the party read with these members.
+    fn party(&mut self, members: &[&str]) {
+        let (id, _) = self.request("party read", |op| *op == Op::ReadParty);
+        self.send(Event::Reply(id, Reply::Party(Ok(members.iter().map(|m| m.to_string()).collect()))));
+    }
+
+    /// Answers the lock directory listing (every directory exists), then every create and listing: our nodes are
+    /// the only contenders, so every lock is held.
+    fn grant_locks(&mut self) {
+        if let Some(at) = self.seen.iter().position(|a| matches!(a, Action::Request(_, Op::ListLockDirs))) {
+            let Action::Request(id, _) = self.seen.remove(at) else { unreachable!() };
+            let names = (0..64).map(|i| i.to_string()).collect();
+            self.send(Event::Reply(id, Reply::LockDirs(Ok(names))));
+        }
+        while let Some(at) = self.seen.iter().position(|a| matches!(a, Action::Request(_, Op::Create { .. }))) {
+            let Action::Request(id, Op::Create { contenders, .. }) = self.seen.remove(at) else { unreachable!() };
+            let created = contenders.iter().map(|(_, prefix)| (format!("{prefix}0000000001"), 42)).collect();
+            self.send(Event::Reply(id, Reply::Created(Ok(created))));
+            let (id, Op::List(items)) = self.request("listing", |op| matches!(op, Op::List(_))) else { unreachable!() };
+            let listed = items.iter().map(|(_, node)| Ok((vec![node.clone().unwrap_or_default()], 42))).collect();
+            self.send(Event::Reply(id, Reply::Listed(Ok(listed))));
+        }
+    }
+
+    /// The publications since the last call.
+    fn published(&mut self) -> Vec<Publication> {
+        let (publications, rest) =
+            std::mem::take(&mut self.seen).into_iter().partition(|a| matches!(a, Action::Publish(_)));
+        self.seen = rest;
+        publications.into_iter().map(|a| if let Action::Publish(p) = a { p } else { unreachable!() }).collect()
+    }
+
+    fn last_state(&mut self) -> PartitionState {
+        self.published().last().map(|p| p.state).unwrap_or_else(|| self.core.state())
+    }
+
+    fn acks(&mut self) -> Vec<(AckId, Result<(), Error>)> {
+        let (acks, rest) = std::mem::take(&mut self.seen).into_iter().partition(|a| matches!(a, Action::Ack(..)));
+        self.seen = rest;
+        acks.into_iter().map(|a| if let Action::Ack(id, r) = a { (id, r) } else { unreachable!() }).collect()
+    }
+
+    /// Builds up to `Acquired` as the only member (owning every item).
+    fn acquired(cfg: CoreConfig) -> Script {
+        let mut s = Script::new(cfg);
+        s.party(&["a-0000000000"]);
+        s.wait(TB);
+        s.grant_locks();
+        assert_eq!(s.last_state(), PartitionState::Acquired);
+        s
+    }
+}
+
+fn listed(p: &Publication) -> BTreeSet<usize> {
+    p.items.iter().map(|&(i, _)| i).collect()
+}
+
+#[test]
+fn allocation_waits_for_a_quiet_party_then_takes_every_lock() {
+    let mut s = Script::new(config(4, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.party(&["a-0000000000"]);
+    s.wait(TB / 2);
+    assert!(s.seen.iter().all(|a| !matches!(a, Action::Request(_, Op::Create { .. }))), "took locks before the quiet");
+    s.send(Event::PartyChanged); // the quiet period starts again
+    s.party(&["a-0000000000", "b-0000000001"]);
+    s.wait(TB / 2 + TB / 4);
+    assert!(
+        s.seen.iter().all(|a| !matches!(a, Action::Request(_, Op::Create { .. }))),
+        "the change did not restart it"
+    );
+    s.wait(TB);
+    s.grant_locks();
+    let acquired = s.published().pop().expect("a publication");
+    assert_eq!(acquired.state, PartitionState::Acquired);
+    assert_eq!(listed(&acquired), BTreeSet::from([0, 2]), "kazoo's stride: member 0 of 2");
+}
+
+#[test]
+fn eager_party_change_while_acquired_revokes_everything_and_release_set_deletes_after_publishing() {
+    let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.send(Event::PartyChanged);
+    let release = s.published().pop().expect("Release");
+    assert_eq!(
+        (release.state, release.revoked.clone(), listed(&release)),
+        (PartitionState::Release, vec![0, 1], BTreeSet::new())
+    );
+    s.send(Event::ReleaseSet(1));
+    // The publication comes before the delete, and the ack only after it.
+    let order: Vec<&str> = s
+        .seen
+        .iter()
+        .map(|a| match a {
+            Action::Publish(_) => "publish",
+            Action::Request(_, Op::Release { .. }) => "release",
+            Action::Ack(..) => "ack",
+            _ => "other",
+        })
+        .filter(|k| *k != "other")
+        .collect();
+    assert_eq!(order, ["publish", "release"]);
+    let (id, _) = s.request("release", |op| matches!(op, Op::Release { .. }));
+    s.send(Event::Reply(id, Reply::Released(Ok(()))));
+    assert_eq!(s.acks(), [(1, Ok(()))]);
+}
+
+#[test]
+fn incremental_party_change_keeps_what_stays_and_revokes_only_what_moves() {
+    let mut s = Script::acquired(config(4, Rebalance::Incremental, SessionPolicy::Standard, None));
+    s.published();
+    s.send(Event::PartyChanged);
+    assert!(s.published().is_empty(), "nothing stops while the party settles");
+    s.party(&["a-0000000000", "b-0000000001"]);
+    s.wait(TB);
+    let release = s.published().pop().expect("Release");
+    assert_eq!(release.state, PartitionState::Release);
+    assert_eq!((listed(&release), release.revoked.clone()), (BTreeSet::from([0, 2]), vec![1, 3]));
+    s.send(Event::ReleaseSet(9));
+    let (id, Op::Release { nodes, .. }) = s.request("release", |op| matches!(op, Op::Release { .. })) else {
+        unreachable!()
+    };
+    assert_eq!(nodes.iter().map(|n| n.item).collect::<Vec<_>>(), [1, 3], "only the revoked items");
+    s.send(Event::Reply(id, Reply::Released(Ok(()))));
+    assert_eq!(s.acks(), [(9, Ok(()))]);
+    let back = s.published().pop().expect("Acquired again");
+    assert_eq!((back.state, listed(&back)), (PartitionState::Acquired, BTreeSet::from([0, 2])));
+}
+
+#[test]
+fn standard_suspension_stops_processing_at_once_in_every_mode() {
+    for rebalance in [Rebalance::Eager, Rebalance::Incremental] {
+        let mut s = Script::acquired(config(2, rebalance, SessionPolicy::Standard, None));
+        s.send(Event::Suspended);
+        let release = s.published().pop().expect("Release");
+        assert_eq!((release.state, listed(&release)), (PartitionState::Release, BTreeSet::new()), "{rebalance:?}");
+        // A reconnection the client folded into one "connected" counts as a suspension too.
+        let mut s = Script::acquired(config(2, rebalance, SessionPolicy::Standard, None));
+        s.send(Event::Connected);
+        assert_eq!(s.last_state(), PartitionState::Release, "{rebalance:?}: folded reconnection");
+    }
+}
+
+#[test]
+fn session_aware_suspension_resumes_with_the_same_locks_when_they_survive() {
+    let mut s = Script::acquired(config(2, Rebalance::Incremental, SessionPolicy::SessionAware, None));
+    s.send(Event::Suspended);
+    let paused = s.published().pop().expect("Release");
+    assert!(paused.suspended && paused.items.is_empty());
+    s.send(Event::ReleaseSet(3));
+    assert!(s.acks().is_empty(), "release_set() waits for the session's fate");
+    s.send(Event::Connected);
+    let (id, _) = s.request("verification", |op| matches!(op, Op::Verify(_)));
+    s.send(Event::Reply(id, Reply::Verified(Ok(true))));
+    let resumed = s.published().pop().expect("Acquired");
+    assert_eq!((resumed.state, listed(&resumed)), (PartitionState::Acquired, BTreeSet::from([0, 1])));
+    assert_eq!(s.acks(), [(3, Ok(()))]);
+    assert!(s.seen.iter().all(|a| !matches!(a, Action::Request(_, Op::Release { .. }))), "nothing released");
+}
+
+/// The old driver acknowledged every waiting `release_set()` but one before the release happened.
+#[test]
+fn release_set_calls_are_acknowledged_only_after_the_release() {
+    let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::SessionAware, None));
+    s.send(Event::Suspended);
+    s.send(Event::ReleaseSet(1));
+    s.send(Event::ReleaseSet(2));
+    s.send(Event::Connected);
+    let (id, _) = s.request("verification", |op| matches!(op, Op::Verify(_)));
+    s.send(Event::Reply(id, Reply::Verified(Ok(false)))); // a lock node did not survive
+    assert!(s.acks().is_empty(), "acknowledged before anything was deleted");
+    let (id, _) = s.request("release", |op| matches!(op, Op::Release { .. }));
+    s.send(Event::Reply(id, Reply::Released(Ok(()))));
+    let mut acks: Vec<AckId> = s.acks().into_iter().map(|(id, result)| result.map(|()| id).expect("ok")).collect();
+    acks.sort_unstable();
+    assert_eq!(acks, [1, 2]);
+}
+
+/// The old incremental driver ignored `max_allocation_time` during rebalances.
+#[test]
+fn max_allocation_time_bounds_an_incremental_rebalance() {
+    let limit = Duration::from_millis(500);
+    let mut s = Script::acquired(config(2, Rebalance::Incremental, SessionPolicy::Standard, Some(limit)));
+    s.published();
+    // The party keeps changing faster than time_boundary: the rebalance never settles.
+    let started = s.now;
+    let failed = loop {
+        s.send(Event::PartyChanged);
+        s.party(&["a-0000000000", "b-0000000001"]);
+        s.wait(TB / 2);
+        if let Some(failed) = s.published().into_iter().find(|p| p.state == PartitionState::Failure) {
+            break failed;
+        }
+        assert!(s.now - started < limit * 2, "still rebalancing after twice the limit");
+    };
+    assert_eq!(failed.cause, Some(Error::AllocationTimeout(limit)));
+    assert!(s.now - started >= limit, "failed before the limit");
+}
+
+#[test]
+fn a_lost_session_fails_at_once_and_asks_nothing_more() {
+    let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.seen.clear();
+    let lost = Error::SessionLost { state: zookeeper_client::SessionState::Expired };
+    s.send(Event::SessionLost(lost.clone()));
+    let failed = s.published().pop().expect("Failure");
+    assert_eq!((failed.state, failed.cause, failed.items.len()), (PartitionState::Failure, Some(lost), 0));
+    assert!(s.seen.iter().all(|a| !matches!(a, Action::Request(..))), "nothing to clean after the session");
+    assert!(matches!(s.seen.last(), Some(Action::Stop)));
+}
+
+#[test]
+fn finish_releases_then_leaves_then_stops() {
+    let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.send(Event::Finish(Some(5)));
+    assert_eq!(s.published().pop().map(|p| (p.state, p.cause)), Some((PartitionState::Failure, Some(Error::Finished))));
+    let (id, _) = s.request("release", |op| matches!(op, Op::Release { .. }));
+    assert!(s.seen.iter().all(|a| !matches!(a, Action::Request(_, Op::Leave))), "left before releasing");
+    s.send(Event::Reply(id, Reply::Released(Ok(()))));
+    let (id, _) = s.request("leave", |op| *op == Op::Leave);
+    s.send(Event::Reply(id, Reply::Left));
+    assert_eq!(s.acks(), [(5, Ok(()))]);
+    assert!(s.core.is_stopped());
+}
+
+#[test]
+fn no_deadline_in_the_past_is_ever_reported() {
+    // A suspended member with a quiet party has nothing to wait for: a deadline in the past would spin the driver.
+    let mut s = Script::new(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.party(&["a-0000000000"]);
+    s.send(Event::Suspended);
+    s.wait(TB * 3);
+    assert!(s.core.poll_timeout().is_none_or(|t| t > s.now), "{:?} is not after {:?}", s.core.poll_timeout(), s.now);
+}

@@ -1,0 +1,119 @@
+//! The driver cannot leave a stale snapshot or a phantom member behind: a panic inside its task, its runtime going
+//! away, or a `build()` cancelled half-way, each on a real ZooKeeper.
+
+mod common;
+
+use std::time::Duration;
+
+use common::members::{ints, wait_snapshot};
+use common::{Ctx, timing, wait_for};
+use zk_partitioner::{Error, Item, PartitionState, SetPartitioner};
+
+const PATH: &str = "/partitioner";
+
+/// A panic payload whose own drop panics: the partition function's panic is caught, and dropping its payload then
+/// panics inside the partitioner's task, which is how a bug in the task itself would surface.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a bug inside the background task");
+    }
+}
+
+async fn party_nodes(ctx: &Ctx) -> Vec<String> {
+    ctx.observer.list_children(&format!("{PATH}/party")).await.unwrap_or_default()
+}
+
+/// A panic in the background task publishes FAILURE with its cause and removes the member's nodes, instead of leaving
+/// the last snapshot (possibly ACQUIRED) in place forever.
+#[tokio::test]
+async fn a_panic_in_the_task_fails_the_member_and_cleans_up() {
+    let ctx = Ctx::new().await;
+    let member = ctx
+        .member_with("panicky", ints(2), |builder| {
+            builder.partition_func(|_: &str, _: &[String], _: &[Item]| -> Vec<Item> { std::panic::panic_any(Bomb) })
+        })
+        .await;
+    let failed = wait_snapshot(&member.partitioner, "FAILURE", timing(Duration::from_secs(10)), |s| {
+        s.state == PartitionState::Failure
+    })
+    .await;
+    assert!(
+        matches!(&failed.cause, Some(Error::Internal { reason }) if reason.contains("a bug inside the background task")),
+        "{:?}",
+        failed.cause
+    );
+    assert!(failed.items.is_empty());
+    assert_eq!(member.partitioner.state(), PartitionState::Failure);
+    wait_for("the failed member to leave the party", timing(Duration::from_secs(10)), || async {
+        let party = party_nodes(&ctx).await;
+        if party.is_empty() { Ok(()) } else { Err(format!("{party:?}")) }
+    })
+    .await;
+}
+
+/// When the runtime that runs the task shuts down, every handle reports FAILURE (`Stopped`) instead of the stale
+/// ACQUIRED snapshot.
+#[test]
+fn a_task_gone_with_its_runtime_reads_as_failure() {
+    let outer = tokio::runtime::Runtime::new().expect("runtime");
+    let (ctx, client) = outer.block_on(async {
+        let ctx = Ctx::new().await;
+        let client = ctx.client().await;
+        (ctx, client)
+    });
+    // The member's task runs on a runtime of its own, which then goes away.
+    let inner = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let partitioner = inner.block_on(async {
+        let partitioner = SetPartitioner::builder(client, PATH, ints(2))
+            .time_boundary(common::members::TIME_BOUNDARY)
+            .build()
+            .await
+            .expect("build");
+        partitioner.wait_for_acquire(timing(Duration::from_secs(10))).await;
+        partitioner
+    });
+    assert_eq!(partitioner.state(), PartitionState::Acquired, "{:?}", partitioner.snapshot());
+    drop(inner);
+    assert_eq!(partitioner.state(), PartitionState::Failure);
+    assert_eq!(partitioner.failure(), Some(Error::Stopped));
+    assert!(partitioner.items().is_empty(), "a stopped member must list nothing");
+    assert!(outer.block_on(partitioner.release_set()).is_err());
+    drop(ctx);
+}
+
+/// `build()` raced against a timeout and cancelled at every point of its course leaves no party node behind: the
+/// members it did build are finished, and the party ends empty.
+#[tokio::test]
+async fn a_cancelled_build_leaves_no_member_behind() {
+    let ctx = Ctx::new().await;
+    let client = ctx.client().await;
+    let builder = |identifier: String| {
+        SetPartitioner::builder(client.clone(), PATH, ints(1))
+            .identifier(identifier)
+            .time_boundary(Duration::from_secs(60))
+    };
+    // How long a whole build takes here, so the timeouts below sweep its whole course.
+    let started = std::time::Instant::now();
+    builder("measure".into()).build().await.expect("build").finish().await;
+    let course = started.elapsed();
+    let (mut cancelled, mut built) = (0, 0);
+    // From "cancelled before anything was sent" to "completed": 60 steps over one and a half courses.
+    for step in 0..60u32 {
+        let build = builder(format!("try{step}")).build();
+        match tokio::time::timeout(course * 3 / 2 * step / 60, build).await {
+            Ok(partitioner) => {
+                built += 1;
+                partitioner.expect("build").finish().await;
+            }
+            Err(_) => cancelled += 1,
+        }
+    }
+    assert!(cancelled > 0 && built > 0, "the timeouts missed the build's course: {cancelled} cancelled, {built} built");
+    wait_for("every cancelled member's node to go", timing(Duration::from_secs(10)), || async {
+        let party = party_nodes(&ctx).await;
+        if party.is_empty() { Ok(()) } else { Err(format!("{party:?}")) }
+    })
+    .await;
+}
