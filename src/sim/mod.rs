@@ -727,7 +727,8 @@ impl World {
     fn fault(&mut self) {
         let live = self.live();
         let session = self.plan.session;
-        let read_timeout = session * 2 / 3;
+        // zookeeper-client gives up on a silent connection after 2/5 of the session timeout (the Java client: 2/3).
+        let read_timeout = session * 2 / 5;
         let pick = |rng: &mut Rng| live.get(rng.below(live.len() as u64) as usize).copied();
         let kind = self.rng.below(9);
         let mut fault_lasts = Duration::ZERO;
@@ -971,7 +972,7 @@ impl World {
             Ev::Reconnect { member, link } => self.reconnect(member, link),
             Ev::Thaw => self.thaw(),
             Ev::Stall => {
-                let read_timeout = self.plan.session * 2 / 3;
+                let read_timeout = self.plan.session * 2 / 5;
                 let lasts = self.stall(read_timeout);
                 self.quiet_since = self.quiet_since.max(self.now + lasts);
             }

@@ -211,6 +211,17 @@ impl OwnedServer {
         self.container.pause().await.unwrap_or_else(|err| panic!("cannot pause {}: {err}", self.name));
     }
 
+    /// [`pause`](Self::pause), returning Docker's error instead of panicking: on a loaded machine the cgroup freezer
+    /// can time out ("OCI runtime pause failed: unable to freeze"), and the caller may want to retry.
+    pub async fn try_pause(&self) -> Result<(), String> {
+        self.container.pause().await.map_err(|err| format!("cannot pause {}: {err}", self.name))
+    }
+
+    /// [`unpause`](Self::unpause), returning Docker's error instead of panicking (e.g. when the server is not paused).
+    pub async fn try_unpause(&self) -> Result<(), String> {
+        self.container.unpause().await.map_err(|err| format!("cannot unpause {}: {err}", self.name))
+    }
+
     /// Resumes a paused server.
     pub async fn unpause(&self) {
         self.container.unpause().await.unwrap_or_else(|err| panic!("cannot unpause {}: {err}", self.name));
