@@ -65,6 +65,8 @@ pub(crate) struct Driver {
     release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
     finish_acks: HashMap<AckId, oneshot::Sender<()>>,
     next_ack: AckId,
+    /// Some handle still exists (the command channel is open).
+    handles_alive: bool,
 }
 
 impl Driver {
@@ -91,6 +93,7 @@ impl Driver {
             release_acks: HashMap::new(),
             finish_acks: HashMap::new(),
             next_ack: 0,
+            handles_alive: true,
         }
     }
 
@@ -131,7 +134,9 @@ impl Driver {
                     };
                     self.core.handle(event, now());
                 }
-                command = self.commands.recv() => {
+                command = self.commands.recv(), if self.handles_alive => {
+                    // Every handle gone: say so once, then stop polling a channel that would answer at once forever.
+                    self.handles_alive = command.is_some();
                     let event = self.on_command(command);
                     self.core.handle(event, now());
                 }

@@ -78,17 +78,26 @@
 //!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition
 //!   function).
 //! - **Hygiene**: `finish()`, or dropping the last handle, deletes the member's lock nodes and party node and stops
-//!   its task. Lock requests whose replies were lost are found again by their random prefix and cleaned up.
+//!   its task. Lock requests whose replies were lost are found again by their random prefix and cleaned up. A panic
+//!   inside the task publishes `Failure` ([`Error::Internal`]) and deletes the member's nodes; a task gone without
+//!   publishing `Failure` (its runtime shut down) reads as `Failure` ([`Error::Stopped`]).
 //!
-//! # Modules, one concept each
+//! `RELIABILITY.md` says how each guarantee is tested: the decision table row by row, a deterministic simulation of
+//! every mode combination under seeded faults, and real faults on a real ZooKeeper.
 //!
-//! `partitioner` (the handle and its builder), `driver` (the background task, the only writer of state; its
-//! `allocation` part takes the locks of an assignment, batched and pipelined), `state`
-//! ([`PartitionState`], [`Snapshot`], [`FencingToken`]), `policy` ([`SessionPolicy`], [`Rebalance`]: reactions to
-//! session and party changes), `party` (member nodes),
-//! `locks` (item lock contenders), `partition_fn` ([`PartitionFn`], [`KazooStride`], [`Rendezvous`]), `item`
-//! ([`Item`]), `names`
-//! (path and name validation) and `error` ([`Error`]).
+//! # Architecture, one concept per module
+//!
+//! - `decision`: every decision, as one sans-IO state machine (events in: the session's state, party changes, request
+//!   replies, commands, the time; actions out: requests, publications, acknowledgements). No client, no Tokio, no
+//!   clock inside, so the same code runs under a deterministic simulation and against ZooKeeper. Its module docs
+//!   give the whole behaviour, for every combination of [`Rebalance`] and [`SessionPolicy`], as one table.
+//!   `decision::debounce` is the `time_boundary` wait, `decision::contention` who holds a lock.
+//! - `driver`: the background task, one `select!` loop that performs the core's actions and feeds back their
+//!   results; it decides nothing.
+//! - `partitioner` (the handle and its builder), `state` ([`PartitionState`], [`Snapshot`], [`FencingToken`]),
+//!   `policy` ([`SessionPolicy`], [`Rebalance`]), `party` (member nodes), `locks` (lock requests on the wire),
+//!   `partition_fn` ([`PartitionFn`], [`KazooStride`], [`Rendezvous`]), `item` ([`Item`]), `names` (path and name
+//!   validation), `error` ([`Error`]).
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]

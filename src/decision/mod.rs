@@ -26,6 +26,9 @@
 //! | connected again after a suspension | — | verify every held node, resume the previous state or release everything |
 //! | lost | `Failure` | `Failure` |
 //!
+//! `max_allocation_time` runs from entering `Allocating` (or, incremental, from the party change) to `Acquired`,
+//! paused while `Release` waits for the worker's `release_set()`; when it runs out: `Failure`.
+//!
 //! Safety rules that hold in every row: an item is listed only while its lock is held and the connection is up; an
 //! item leaves the listing before its lock node is deleted (a publication is queued before the delete); a create
 //! whose reply is pending is never released before the reply comes (its node may exist); nothing new is contended
@@ -323,6 +326,10 @@ pub(crate) struct Core {
     want: BTreeSet<usize>,
     /// Unwanted locks were left in place because a create was in flight: release them once the reply comes.
     unwanted_left: bool,
+    /// `want` changed since the missing locks were last added (checked only then: `want` can be large).
+    want_grew: bool,
+    /// `want` is known to equal `target` (neither changed since they were compared).
+    want_is_target: bool,
     /// Items waiting for a create (their directory known).
     queued: BTreeSet<usize>,
     dirs_known: Vec<bool>,
@@ -378,6 +385,8 @@ impl Core {
             held: BTreeSet::new(),
             want: BTreeSet::new(),
             unwanted_left: false,
+            want_grew: false,
+            want_is_target: false,
             queued: BTreeSet::new(),
             dirs_known: vec![false; count],
             dirs_listed: false,
@@ -591,6 +600,7 @@ impl Core {
         if ours && self.sabotage == Sabotage::ResumeAbandonsRebalance {
             self.owed = None;
             self.target = Some(self.held.clone());
+            self.want_is_target = false;
             let held = self.held.clone();
             self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, "sabotaged resumption");
             for ack in acks {
@@ -638,6 +648,7 @@ impl Core {
             return;
         }
         self.debounce.changed(self.now);
+        self.want_is_target = false;
         if self.target.take().is_none() {
             return;
         }
@@ -701,6 +712,7 @@ impl Core {
                 self.show(PartitionState::Allocating, BTreeSet::new(), BTreeSet::new(), false, None, "release_set");
                 self.set_want(BTreeSet::new());
                 self.target = None;
+                self.want_is_target = false;
                 self.debounce.changed(self.now);
                 self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
             }
@@ -1011,8 +1023,10 @@ impl Core {
 
     /// Changes what we want, and releases at once what we no longer want.
     fn set_want(&mut self, want: BTreeSet<usize>) {
+        self.want_is_target = false;
         if want != self.want {
             self.want = want;
+            self.want_grew = true;
             self.release_unwanted();
         }
     }
@@ -1045,12 +1059,19 @@ impl Core {
         if !self.releases.is_empty() {
             return;
         }
-        let missing: Vec<usize> = self.want.iter().filter(|item| !self.locks.contains_key(item)).copied().collect();
-        for item in missing {
-            let lock = self.new_lock();
-            self.locks.insert(item, lock);
-            self.set_step(item, Step::Queued);
+        if std::mem::take(&mut self.want_grew) {
+            let missing: Vec<usize> = self.want.iter().filter(|item| !self.locks.contains_key(item)).copied().collect();
+            for item in missing {
+                let lock = self.new_lock();
+                self.locks.insert(item, lock);
+                self.set_step(item, Step::Queued);
+            }
         }
+        self.send_queued();
+    }
+
+    /// Sends creates for queued items (and makes missing directories first), batched, within the window.
+    fn send_queued(&mut self) {
         if !self.need_dirs.is_empty() {
             if !self.dirs_listed {
                 if self.dirs_listing.is_none() && self.backoff_until.is_none() {
@@ -1170,6 +1191,7 @@ impl Core {
                 Ok(target) => {
                     self.members = self.latest_party.clone().into();
                     self.target = Some(target);
+                    self.want_is_target = false;
                 }
                 Err(err) => return self.fail(err),
             }
@@ -1185,30 +1207,53 @@ impl Core {
     fn decide_eager(&mut self) {
         if self.owed.is_some() {
             // Waiting for release_set(): keep what we hold, contend for nothing.
-            let held = self.held.clone();
-            return self.set_want(held);
+            return self.want_held();
         }
         if self.shown.state != PartitionState::Allocating {
             return;
         }
-        match self.target.clone() {
+        match &self.target {
             // The party is settling: start over from nothing.
             None => self.set_want(BTreeSet::new()),
-            Some(target) => {
-                self.set_want(target);
+            Some(_) => {
+                self.want_target();
                 self.acquired_if_complete();
             }
         }
     }
 
+    /// Wants exactly the target, comparing the (possibly 100,000-item) sets only when either changed.
+    fn want_target(&mut self) {
+        if self.want_is_target {
+            return;
+        }
+        if let Some(target) = &self.target
+            && self.want != *target
+        {
+            self.set_want(target.clone());
+        }
+        self.want_is_target = self.target.is_some();
+    }
+
+    /// Wants exactly what is held (cloned only when that changes something: the sets can hold 100,000 items).
+    fn want_held(&mut self) {
+        if self.want != self.held {
+            self.set_want(self.held.clone());
+        }
+    }
+
     /// Only what moves stops.
     fn decide_incremental(&mut self) {
-        let Some(target) = self.target.clone() else {
+        let Some(target) = self.target.take() else {
             // Settling: keep what we hold, stop contending for the rest.
-            let held = self.held.clone();
-            return self.set_want(held);
+            return self.want_held();
         };
-        let moved: BTreeSet<usize> = self.shown.listed.difference(&target).copied().collect();
+        self.rebalance_towards(&target);
+        self.target = Some(target);
+    }
+
+    fn rebalance_towards(&mut self, target: &BTreeSet<usize>) {
+        let moved: BTreeSet<usize> = self.shown.listed.difference(target).copied().collect();
         if !moved.is_empty() {
             let mut revoked = match self.owed.take() {
                 Some(Owed::Revoked(revoked)) => revoked,
@@ -1231,12 +1276,12 @@ impl Core {
                     self.held.iter().filter(|item| target.contains(item) || revoked.contains(item)).copied().collect();
                 self.set_want(keep);
             }
-            Some(Owed::All) => {
-                let held = self.held.clone();
-                self.set_want(held);
-            }
+            Some(Owed::All) => self.want_held(),
             None => {
-                self.set_want(target);
+                if !self.want_is_target && self.want != *target {
+                    self.set_want(target.clone());
+                }
+                self.want_is_target = true;
                 if !self.acquired_if_complete() && self.shown.state != PartitionState::Allocating {
                     let listed = self.shown.listed.clone();
                     self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, "taking gained items");
