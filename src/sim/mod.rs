@@ -645,6 +645,19 @@ impl World {
         let link = m.link;
         let session = m.session;
         self.note(format!("cut m{index} (session {session})"));
+        // Requests the server has not taken yet: a prefix of them was already on the wire and fails with the lost
+        // connection without having been applied; the rest wait in the client for the reconnection.
+        let queued = std::mem::take(&mut self.members[index].queue);
+        let on_the_wire = self.rng.below(queued.len() as u64 + 1) as usize;
+        let mut lost = lost;
+        for (k, (id, op)) in queued.into_iter().enumerate() {
+            let retried = matches!(op, Op::Release { .. } | Op::Verify(_) | Op::Join | Op::Leave);
+            if k < on_the_wire && !retried {
+                lost.push((id, op));
+            } else {
+                self.members[index].queue.push_back((id, op));
+            }
+        }
         let mut failed = vec![Event::Suspended];
         for (id, op) in lost {
             let failure = match op {
