@@ -1293,7 +1293,9 @@ impl Core {
     /// Publishes `Acquired` once every wanted lock, and nothing else, is held. Returns whether the state is now
     /// `Acquired` with everything listed.
     fn acquired_if_complete(&mut self) -> bool {
-        let complete = self.held.len() == self.want.len() && self.released_all_unwanted() && self.want_is_held();
+        // Not while suspended: a reply can overtake the client's news that the connection is back.
+        let complete =
+            self.connected && self.held.len() == self.want.len() && self.released_all_unwanted() && self.want_is_held();
         let unchanged = self.shown.state == PartitionState::Acquired
             && self.shown.listed == self.held
             && self.shown.members == self.members;
