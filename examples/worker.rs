@@ -4,11 +4,17 @@
 //! cargo run --example worker -- --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE)
 //!     [--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS]
 //!     [--session-timeout SECS] [--partition stride|rendezvous] [--rebalance eager|incremental]
-//!     [--session-policy standard|session-aware] [--json]
+//!     [--session-policy standard|session-aware] [--static-membership [--max-identity-wait SECS]] [--json]
 //! ```
 //!
 //! The defaults are kazoo's: `--partition stride` ([`KazooStride`]), `--rebalance eager`, `--session-policy standard`.
 //! `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the same partition function.
+//!
+//! `--static-membership` ([`Builder::static_membership`](zk_partitioner::Builder::static_membership)) makes the
+//! member's name its `--identifier` (required with it, unique in the party), so a worker restarted with the same
+//! identifier gets the same items back; if the party still has a node with that identifier (the previous process
+//! crashed and its session has not expired yet), it waits for it to go, up to `--max-identity-wait` (default: twice
+//! the session timeout), and exits 1 if it outlives that.
 //!
 //! Prints every state change (one JSON object per line with `--json`: `ts`, `state`, `member`, `session` (the
 //! ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` (the items it may process
@@ -35,18 +41,22 @@ struct Args {
     rendezvous: bool,
     rebalance: Rebalance,
     session_policy: SessionPolicy,
+    static_membership: bool,
+    max_identity_wait: Option<Duration>,
     json: bool,
 }
 
 const USAGE: &str = "usage: worker --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE) \
 [--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS] [--session-timeout SECS] \
-[--partition stride|rendezvous] [--rebalance eager|incremental] [--session-policy standard|session-aware] [--json]";
+[--partition stride|rendezvous] [--rebalance eager|incremental] [--session-policy standard|session-aware] \
+[--static-membership [--max-identity-wait SECS]] [--json]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut connect, mut path, mut raw_items, mut identifier) = (None, None, None, None);
     let (mut time_boundary, mut max_reaction_time, mut session_timeout) = (30.0, 1.0, 10.0);
-    let (mut json, mut int_items, mut rendezvous) = (false, false, false);
+    let (mut json, mut int_items, mut rendezvous, mut static_membership) = (false, false, false, false);
+    let mut max_identity_wait = None;
     let (mut rebalance, mut session_policy) = (Rebalance::Eager, SessionPolicy::Standard);
     let seconds = |flag: &str, value: Option<String>| -> Result<f64, String> {
         let value = value.ok_or(format!("{flag} needs a value"))?;
@@ -86,12 +96,22 @@ fn parse_args() -> Result<Args, String> {
                 let policies = [("standard", SessionPolicy::Standard), ("session-aware", SessionPolicy::SessionAware)];
                 session_policy = choose(&flag, args.next(), &policies)?;
             }
+            "--static-membership" => static_membership = true,
+            "--max-identity-wait" => max_identity_wait = Some(Duration::from_secs_f64(seconds(&flag, args.next())?)),
             "--json" => json = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     let raw_items: Vec<String> = raw_items.ok_or(format!("--items or --items-file is required\n{USAGE}"))?;
+    if static_membership && identifier.is_none() {
+        return Err(format!(
+            "--static-membership needs --identifier (unique in the party, kept across restarts)\n{USAGE}"
+        ));
+    }
+    if max_identity_wait.is_some() && !static_membership {
+        return Err(format!("--max-identity-wait applies only with --static-membership\n{USAGE}"));
+    }
     let items = if int_items {
         raw_items
             .iter()
@@ -111,6 +131,8 @@ fn parse_args() -> Result<Args, String> {
         rendezvous,
         rebalance,
         session_policy,
+        static_membership,
+        max_identity_wait,
         json,
     })
 }
@@ -163,6 +185,12 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     };
     if let Some(identifier) = args.identifier {
         builder = builder.identifier(identifier);
+    }
+    if args.static_membership {
+        builder = builder.static_membership(true);
+    }
+    if let Some(limit) = args.max_identity_wait {
+        builder = builder.max_identity_wait(limit);
     }
     let partitioner = builder.build().await.map_err(|e| e.to_string())?;
     let mut changes = partitioner.changes();

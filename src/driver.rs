@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, OneshotWatcher, SessionState, StateWatcher, WatchedEvent};
 
-use crate::decision::{self, AckId, Action, Core, Event, Op, Publication, Reply, ReqError, ReqId};
+use crate::decision::{self, AckId, Action, Core, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId};
 use crate::error::{is_transient, session_end};
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub lock_dirs: Vec<String>,
     /// At most this many lock requests in flight at once (also the core's window).
     pub window: usize,
+    /// A rejoin creates a static member's node (`Builder::static_membership`).
+    pub static_membership: bool,
 }
 
 /// A request's outcome, with the party watch a party read armed.
@@ -231,25 +233,34 @@ impl Driver {
         let dir = move |item: usize| config.lock_dirs[item].clone();
         let paths = self.config.paths.clone();
         let future: BoxFuture<'static, Done> = match op {
-            Op::ReadParty => async move {
-                match client.get_and_watch_children(&paths.party).await {
-                    Ok((children, _, watcher)) => {
-                        let (members, foreign) = party::members(&children);
-                        if !foreign.is_empty() {
-                            tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
+            Op::ReadParty => {
+                // The core asks for a read only when no rejoin is under way: our node's name is the current one.
+                let own = self.membership.node.clone();
+                async move {
+                    match client.get_and_watch_children(&paths.party).await {
+                        Ok((children, _, watcher)) => {
+                            let ours = children.contains(&own);
+                            let (members, foreign) = party::members(&children);
+                            if !foreign.is_empty() {
+                                tracing::warn!(
+                                    ?foreign,
+                                    "ignoring children of the party node that are not member nodes"
+                                );
+                            }
+                            let read = PartyRead { members, ours };
+                            Done { id, reply: Reply::Party(Ok(read)), party_watch: Some(watcher), joined: None }
                         }
-                        Done { id, reply: Reply::Party(Ok(members)), party_watch: Some(watcher), joined: None }
+                        Err(err) => reply(id, Reply::Party(Err(classify("get_children", &paths.party, err)))),
                     }
-                    Err(err) => reply(id, Reply::Party(Err(classify("get_children", &paths.party, err)))),
                 }
+                .boxed()
             }
-            .boxed(),
             Op::Join => {
-                let identifier = self.config.identifier.clone();
+                let (identifier, static_membership) = (self.config.identifier.clone(), self.config.static_membership);
                 async move {
                     // `<path>/party` may be gone too (an operator removed it).
                     let joined = match party::ensure_base(&client, &paths).await {
-                        Ok(()) => party::join(&client, &paths, &identifier).await,
+                        Ok(()) => party::join(&client, &paths, &identifier, static_membership).await,
                         Err(err) => Err(err),
                     };
                     match joined {

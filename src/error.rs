@@ -60,6 +60,29 @@ pub enum Error {
     #[error("allocation did not complete within {0:?}")]
     AllocationTimeout(std::time::Duration),
 
+    /// Under [`Builder::static_membership`](crate::Builder::static_membership), another party node carries this
+    /// member's identifier and did not go within [`Builder::max_identity_wait`](crate::Builder::max_identity_wait).
+    ///
+    /// Either another live process uses the same identifier (static identifiers must be unique in the party), or a
+    /// crashed predecessor's session outlives the wait (make the wait longer than the session timeout the
+    /// predecessor used). Returned by [`Builder::build`](crate::Builder::build), which then leaves nothing behind.
+    /// Also the [`Failure`](crate::PartitionState::Failure) cause of a static member whose party node was deleted
+    /// (by an operator) and whose identifier another process took meanwhile: it does not join a second time.
+    #[error(
+        "static identifier {identifier:?} is in use by party node {node} of session {session:#x} (waited {waited:?}): \
+         another live member has this identifier, or a crashed predecessor's session has not expired yet"
+    )]
+    IdentifierInUse {
+        /// The identifier.
+        identifier: String,
+        /// The other party node carrying it (its name under `<path>/party`).
+        node: String,
+        /// That node's session (`ephemeralOwner`).
+        session: i64,
+        /// How long this member waited for it to go.
+        waited: std::time::Duration,
+    },
+
     /// [`SetPartitioner::finish`](crate::SetPartitioner::finish) was called.
     #[error("partitioner finished")]
     Finished,

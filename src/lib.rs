@@ -56,13 +56,15 @@
 //! <path>                                   persistent, empty
 //! <path>/party                             persistent, empty
 //! <path>/party/<32 hex>-<identifier>-<seq> ephemeral sequential, data = identifier   (one per member)
+//! <path>/party/<32 hex>-<identifier>       ephemeral, data = identifier              (a static member, as kazoo)
 //! <path>/locks                             persistent, empty
 //! <path>/locks/<item>                      persistent, empty                          (one per item, kept)
 //! <path>/locks/<item>/<32 hex>__lock__<seq> ephemeral sequential, data = member name  (contenders; lowest holds)
 //! ```
 //!
 //! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
-//! members, the identifier for kazoo's. Children of `<path>/party` that do not start with 32 lowercase hex digits and
+//! members, the identifier for kazoo's and for this crate's [static members](Builder::static_membership) (whose
+//! restarts, with the same identifier, are then no party change). Children of `<path>/party` that do not start with 32 lowercase hex digits and
 //! a dash are not member nodes and are ignored (kazoo would count them and leave their share unowned). The crate never
 //! deletes `<path>`, `party`, `locks` or lock directories: kazoo peers rely on them.
 //!

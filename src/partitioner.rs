@@ -41,6 +41,8 @@ pub struct Builder {
     max_allocation_time: Option<Duration>,
     session_policy: SessionPolicy,
     rebalance: Rebalance,
+    static_membership: bool,
+    max_identity_wait: Option<Duration>,
 }
 
 impl fmt::Debug for Builder {
@@ -55,6 +57,8 @@ impl fmt::Debug for Builder {
             .field("max_allocation_time", &self.max_allocation_time)
             .field("session_policy", &self.session_policy)
             .field("rebalance", &self.rebalance)
+            .field("static_membership", &self.static_membership)
+            .field("max_identity_wait", &self.max_identity_wait)
             .finish()
     }
 }
@@ -68,7 +72,9 @@ impl Builder {
     }
 
     /// This member's identifier, stored in its party node; default `<hostname>-<pid>`, as kazoo. It need not be
-    /// unique: the member's name adds the party node's sequence number.
+    /// unique: the member's name adds the party node's sequence number. Under
+    /// [`static_membership`](Builder::static_membership) it is required, must be unique in the party, and is the
+    /// member's name.
     pub fn identifier(mut self, identifier: impl Into<String>) -> Self {
         self.identifier = Some(identifier.into());
         self
@@ -109,25 +115,108 @@ impl Builder {
         self
     }
 
+    /// Static membership (Kafka's `group.instance.id`, KIP-345): the member's name in the party is exactly its
+    /// [`identifier`](Builder::identifier), so a process restarted with the same identifier gets the same name back,
+    /// and any stable [`PartitionFn`] gives it the same items. Off by default (kazoo's and this crate's default
+    /// naming, `<identifier>-<sequence>`, gives each process a new name).
+    ///
+    /// With it:
+    /// - the identifier must be given explicitly (there is no `<hostname>-<pid>` default: a pid changes on restart)
+    ///   and must be unique in the party;
+    /// - the party node is `<path>/party/<32 hex>-<identifier>`, ephemeral, exactly kazoo's `ShallowParty` node, so
+    ///   kazoo members read the name as this crate's members do;
+    /// - if another party node already carries the identifier when [`build`](Builder::build) runs (a crashed
+    ///   predecessor whose session has not expired yet, or a live duplicate), `build()` logs it (a `tracing` warning
+    ///   naming the node and its session), watches it, and joins once it is gone; if it outlives
+    ///   [`max_identity_wait`](Builder::max_identity_wait), `build()` fails with [`Error::IdentifierInUse`].
+    ///
+    /// A restart shorter than [`time_boundary`](Builder::time_boundary) is then no party change for the others:
+    /// the party they read once it is quiet again has the same names. Under
+    /// [`Rebalance::Incremental`] they keep every item throughout and publish nothing; the restarted member takes
+    /// back exactly its old items (free since its `finish()`, or since its old session expired after a crash). Under
+    /// [`Rebalance::Eager`] every member still stops everything on the leave and the join (kazoo's rule), and gets
+    /// the same items back. Choose `time_boundary` longer than a restart takes, and, for crashes, expect the
+    /// restarted process to wait up to the old session's timeout.
+    ///
+    /// Reattaching to the old ZooKeeper session after a crash (keeping its lock nodes) is not supported: a crash
+    /// restart waits for the old session to expire.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
+    ///
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2", "q3"])
+    ///     .identifier("worker-3") // e.g. a StatefulSet pod name: unique, and the same after a restart
+    ///     .static_membership(true)
+    ///     .partition_func(Rendezvous::default())
+    ///     .rebalance(Rebalance::Incremental)
+    ///     .time_boundary(Duration::from_secs(15)) // longer than a restart takes
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(&*partitioner.member(), "worker-3");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn static_membership(mut self, enabled: bool) -> Self {
+        self.static_membership = enabled;
+        self
+    }
+
+    /// Under [`static_membership`](Builder::static_membership), how long [`build`](Builder::build) waits for another
+    /// party node carrying this member's identifier to go before failing with [`Error::IdentifierInUse`].
+    ///
+    /// Default: twice the client's negotiated session timeout (`Client::session_timeout()`), enough for a crashed
+    /// predecessor that used the same session timeout to expire. A predecessor with a longer session timeout needs a
+    /// longer wait. Setting it without static membership is a configuration error.
+    pub fn max_identity_wait(mut self, limit: Duration) -> Self {
+        self.max_identity_wait = Some(limit);
+        self
+    }
+
     /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
     /// starts the partitioner's background task on the current Tokio runtime.
     ///
+    /// Under [`static_membership`](Builder::static_membership) it first waits, up to
+    /// [`max_identity_wait`](Builder::max_identity_wait), until no other party node carries the identifier.
+    ///
     /// # Errors
     /// - [`Error::InvalidConfig`] or [`Error::InvalidItem`] for bad options, before any request is sent;
+    /// - [`Error::IdentifierInUse`] under static membership, if another party node carries the identifier for longer
+    ///   than `max_identity_wait`;
     /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if creating the paths or joining fails.
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped after the party node may have been created, a background task deletes
-    /// it (found by its unique prefix), so no phantom member is left holding a share nobody locks.
+    /// it (found by its unique prefix), so no phantom member is left holding a share nobody locks. Dropping it while
+    /// a static member waits for its identifier leaves nothing behind.
     pub async fn build(self) -> Result<SetPartitioner, Error> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::config("runtime", "build() must run inside a Tokio runtime"))?;
         check_base_path(&self.path)?;
-        let identifier = match self.identifier {
-            Some(identifier) => identifier,
-            None => default_identifier(),
+        let identifier = match (self.identifier, self.static_membership) {
+            (Some(identifier), _) => identifier,
+            (None, false) => default_identifier(),
+            (None, true) => {
+                return Err(Error::config(
+                    "identifier",
+                    "static membership needs an explicit identifier, unique in the party and the same across \
+                     restarts (the default <hostname>-<pid> changes with every process)",
+                ));
+            }
         };
         check_identifier(&identifier)?;
+        let identity_wait = match (self.max_identity_wait, self.static_membership) {
+            (Some(limit), true) => {
+                check_duration("max_identity_wait", limit)?;
+                limit
+            }
+            (Some(_), false) => {
+                return Err(Error::config("max_identity_wait", "applies only with static_membership(true)"));
+            }
+            (None, _) => default_identity_wait(&self.client),
+        };
         check_duration("time_boundary", self.time_boundary)?;
         check_duration("max_reaction_time", self.max_reaction_time)?;
         if let Some(limit) = self.max_allocation_time {
@@ -139,9 +228,20 @@ impl Builder {
 
         let session = self.client.state_watcher();
         party::ensure_base(&self.client, &paths).await?;
-        let prefix = party::node_prefix(&identifier);
-        let guard = JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix, armed: true };
-        let membership = party::join_with_prefix(&self.client, &paths, &identifier, &guard.prefix).await?;
+        let (membership, guard) = if self.static_membership {
+            // The node's whole name is unique: the guard finds it by it.
+            let node = party::static_node(&identifier);
+            let guard =
+                JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix: node, armed: true };
+            let membership =
+                party::join_static(&self.client, &paths, &identifier, &guard.prefix, Some(identity_wait)).await?;
+            (membership, guard)
+        } else {
+            let prefix = party::node_prefix(&identifier);
+            let guard = JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix, armed: true };
+            let membership = party::join_with_prefix(&self.client, &paths, &identifier, &guard.prefix).await?;
+            (membership, guard)
+        };
 
         let span = tracing::info_span!("partitioner", path = %self.path, member = %membership.name);
         let core = Core::new(
@@ -160,7 +260,15 @@ impl Builder {
             uuid::Uuid::new_v4().as_u128(),
             tokio::time::Instant::now().into_std(),
         );
-        let config = Arc::new(Config { paths, identifier, items: items.into(), lock_dirs, window: DEFAULT_WINDOW });
+        let config = Arc::new(Config {
+            paths,
+            identifier,
+            items: items.into(),
+            lock_dirs,
+            window: DEFAULT_WINDOW,
+            // A rejoin (the driver's `party::join`) must create the same kind of node as this first join.
+            static_membership: self.static_membership,
+        });
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (publisher, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
         tracing::info!(parent: &span, "joined the party");
@@ -213,6 +321,14 @@ fn check_duration(field: &'static str, value: Duration) -> Result<(), Error> {
         return Err(Error::config(field, format!("{value:?} is longer than the limit of {MAX_DURATION:?}")));
     }
     Ok(())
+}
+
+/// Twice the client's negotiated session timeout (60 s if it reports none): long enough for a crashed predecessor
+/// with the same session timeout to expire, bounded like every other duration.
+fn default_identity_wait(client: &Client) -> Duration {
+    let session = client.session_timeout();
+    let wait = if session.is_zero() { Duration::from_secs(60) } else { session.saturating_mul(2) };
+    wait.min(MAX_DURATION)
 }
 
 /// `<hostname>-<pid>`, kazoo's default (it uses the FQDN; the `hostname` crate gives the host name).
@@ -291,6 +407,8 @@ impl SetPartitioner {
             max_allocation_time: None,
             session_policy: SessionPolicy::Standard,
             rebalance: Rebalance::Eager,
+            static_membership: false,
+            max_identity_wait: None,
         }
     }
 
@@ -362,7 +480,8 @@ impl SetPartitioner {
         self.read(|s| s.cause.clone())
     }
 
-    /// This member's name in the party, `<identifier>-<sequence>`.
+    /// This member's name in the party: `<identifier>-<sequence>`, or the identifier itself under
+    /// [`Builder::static_membership`].
     pub fn member(&self) -> Arc<str> {
         self.snapshot.borrow().member.clone()
     }

@@ -1,19 +1,26 @@
-//! Party membership: one ephemeral sequential node per member under `<path>/party`.
+//! Party membership: one ephemeral node per member under `<path>/party`.
 //!
-//! A member's node is `<32 lowercase hex>-<identifier>-<10-digit sequence>`, its data the identifier. kazoo's
-//! `ShallowParty` names a member by the text after the first `-` of its node, so this member's name is
-//! `<identifier>-<sequence>` (unique even when identifiers repeat) and a kazoo member's name is its identifier. The
-//! random hex prefix lets a member recognise its own node after a create whose reply was lost.
+//! A member's node is `<32 lowercase hex>-<identifier>-<10-digit sequence>` (ephemeral sequential), its data the
+//! identifier. kazoo's `ShallowParty` names a member by the text after the first `-` of its node, so this member's
+//! name is `<identifier>-<sequence>` (unique even when identifiers repeat) and a kazoo member's name is its
+//! identifier. The random hex prefix lets a member recognise its own node after a create whose reply was lost.
+//!
+//! A static member (`Builder::static_membership`) joins exactly as kazoo does: its node is `<32 hex>-<identifier>`
+//! (ephemeral, not sequential), so its name is its identifier and a restarted process gets the same name back. It
+//! must be the only node with that name: [`join_static`] waits for any other node carrying it to go first.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Stat};
 
 use crate::Error;
 use crate::error::is_transient;
 
 static EPHEMERAL_SEQUENTIAL: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+static EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+
 pub(crate) static PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
 
 /// The znode paths of one partitioner, relative to the client's chroot.
@@ -92,9 +99,26 @@ pub(crate) fn node_prefix(identifier: &str) -> String {
     format!("{}-{identifier}-", random_hex())
 }
 
-/// Joins the party: creates this member's ephemeral sequential node.
-pub(crate) async fn join(client: &Client, paths: &Paths, identifier: &str) -> Result<Membership, Error> {
-    join_with_prefix(client, paths, identifier, &node_prefix(identifier)).await
+/// A static member's node name, `<32 hex>-<identifier>` (kazoo's `ShallowParty` node): ours alone.
+pub(crate) fn static_node(identifier: &str) -> String {
+    format!("{}-{identifier}", random_hex())
+}
+
+/// Joins the party again (the driver's rejoin, after our node disappeared): a dynamic member creates a new ephemeral
+/// sequential node; a static member creates a new `<32 hex>-<identifier>` node, and fails at once with
+/// [`Error::IdentifierInUse`] if another node carries its identifier by then (a process with the same identifier
+/// took its place: it must not join twice).
+pub(crate) async fn join(
+    client: &Client,
+    paths: &Paths,
+    identifier: &str,
+    static_membership: bool,
+) -> Result<Membership, Error> {
+    if static_membership {
+        join_static(client, paths, identifier, &static_node(identifier), None).await
+    } else {
+        join_with_prefix(client, paths, identifier, &node_prefix(identifier)).await
+    }
 }
 
 /// Joins the party with a node named `<prefix><sequence>` (see [`node_prefix`]).
@@ -121,6 +145,132 @@ pub(crate) async fn join_with_prefix(
             Err(err) => return Err(Error::zk("create", path, err)),
         }
     }
+}
+
+/// Joins the party as a static member with the node `<path>/party/<node>` (see [`static_node`]), whose member name
+/// is exactly `identifier`.
+///
+/// Another party node with the same name (a crashed predecessor whose session has not expired yet, or a live
+/// duplicate) is logged and waited for, up to `wait` (`None`: not at all), then this fails with
+/// [`Error::IdentifierInUse`]. After creating its node the member lists the party again: if an older node with its
+/// name appeared meanwhile (two processes joining at once), it deletes its own node and waits again, so of two
+/// processes racing for one identifier exactly one joins (the older node, by creation zxid, stays).
+///
+/// Cancel safe in the same sense as [`join_with_prefix`]: the node's name is unique, so whoever drops the future can
+/// find and delete it.
+pub(crate) async fn join_static(
+    client: &Client,
+    paths: &Paths,
+    identifier: &str,
+    node: &str,
+    wait: Option<Duration>,
+) -> Result<Membership, Error> {
+    let started = tokio::time::Instant::now();
+    let path = format!("{}/{node}", paths.party);
+    let mut announced = HashSet::new();
+    loop {
+        // 1. Wait until nobody else carries our name.
+        let holders = namesakes(client, paths, identifier, node).await?;
+        if let Some((other, stat)) = holders.into_iter().next() {
+            let in_use = || Error::IdentifierInUse {
+                identifier: identifier.to_owned(),
+                node: other.clone(),
+                session: stat.ephemeral_owner,
+                waited: started.elapsed(),
+            };
+            let Some(limit) = wait else { return Err(in_use()) };
+            let left = limit.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(in_use());
+            }
+            if announced.insert(other.clone()) {
+                tracing::warn!(
+                    identifier,
+                    node = %other,
+                    session = format_args!("{:#x}", stat.ephemeral_owner),
+                    limit = ?limit,
+                    "another party node carries our static identifier (a crashed predecessor whose session has not \
+                     expired, or a live duplicate); waiting for it to go"
+                );
+            }
+            let other_path = format!("{}/{other}", paths.party);
+            match tokio::time::timeout(left, crate::locks::wait_for(client, &other_path)).await {
+                Err(_) => return Err(in_use()),
+                Ok(Ok(())) => {
+                    tracing::info!(identifier, node = %other, waited = ?started.elapsed(), "the other node is gone");
+                }
+                Ok(Err(err)) if is_transient(&err) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Ok(Err(err)) => return Err(Error::zk("exists", other_path, err)),
+            }
+            continue;
+        }
+        // 2. Take our place. A create replayed after a lost reply finds our own node (the hex makes it ours).
+        let created = match retry_transient(|| client.create(&path, identifier.as_bytes(), &EPHEMERAL)).await {
+            Ok((stat, _)) if !stat.is_invalid() => Some(stat.czxid),
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => None,
+            Err(err) => return Err(Error::zk("create", path, err)),
+        };
+        let czxid = match created {
+            Some(czxid) => czxid,
+            None => match retry_transient(|| client.check_stat(&path)).await {
+                Ok(Some(stat)) => stat.czxid,
+                // Gone already (deleted by hand): start over.
+                Ok(None) => continue,
+                Err(err) => return Err(Error::zk("exists", path, err)),
+            },
+        };
+        let membership = Membership::from_node(node.to_owned());
+        // 3. Did an older node with our name appear while we joined? Then it keeps its place and we step back.
+        let others = namesakes(client, paths, identifier, node).await?;
+        if let Some((other, stat)) = others.iter().find(|(_, stat)| stat.czxid < czxid) {
+            tracing::warn!(
+                identifier,
+                node = %other,
+                session = format_args!("{:#x}", stat.ephemeral_owner),
+                "an older party node with our static identifier appeared while we joined; stepping back"
+            );
+            leave(client, paths, &membership).await?;
+            if wait.is_none() {
+                return Err(Error::IdentifierInUse {
+                    identifier: identifier.to_owned(),
+                    node: other.clone(),
+                    session: stat.ephemeral_owner,
+                    waited: started.elapsed(),
+                });
+            }
+            continue;
+        }
+        for (other, stat) in &others {
+            // Younger: a process of this crate steps back on its own; anything else (a kazoo member) would not.
+            tracing::warn!(
+                identifier,
+                node = %other,
+                session = format_args!("{:#x}", stat.ephemeral_owner),
+                "a newer party node carries our static identifier; a static member of this crate gives way to us, \
+                 anything else is a duplicate identifier"
+            );
+        }
+        return Ok(membership);
+    }
+}
+
+/// The other children of `<path>/party` whose member name is `identifier` (every node but `ours`), with their stats,
+/// oldest first. Nodes that vanish while being read are left out.
+async fn namesakes(client: &Client, paths: &Paths, identifier: &str, ours: &str) -> Result<Vec<(String, Stat)>, Error> {
+    let children = retry_transient(|| client.list_children(&paths.party))
+        .await
+        .map_err(|e| Error::zk("get_children", paths.party.as_str(), e))?;
+    let mut found = Vec::new();
+    for child in children.into_iter().filter(|child| child != ours && member_name(child) == Some(identifier)) {
+        let path = format!("{}/{child}", paths.party);
+        match retry_transient(|| client.check_stat(&path)).await {
+            Ok(Some(stat)) => found.push((child, stat)),
+            Ok(None) => {}
+            Err(err) => return Err(Error::zk("exists", path, err)),
+        }
+    }
+    found.sort_by_key(|(_, stat)| stat.czxid);
+    Ok(found)
 }
 
 impl Membership {
@@ -189,5 +339,12 @@ mod tests {
     fn membership_name_is_after_first_dash() {
         let m = Membership::from_node("0123456789abcdef0123456789abcdef-a-b-0000000007".into());
         assert_eq!(&*m.name, "a-b-0000000007");
+    }
+
+    #[test]
+    fn static_nodes_are_named_by_their_identifier() {
+        let node = static_node("worker-3");
+        assert_eq!(member_name(&node), Some("worker-3"));
+        assert_eq!(&*Membership::from_node(node).name, "worker-3");
     }
 }

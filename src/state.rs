@@ -65,7 +65,8 @@ pub struct Snapshot {
     /// Counts transitions, starting at 0 (kazoo's `state_id`): two snapshots with the same state but different
     /// generations are different episodes, e.g. two separate `Acquired` periods.
     pub generation: u64,
-    /// This member's name in the party: `<identifier>-<10-digit sequence>`.
+    /// This member's name in the party: `<identifier>-<10-digit sequence>`, or the identifier itself under
+    /// [`Builder::static_membership`](crate::Builder::static_membership).
     pub member: Arc<str>,
     /// The items owned and safe to process: non-empty only in [`PartitionState::Acquired`], except under
     /// [`Rebalance::Incremental`](crate::Rebalance::Incremental), where the items a member keeps stay listed while the

@@ -134,14 +134,22 @@ pub(crate) enum ReqError {
     Fatal(Error),
 }
 
+/// The party as read: every member's name, sorted, and whether our own party node is among them (a name alone
+/// does not say: under static membership another process may carry it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PartyRead {
+    pub members: Vec<String>,
+    pub ours: bool,
+}
+
 /// One lock directory as listed: its children, and our node's creation zxid (0 if not read).
 pub(crate) type DirListing = Result<(Vec<String>, i64), ReqError>;
 
 /// A request's outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Reply {
-    /// The party's member names, sorted.
-    Party(Result<Vec<String>, ReqError>),
+    /// The party as read.
+    Party(Result<PartyRead, ReqError>),
     /// Our new member name.
     Joined(Result<Arc<str>, ReqError>),
     /// The names of the existing lock directories.
@@ -309,6 +317,8 @@ pub(crate) struct Core {
     /// The latest party read is newer than the last change notification.
     party_fresh: bool,
     latest_party: Vec<String>,
+    /// Our own party node was in the latest read.
+    in_party: bool,
     debounce: Debounce,
     joining: Option<ReqId>,
     /// A party read, join or lock directory listing was lost with the connection: none is sent again before this.
@@ -376,6 +386,7 @@ impl Core {
             party_read: None,
             party_fresh: false,
             latest_party: Vec::new(),
+            in_party: true,
             debounce,
             joining: None,
             backoff_until: None,
@@ -665,9 +676,10 @@ impl Core {
         }
     }
 
-    fn on_party(&mut self, result: Result<Vec<String>, ReqError>) {
+    fn on_party(&mut self, result: Result<PartyRead, ReqError>) {
         match result {
-            Ok(members) => {
+            Ok(PartyRead { members, ours }) => {
+                self.in_party = ours;
                 if members != self.latest_party {
                     self.debounce.changed(self.now);
                 }
@@ -678,6 +690,7 @@ impl Core {
             Err(ReqError::NoNode) => {
                 // `<path>/party` itself was deleted, and our node with it: an empty party, so we join again.
                 self.latest_party.clear();
+                self.in_party = false;
                 self.party_fresh = true;
                 self.debounce.changed(self.now);
             }
@@ -1180,7 +1193,7 @@ impl Core {
             return self.settle_locks();
         }
         if self.target.is_none() && self.party_fresh && self.connected && self.debounce.ready(self.now) {
-            if !self.latest_party.iter().any(|member| **member == *self.me) {
+            if !self.in_party {
                 if self.joining.is_none() && may_send {
                     // An operator (or a bug elsewhere) removed our party node: join again, which changes the party.
                     self.joining = Some(self.request(Op::Join, Pending::Join));

@@ -73,7 +73,8 @@ impl Script {
     /// Answers the party read with these members.
     fn party(&mut self, members: &[&str]) {
         let (id, _) = self.request("party read", |op| *op == Op::ReadParty);
-        self.send(Event::Reply(id, Reply::Party(Ok(members.iter().map(|m| m.to_string()).collect()))));
+        let members = members.iter().map(|m| m.to_string()).collect();
+        self.send(Event::Reply(id, Reply::Party(Ok(PartyRead { members, ours: true }))));
     }
 
     /// Answers the lock directory listing (every directory exists), then every create and listing: our nodes are

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use zk::{Mode, ReadOp, ReadResult, SessionId, WatchId, WriteOp, WriteResult, Zk, ZkErr};
 
-use crate::decision::{Action, Core, CoreConfig, Event, Op, Publication, Reply, ReqError, ReqId, Sabotage};
+use crate::decision::{Action, Core, CoreConfig, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId, Sabotage};
 use crate::{Error, Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy};
 
 /// A run that takes more steps than this is stuck in a loop.
@@ -468,7 +468,8 @@ impl World {
                     if let Some(watch) = watch {
                         self.members[index].watches.insert(watch, WatchFor::Party);
                     }
-                    Reply::Party(Ok(crate::party::members(&children).0))
+                    let ours = children.contains(&self.members[index].party_node);
+                    Reply::Party(Ok(PartyRead { members: crate::party::members(&children).0, ours }))
                 }
                 Err(e) => Reply::Party(Err(err(e))),
             },
