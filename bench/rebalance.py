@@ -3,7 +3,7 @@
 
     python3 bench/rebalance.py run --connect HOST:PORT --container NAME [--rust-worker BIN] [--runs 3]
         [--modes kazoo,eager-stride,eager-rendezvous,incremental-rendezvous,incremental-rendezvous-session-aware]
-        [--scenarios churn,stall] [--items 1000] [--members 10] [--time-boundary 1] [--session-timeout 6]
+        [--scenarios churn,stall|restart] [--items 1000] [--members 10] [--time-boundary 1] [--session-timeout 6]
         [--log-dir DIR]                     # one JSON line per measured phase on stdout, progress on stderr
     python3 bench/rebalance.py report FILE.jsonl [--machine TEXT]    # the markdown tables on stdout
 
@@ -17,6 +17,10 @@ bench/kazoo_bench.py worker; both print a JSON line, stamped with the wall clock
   it its party node and locks, lingers until the session timeout). Each phase starts once the party is stable.
 - stall: 10 members settle; the ZooKeeper container is frozen (`docker pause`) for half the session timeout, then
   thawed (`docker unpause`).
+- restart: a rolling restart (a deploy). 10 members settle; then each in turn gets SIGTERM (it calls finish() and
+  exits), a new process starts at once with the same --identifier, and the next member is restarted once the party
+  is stable and quiet again. The whole roll is one measured phase; the static mode (`--static-membership`) runs only
+  in this scenario.
 
 Per phase, from the member lines:
 
@@ -65,14 +69,35 @@ MODES = {
         "label": "Incremental + Rendezvous + SessionAware",
         "stall_only": True,
     },
+    "incremental-rendezvous-static": {
+        "impl": "rust",
+        "flags": ["--partition", "rendezvous", "--rebalance", "incremental", "--static-membership"],
+        "label": "Incremental + Rendezvous + static membership",
+        "restart_only": True,
+    },
 }
-SCENARIOS = ["join", "leave", "crash", "stall"]
+SCENARIOS = ["join", "leave", "crash", "stall", "restart"]
 SCENARIO_TITLES = {
     "join": "An 11th member joins a party of 10",
     "leave": "One member of 11 leaves (SIGTERM: finish())",
     "crash": "One member of 10 crashes (SIGKILL: its session lingers until the session timeout)",
     "stall": "ZooKeeper stalls for half the session timeout (`docker pause`), 10 members",
+    "restart": "Rolling restart: each of 10 members in turn gets SIGTERM and starts again with the same identifier",
 }
+
+
+def runs_in(mode, scenario_set):
+    """Whether `mode` runs in the scenario set `scenario_set` (churn, stall or restart)."""
+    if MODES[mode].get("stall_only"):
+        return scenario_set == "stall"
+    if MODES[mode].get("restart_only"):
+        return scenario_set == "restart"
+    return True
+
+
+def identity(key):
+    """The member identifier of a process key: a restarted process `w03#1` is member `w03`."""
+    return key.split("#")[0]
 
 
 def say(message):
@@ -96,9 +121,9 @@ class Party:
         self.exited = {}  # identifier -> (when, exit code)
         self.failed = []  # identifiers that exited without being told to
 
-    def command(self, identifier):
+    def command(self, key):
         common = ["--connect", self.args.connect, "--path", self.path, "--items-file", self.items_file,
-                  "--int-items", "--identifier", identifier, "--time-boundary", str(self.args.time_boundary),
+                  "--int-items", "--identifier", identity(key), "--time-boundary", str(self.args.time_boundary),
                   "--max-reaction-time", "1", "--session-timeout", str(self.args.session_timeout), "--json"]
         if MODES[self.mode]["impl"] == "rust":
             return [self.args.rust_worker] + common + MODES[self.mode]["flags"]
@@ -177,6 +202,14 @@ class Party:
                 latest = {i: (self.latest(i) or {}).get("state") for i in sorted(live)}
                 raise PhaseError("not stable after %.0f s; latest states %s" % (timeout, latest))
 
+    def wait_exit(self, identifier, timeout):
+        """Waits until the process `identifier` (already signalled) has exited."""
+        deadline = time.time() + timeout
+        while identifier not in self.exited:
+            if time.time() > deadline:
+                raise PhaseError("member %s did not exit within %.0f s" % (identifier, timeout))
+            self.pump_events(0.05)
+
     def wait_for_first_line(self, identifier, timeout):
         deadline = time.time() + timeout
         while not self.records[identifier]:
@@ -217,10 +250,13 @@ def analyze(party, live_before, live_after, tf, t_end):
             return ()
         return record["items"]
 
+    def owner(key):
+        return identity(key)
+
     before_owner = {}
     for identifier in live_before:
         for item in owned(identifier):
-            before_owner[item] = identifier
+            before_owner[item] = owner(identifier)
     if len(before_owner) != n:
         raise PhaseError("the party was not stable before the fault (%d items owned)" % len(before_owner))
 
@@ -243,6 +279,8 @@ def analyze(party, live_before, live_after, tf, t_end):
     stable_since = tf if is_stable() else None
     first_pause = last_unpause = None
     changed_members = set()
+    pauses = []  # (ts, process key): a line of a live process that stops listing an item it listed
+    ever_moved = set()  # items listed at some moment by a member other than their owner before the fault
 
     def advance(until):
         nonlocal double, t, first_pause, last_unpause
@@ -268,6 +306,7 @@ def analyze(party, live_before, live_after, tf, t_end):
 
     for ts, identifier, record in events:
         advance(ts)
+        previous = set(owned(identifier))
         for item in owned(identifier):
             count[item] -= 1
         if record == "stopped":
@@ -275,8 +314,12 @@ def analyze(party, live_before, live_after, tf, t_end):
         else:
             current[identifier] = record
             changed_members.add(identifier)
+            if identifier not in dead and not previous <= set(owned(identifier)):
+                pauses.append((ts, identifier))
         for item in owned(identifier):
             count[item] += 1
+            if before_owner.get(item) != owner(identifier):
+                ever_moved.add(item)
         if is_stable():
             stable_since = ts if stable_since is None else stable_since
         else:
@@ -287,7 +330,7 @@ def analyze(party, live_before, live_after, tf, t_end):
     after_owner = {}
     for identifier in live_after:
         for item in owned(identifier):
-            after_owner[item] = identifier
+            after_owner[item] = owner(identifier)
     moved = sum(1 for item in range(n) if before_owner.get(item) != after_owner.get(item))
     return {
         "time_to_stable_s": round(stable_since - tf, 6),
@@ -302,6 +345,8 @@ def analyze(party, live_before, live_after, tf, t_end):
         "suspended_members": sum(1 for i in party.records
                                  if any(r.get("suspended") and tf < r["ts"] <= t_end for r in party.records[i])),
         "lines": sum(1 for e in events if e[2] != "stopped"),
+        "items_ever_moved": len(ever_moved),
+        "pause_events": [[round(ts - tf, 4), key] for ts, key in pauses],
     }
 
 
@@ -363,7 +408,24 @@ def run_once(args, observer, mode, scenario_set, run, items_file):
                 mode, run, scenario, result["time_to_stable_s"], result["items_moved"], result["items_paused"],
                 result["paused_item_s"]))
 
-        if scenario_set == "churn":
+        if scenario_set == "restart":
+            scenario = "restart"
+            live_before, keys, roll = set(live), {m: m for m in members}, []
+            tf = time.time()
+            for identifier in members:
+                old = keys[identifier]
+                signalled = party.signal(old, signal.SIGTERM)
+                party.wait_exit(old, 60)
+                exited = party.exited[old][0]
+                new = keys[identifier] = identifier + "#1"
+                party.spawn(new)
+                live = party.settle((live - {old}) | {new}, timeout)
+                roll.append({"member": identifier, "old": old, "new": new, "signal_s": round(signalled - tf, 4),
+                             "exited_s": round(exited - tf, 4), "stable_s": round(time.time() - tf, 4)})
+                say("%s run %d: %s restarted (down %.2f s), stable again %.2f s after its SIGTERM" % (
+                    mode, run, identifier, exited - signalled, time.time() - signalled))
+            measure("restart", live_before, live, tf, {"restarts": roll})
+        elif scenario_set == "churn":
             scenario = "join"
             joiner = "w%02d" % args.members
             before = set(observer.get_children(path + "/party"))
@@ -425,7 +487,7 @@ def run(args):
         for run_index in range(1, args.runs + 1):
             for scenario_set in scenario_sets:
                 for mode in modes:
-                    if scenario_set == "churn" and MODES[mode].get("stall_only"):
+                    if not runs_in(mode, scenario_set):
                         continue
                     say("run %d/%d, %s: %s" % (run_index, args.runs, scenario_set, MODES[mode]["label"]))
                     run_once(args, observer, mode, scenario_set, run_index, items_file)
@@ -514,6 +576,57 @@ Definitions:
   after the thaw).
 """
 
+RESTART_DEFINITIONS = """Every member is a separate process with its own ZooKeeper session: this crate's `examples/worker.rs` (release build)
+with the flags below, or kazoo 2.11's `SetPartitioner` through `bench/kazoo_bench.py worker` (which stamps each state
+change when kazoo makes it). Each prints a JSON line at every state change (wall-clock `ts`, `state`, `items`);
+every figure below is computed from those lines. Items are the integers 0..999.
+
+| Mode | Members |
+|---|---|
+| kazoo 2.11 (eager, stride) | `python3 bench/kazoo_bench.py worker ...` |
+| Eager + KazooStride (default, kazoo parity) | `worker --partition stride --rebalance eager` (the defaults) |
+| Incremental + Rendezvous | `worker --partition rendezvous --rebalance incremental` |
+| Incremental + Rendezvous + static membership | `... --rebalance incremental --static-membership` |
+
+The roll: 10 members (`--identifier w00` .. `w09`) start on a fresh path and settle. Then, for each member in turn:
+SIGTERM (the worker calls `finish()`, which gives up its locks and leaves the party, and exits); as soon as the
+process has exited, a new process starts with the same `--identifier`; the next member is restarted once the party
+is stable (every live member ACQUIRED, their items a disjoint cover) and no member has printed anything for 2 s.
+Every mode uses time_boundary {tb} and session timeout {st} (`max_reaction_time` 1 s). A restart (exit to the new
+process's join) takes well under the time_boundary here.
+
+Definitions (over the whole roll, from the first SIGTERM to the end of the last settle):
+
+- an item has an **active owner** at time t if the latest line of some live member lists it as processable (this
+  crate: `Snapshot::items`; kazoo: its items while ACQUIRED); a member stops owning anything at its SIGTERM;
+- **items that changed owner**: items listed, at some moment during the roll, by a member (by identifier) other than
+  their owner before the roll; **owner changed at the end**: items whose owner after the roll differs;
+- **item-s without an owner**: the integral of the number of items without an active owner; **items paused**: how
+  many items were without one at some moment;
+- a **pause** is a line of a live member that no longer lists an item its previous line listed (the member stopped
+  working on something). **Other members paused per restart**: for each of the 10 restarts, how many members other
+  than the restarted one paused between its SIGTERM and the party being stable again (median [min–max] over the
+  restarts of all runs; at most 9); **pauses per member**: how many times each member paused during the roll
+  because of the others' restarts (median [min–max] over members); the restarted member itself stops once per
+  restart, by design, and is not counted.
+"""
+
+
+def restart_rows(rows):
+    """Per-restart and per-member pause counts of restart phases."""
+    per_restart, per_member = [], []
+    for r in rows:
+        counts = {}
+        for restart in r.get("restarts", []):
+            lo, hi = restart["signal_s"], restart["stable_s"]
+            paused = {identity(key) for ts, key in r["pause_events"]
+                      if lo < ts <= hi and identity(key) != restart["member"]}
+            per_restart.append(len(paused))
+        for ts, key in r["pause_events"]:
+            counts[identity(key)] = counts.get(identity(key), 0) + 1
+        per_member.extend(counts.get("w%02d" % i, 0) for i in range(r["members_before"]))
+    return per_restart, per_member
+
 
 def report(args):
     rows = [json.loads(line) for line in open(args.file) if line.strip()]
@@ -523,11 +636,17 @@ def report(args):
     st = statistics.median([r["session_timeout_s"] for r in rows]) if rows else 6.0
     out = []
     w = out.append
+    restart_only = bool(rows) and all(r["scenario"] == "restart" for r in rows)
     w("## %s" % args.title)
     w("")
-    w("What one party change costs the items: 10 members (separate processes) over 1,000 items; an 11th joins, then "
-      "one leaves, then one crashes; and, separately, ZooKeeper stalls for half the session timeout. kazoo 2.11 and "
-      "this crate's modes, side by side against the same ZooKeeper server in the same run.")
+    if restart_only:
+        w("What a deploy costs the items: a rolling restart of 10 members (separate processes) over 1,000 items, each "
+          "member restarted in turn with the same identifier. kazoo 2.11 and this crate's modes, with and without "
+          "static membership, side by side against the same ZooKeeper server in the same run.")
+    else:
+        w("What one party change costs the items: 10 members (separate processes) over 1,000 items; an 11th joins, "
+          "then one leaves, then one crashes; and, separately, ZooKeeper stalls for half the session timeout. kazoo "
+          "2.11 and this crate's modes, side by side against the same ZooKeeper server in the same run.")
     w("")
     w("```sh")
     w(args.command)
@@ -535,14 +654,14 @@ def report(args):
     w("")
     w("Needs Docker, Rust and Python 3 (kazoo 2.11 is installed with pip if missing). It builds the worker example "
       "in release mode, starts one ZooKeeper container (removed on exit), runs `bench/rebalance.py` (every scenario "
-      "for every mode, modes alternating run after run) and writes this section to `bench/results/rebalance.md`, "
-      "the raw measurements (one JSON line per phase, with every member's state changes) to "
-      "`bench/results/rebalance.jsonl`. `python3 bench/rebalance.py report bench/results/rebalance.jsonl` prints "
-      "the tables again.")
+      "for every mode, modes alternating run after run) and writes this section to `bench/results/rebalance.md` "
+      "(`restart.md` for `SCENARIOS=restart`), the raw measurements (one JSON line per phase, with every member's "
+      "state changes) to `bench/results/rebalance.jsonl` (`restart.jsonl`). `python3 bench/rebalance.py report "
+      "bench/results/<name>.jsonl` prints the tables again.")
     w("")
     w("### What is measured")
     w("")
-    w(DEFINITIONS.format(tb="%g s" % tb, st="%g s" % st))
+    w((RESTART_DEFINITIONS if restart_only else DEFINITIONS).format(tb="%g s" % tb, st="%g s" % st))
     w("### Results")
     w("")
     if args.machine:
@@ -556,6 +675,29 @@ def report(args):
             continue
         w("#### %s" % SCENARIO_TITLES[scenario])
         w("")
+        if scenario == "restart":
+            head = ["Mode", "runs", "items that changed owner", "owner changed at the end", "items paused",
+                    "item-s without an owner", "other members paused per restart", "pauses per member",
+                    "roll took"]
+            w("| " + " | ".join(head) + " |")
+            w("|" + "---|" * len(head))
+            for mode in MODES:
+                mine = [r for r in sample if r["mode"] == mode]
+                bad = [r for r in failed if r["mode"] == mode and r["scenario"] in (scenario, "start")]
+                if not mine and not bad:
+                    continue
+                per_restart, per_member = restart_rows(mine)
+                runs = str(len(mine)) + (" (%d failed)" % len(bad) if bad else "")
+                cells = [MODES[mode]["label"], runs,
+                         summary([r["items_ever_moved"] for r in mine], fmt_num),
+                         summary([r["items_moved"] for r in mine], fmt_num),
+                         summary([r["items_paused"] for r in mine], fmt_num),
+                         summary([r["paused_item_s"] for r in mine], fmt_num),
+                         summary(per_restart, fmt_num), summary(per_member, fmt_num),
+                         summary([r["restarts"][-1]["stable_s"] for r in mine if r.get("restarts")], fmt_s)]
+                w("| " + " | ".join(cells) + " |")
+            w("")
+            continue
         head = ["Mode", "runs", "items moved", "items paused", "paused item-s", "longest item pause", "to stable"]
         if scenario == "stall":
             head.append("members that stopped")
@@ -563,6 +705,8 @@ def report(args):
         w("|" + "---|" * len(head))
         for mode in MODES:
             if scenario != "stall" and MODES[mode].get("stall_only"):
+                continue
+            if MODES[mode].get("restart_only"):
                 continue
             mine = [r for r in sample if r["mode"] == mode]
             bad = [r for r in failed if r["mode"] == mode and r["scenario"] in (scenario, "start")]

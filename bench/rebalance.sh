@@ -4,12 +4,15 @@
 # definitions; the results section it writes explains them too).
 #
 #   bash bench/rebalance.sh          # ~10 minutes on 2 cores: 3 runs of every scenario for every mode
+#   SCENARIOS=restart bash bench/rebalance.sh   # ~8 minutes: rolling restarts (a deploy), 2 runs, static membership
 #
 # It ensures the ZooKeeper image (docker/zookeeper/build.sh: builds it locally if missing, never pulls) and kazoo 2.11
 # (pip), builds the worker example in release mode, starts ONE ZooKeeper container (removed on exit, however the script
 # ends), runs bench/rebalance.py against it, and writes bench/results/rebalance.md (the markdown section: command,
 # definitions, machine, tables) and bench/results/rebalance.jsonl (one JSON line per measured phase, with every
-# member's state changes).
+# member's state changes). With SCENARIOS=restart (run on its own) the files are bench/results/restart.md and
+# bench/results/restart.jsonl instead, and the default modes are kazoo, eager-stride, incremental-rendezvous and
+# incremental-rendezvous-static (`--static-membership`).
 #
 # Knobs (environment): RUNS (3), TIME_BOUNDARY (1 s, every member), SESSION_TIMEOUT (6 s; the stall freezes
 # ZooKeeper for half of it), MODES (all five), SCENARIOS ("churn,stall"), ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8),
@@ -22,11 +25,25 @@ case "${1:-}" in
     *) echo "usage: bash bench/rebalance.sh   (knobs: RUNS, TIME_BOUNDARY, SESSION_TIMEOUT, MODES, SCENARIOS)" >&2
        exit 2 ;;
 esac
-RUNS=${RUNS:-3}
 TIME_BOUNDARY=${TIME_BOUNDARY:-1}
 SESSION_TIMEOUT=${SESSION_TIMEOUT:-6}
-MODES=${MODES:-kazoo,eager-stride,eager-rendezvous,incremental-rendezvous,incremental-rendezvous-session-aware}
 SCENARIOS=${SCENARIOS:-churn,stall}
+if [ "$SCENARIOS" = restart ]; then
+    RUNS=${RUNS:-2}
+    MODES=${MODES:-kazoo,eager-stride,incremental-rendezvous,incremental-rendezvous-static}
+    out=restart
+    title="Rolling restart: 10 members restarted one by one, against kazoo 2.11"
+    command="SCENARIOS=restart bash bench/rebalance.sh    # ~8 minutes on 2 cores (RUNS=2)"
+else
+    case ",$SCENARIOS," in *,restart,*)
+        echo "run SCENARIOS=restart on its own (it writes bench/results/restart.md)" >&2; exit 2 ;;
+    esac
+    RUNS=${RUNS:-3}
+    MODES=${MODES:-kazoo,eager-stride,eager-rendezvous,incremental-rendezvous,incremental-rendezvous-session-aware}
+    out=rebalance
+    title="Rebalance: join, leave, crash and a ZooKeeper stall, against kazoo 2.11"
+    command="bash bench/rebalance.sh    # ~10 minutes on 2 cores (RUNS=3)"
+fi
 image=${ZOOKEEPER_IMAGE:-zk-partitioner/zookeeper:3.8}
 
 t0=$(date +%s)
@@ -110,10 +127,11 @@ $(rustc --version | cut -d' ' -f1-2). Runs: ${RUNS}; time_boundary ${TIME_BOUNDA
 ${MACHINE_NOTE:+ $MACHINE_NOTE}"
 
 mkdir -p bench/results
-cp "$results" bench/results/rebalance.jsonl
-python3 bench/rebalance.py report bench/results/rebalance.jsonl --machine "$machine" | tee bench/results/rebalance.md
+cp "$results" "bench/results/$out.jsonl"
+python3 bench/rebalance.py report "bench/results/$out.jsonl" --machine "$machine" --title "$title" --command "$command" \
+    | tee "bench/results/$out.md"
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
-    bench/results/rebalance.jsonl)
-say "written bench/results/rebalance.md and bench/results/rebalance.jsonl ($failed failed phases)"
+    "bench/results/$out.jsonl")
+say "written bench/results/$out.md and bench/results/$out.jsonl ($failed failed phases)"
 [ "$run_status" = 0 ] || { say "bench/rebalance.py stopped early (exit $run_status): the results are partial"; exit 1; }
 [ "$failed" = 0 ]
