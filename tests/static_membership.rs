@@ -6,15 +6,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::faults::{SafetyChecker, party_nodes, wait_converged};
+use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, Recorder, auto_release, ints, wait_snapshot};
 use common::{Ctx, Proxy, timing, wait_for};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Error, Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SetPartitioner};
 
@@ -358,79 +355,6 @@ async fn static_membership_configuration_errors() {
 
 // ---- A party shared with kazoo 2.11 ------------------------------------------------------------------------------
 
-/// The latest line a kazoo worker (tests/kazoo/kazoo_worker.py) printed.
-#[derive(Clone, Debug, Default)]
-struct KazooView {
-    state: String,
-    items: Vec<String>,
-    session: i64,
-}
-
-struct KazooWorker {
-    identifier: String,
-    _child: Child,
-    view: Arc<Mutex<KazooView>>,
-}
-
-impl KazooWorker {
-    async fn start(ctx: &Ctx, identifier: &str, items: &[Item]) -> KazooWorker {
-        let ok = std::process::Command::new("python3")
-            .args(["-c", "import kazoo"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kazoo is not installed for python3: run `python3 -m pip install kazoo==2.11.0` (CI does)");
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kazoo/kazoo_worker.py");
-        let items: Vec<String> = items.iter().map(Item::to_string).collect();
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH])
-            .args(["--items", &items.join(","), "--int-items", "--identifier", identifier])
-            .args(["--time-boundary", &format!("{}", time_boundary().as_secs_f64()), "--session-timeout", "6"])
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start python3 tests/kazoo/kazoo_worker.py");
-        let view = Arc::new(Mutex::new(KazooView::default()));
-        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-        let sink = view.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(parsed) = parse_line(&line) {
-                    *sink.lock().unwrap() = parsed;
-                }
-            }
-        });
-        KazooWorker { identifier: identifier.to_string(), _child: child, view }
-    }
-
-    fn view(&self) -> KazooView {
-        self.view.lock().unwrap().clone()
-    }
-}
-
-/// The fields we need from the script's flat JSON line.
-fn parse_line(line: &str) -> Result<KazooView, ()> {
-    let field = |name: &str| -> Result<&str, ()> {
-        let key = format!("\"{name}\": ");
-        let at = line.find(&key).ok_or(())?;
-        let rest = &line[at + key.len()..];
-        let end = if rest.starts_with('[') {
-            rest.find(']').map_or(rest.len(), |e| e + 1)
-        } else {
-            rest.find([',', '}']).unwrap_or(rest.len())
-        };
-        Ok(&rest[..end])
-    };
-    let items = field("items")?.trim_matches(['[', ']']);
-    Ok(KazooView {
-        state: field("state")?.trim_matches('"').to_string(),
-        items: items.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect(),
-        session: field("session")?.parse().unwrap_or(0),
-    })
-}
-
 /// Waits until the Rust and kazoo workers are all ACQUIRED with kazoo's stride over the names of all of them (the
 /// Rust members' names are their identifiers), their claims backed by lock nodes and covering every item once.
 async fn wait_mixed_cover(
@@ -484,9 +408,9 @@ async fn static_members_share_a_party_with_kazoo_and_restart_into_the_same_items
     let ctx = Ctx::new().await;
     let items = ints(12);
     let rs_a = start(&ctx, "rs-a", &items, EAGER).await;
-    let kz_1 = KazooWorker::start(&ctx, "kz-1", &items).await;
+    let kz_1 = KazooWorker::start(&ctx, PATH, "kz-1", &items, time_boundary()).await;
     let rs_b = start(&ctx, "rs-b", &items, EAGER).await;
-    let kz_2 = KazooWorker::start(&ctx, "kz-2", &items).await;
+    let kz_2 = KazooWorker::start(&ctx, PATH, "kz-2", &items, time_boundary()).await;
     // then kazoo reads a static member's node as the identifier, as this crate reads kazoo's
     let before = wait_mixed_cover(&ctx, &[&rs_a, &rs_b], &[&kz_1, &kz_2], &items).await;
 

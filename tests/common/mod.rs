@@ -16,6 +16,7 @@ pub mod ctx;
 mod docker;
 mod ensemble;
 pub mod faults;
+pub mod kazoo;
 pub mod members;
 mod proxy;
 mod server;
