@@ -228,15 +228,11 @@ fn weight(member_hash: u64, item: &[u8]) -> u64 {
 mod rendezvous_tests {
     use super::*;
 
-    /// A small deterministic generator for the property tests (SplitMix64).
-    struct Rng(u64);
+    /// The simulation's deterministic generator (SplitMix64), with a member name drawn from it.
+    struct Rng(crate::sim::Rng);
     impl Rng {
         fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+            self.0.next()
         }
         fn member(&mut self) -> String {
             format!("host-{:x}-{:010}", self.next() % 100_000, self.next() % 1_000_000)
@@ -269,7 +265,7 @@ mod rendezvous_tests {
 
     #[test]
     fn every_item_exactly_once_and_deterministic() {
-        let mut rng = Rng(7);
+        let mut rng = Rng(crate::sim::Rng::new(7));
         for round in 0..50 {
             let members = sorted((0..1 + round % 12).map(|_| rng.member()).collect());
             let items: Vec<Item> = (0..(rng.next() % 500) as i64).map(Item::from).collect();
@@ -284,7 +280,7 @@ mod rendezvous_tests {
     #[test]
     fn join_and_leave_move_little_and_balance_holds() {
         let f = Rendezvous::default();
-        let mut rng = Rng(42);
+        let mut rng = Rng(crate::sim::Rng::new(42));
         let (mut worst_join, mut worst_leave, mut worst_balance) = (0f64, 0f64, 0f64);
         for _ in 0..100 {
             let members = sorted((0..10).map(|_| rng.member()).collect());
