@@ -1022,16 +1022,13 @@ impl Core {
         }
     }
 
-    fn new_prefix_peek(&self) -> String {
+    /// A lock with a prefix of its own: the random nonce plus a multiple of an odd constant, distinct for every lock
+    /// of this member (and, the nonce being random, from every other member's).
+    fn new_lock(&mut self) -> Lock {
         let bits =
             self.nonce.wrapping_add(self.prefixes_issued.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
-        format!("{bits:032x}{LOCK_MARK}")
-    }
-
-    fn new_lock(&mut self) -> Lock {
-        let prefix = self.new_prefix_peek();
         self.prefixes_issued += 1;
-        Lock { prefix, node: None, created: false, token: 0, step: Step::Queued }
+        Lock { prefix: format!("{bits:032x}{LOCK_MARK}"), node: None, created: false, token: 0, step: Step::Queued }
     }
 
     /// Changes what we want, and releases at once what we no longer want.
