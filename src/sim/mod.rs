@@ -91,6 +91,9 @@ pub(crate) struct Plan {
     pub session: Duration,
     pub time_boundary: Duration,
     pub max_allocation_time: Option<Duration>,
+    /// Static membership: a member's name is its identifier (`s<slot>`), and a member that is gone is replaced by
+    /// one with the same identifier once its party node has gone (after a crash: once its session has expired).
+    pub static_membership: bool,
     pub sabotage: Sabotage,
 }
 
@@ -105,6 +108,7 @@ impl Plan {
             session: Duration::from_secs(3),
             time_boundary: rng.millis(100, 600),
             max_allocation_time: None,
+            static_membership: rng.below(2) == 0,
             sabotage: Sabotage::None,
         }
     }
@@ -115,6 +119,7 @@ impl Plan {
 pub(crate) struct Outcome {
     pub steps: u64,
     pub faults: usize,
+    pub static_membership: bool,
     /// Simulated time from the end of the last fault to a converged, clean world.
     pub recovery: Duration,
     pub violation: Option<String>,
@@ -156,6 +161,8 @@ enum WatchFor {
 
 struct Member {
     ident: String,
+    /// Under static membership, the identifier's number: a replacement takes the slot of the member it replaces.
+    slot: usize,
     core: Option<Core>,
     session: SessionId,
     party_node: String,
@@ -177,8 +184,9 @@ struct Member {
     timer: Option<Duration>,
     worker_pending: bool,
     shown: Option<Publication>,
-    /// The items revoked by the latest (unsuspended) `Release`: gone once `release_set()` returns.
-    owed: Option<Vec<usize>>,
+    /// For each `release_set()` call in flight, the items the (unsuspended) `Release` it answered revoked: gone
+    /// once that call returns.
+    owed: HashMap<u64, Vec<usize>>,
     next_ack: u64,
     /// The process is gone (crashed), or its core stopped and the session closed.
     gone: bool,
@@ -206,6 +214,9 @@ struct World {
     checked_zxid: i64,
     /// A `release_set()` acknowledged too early (found while performing actions, reported after the step).
     ack_violation: Option<String>,
+    /// Static membership: identifiers of members that are gone, to be taken again by their replacements.
+    vacant: BTreeSet<usize>,
+    next_slot: usize,
 }
 
 /// Runs one seeded simulation of `plan`.
@@ -241,6 +252,8 @@ impl World {
             log: VecDeque::new(),
             checked_zxid: -1,
             ack_violation: None,
+            vacant: BTreeSet::new(),
+            next_slot: 0,
         };
         for _ in 0..world.plan.members {
             world.join();
@@ -273,14 +286,29 @@ impl World {
 
     // ---- Members ----------------------------------------------------------------------------------------------
 
+    /// A new member: under static membership with a new identifier.
     fn join(&mut self) -> usize {
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        self.join_as(slot)
+    }
+
+    /// A new member in `slot` (its identifier, under static membership: the caller made sure no party node carries
+    /// it any more, as `build()` waits for).
+    fn join_as(&mut self, slot: usize) -> usize {
         let index = self.members.len();
-        let ident = format!("m{index}");
+        let static_membership = self.plan.static_membership;
+        let ident = if static_membership { format!("s{slot}") } else { format!("m{index}") };
         let session = self.zk.open_session();
-        let prefix = format!("{:032x}-{ident}-", self.rng.next() as u128 | ((self.rng.next() as u128) << 64));
+        let hex = format!("{:032x}", self.rng.next() as u128 | ((self.rng.next() as u128) << 64));
+        let (node, mode) = if static_membership {
+            (format!("{PARTY}/{hex}-{ident}"), Mode::Ephemeral)
+        } else {
+            (format!("{PARTY}/{hex}-{ident}-"), Mode::EphemeralSequential)
+        };
         let (path, _) = self
             .zk
-            .create(session, &format!("{PARTY}/{prefix}"), ident.as_bytes(), Mode::EphemeralSequential)
+            .create(session, &node, ident.as_bytes(), mode)
             .unwrap_or_else(|err| panic!("the party node must be creatable: {err:?}"));
         let node = path.rsplit('/').next().unwrap_or_default().to_owned();
         let name: Arc<str> = Arc::from(node.split_once('-').map_or(node.as_str(), |(_, name)| name));
@@ -288,6 +316,7 @@ impl World {
         core.sabotage(self.plan.sabotage);
         self.members.push(Member {
             ident,
+            slot,
             core: Some(core),
             session,
             party_node: node,
@@ -303,7 +332,7 @@ impl World {
             timer: None,
             worker_pending: false,
             shown: None,
-            owed: None,
+            owed: HashMap::new(),
             next_ack: 0,
             gone: false,
         });
@@ -363,9 +392,6 @@ impl World {
                         if publication.suspended { " suspended" } else { "" },
                         publication.reason
                     );
-                    if publication.state == PartitionState::Release && !publication.suspended {
-                        m.owed = Some(publication.revoked.clone());
-                    }
                     if publication.state == PartitionState::Release && !m.worker_pending {
                         m.worker_pending = true;
                         let delay = self.rng.millis(0, 80);
@@ -375,9 +401,9 @@ impl World {
                     self.note(line);
                     self.checked_zxid = -1;
                 }
-                Action::Ack(_, Ok(())) => {
+                Action::Ack(ack, Ok(())) => {
                     // release_set() returned: what the Release it answered revoked is no longer locked by us.
-                    if let Some(revoked) = self.members[index].owed.take()
+                    if let Some(revoked) = self.members[index].owed.remove(&ack)
                         && let Some(item) = revoked.iter().copied().find(|&item| self.holds_a_node(index, item))
                     {
                         self.ack_violation.get_or_insert(format!(
@@ -395,6 +421,7 @@ impl World {
                     self.note(format!("m{index} stopped; session {session} closed"));
                     self.zk.expire(session);
                     self.fire_watches();
+                    self.vacate(index);
                     return;
                 }
             }
@@ -475,9 +502,20 @@ impl World {
             },
             Op::Join => {
                 let ident = self.members[index].ident.clone();
-                let prefix = format!("{:032x}-{ident}-", self.rng.next());
                 let _ = self.zk.mkdir(s, PARTY);
-                match self.zk.create(s, &format!("{PARTY}/{prefix}"), ident.as_bytes(), Mode::EphemeralSequential) {
+                let (node, mode) = if self.plan.static_membership {
+                    // As party::join_static: a name another node carries by now is not taken twice.
+                    if let Some(other) = self.namesake(&ident) {
+                        let (session, waited) = (self.zk.exists(&format!("{PARTY}/{other}")), Duration::ZERO);
+                        let session = session.map_or(0, |stat| stat.ephemeral_owner as i64);
+                        let in_use = Error::IdentifierInUse { identifier: ident, node: other, session, waited };
+                        return Some(Reply::Joined(Err(ReqError::Fatal(in_use))));
+                    }
+                    (format!("{PARTY}/{:032x}-{ident}", self.rng.next()), Mode::Ephemeral)
+                } else {
+                    (format!("{PARTY}/{:032x}-{ident}-", self.rng.next()), Mode::EphemeralSequential)
+                };
+                match self.zk.create(s, &node, ident.as_bytes(), mode) {
                     Ok((path, _)) => {
                         let node = path.rsplit('/').next().unwrap_or_default().to_owned();
                         let name: Arc<str> = Arc::from(node.split_once('-').map_or(node.as_str(), |(_, n)| n));
@@ -777,6 +815,7 @@ impl World {
                     m.link += 1;
                     let link = m.link;
                     self.note(format!("crash m{i}"));
+                    self.vacate(i);
                     self.at(session, Ev::MaybeExpire { member: i, link });
                     fault_lasts = session;
                 }
@@ -872,7 +911,30 @@ impl World {
     /// Replaces members whose core ended (a failed member is restarted by its orchestrator).
     fn replace_failed(&mut self) {
         while self.live().len() < self.plan.members.max(1) {
-            self.join();
+            if !self.plan.static_membership {
+                self.join();
+                continue;
+            }
+            // The restarted process takes its old identifier once nothing carries it (build() waits for that).
+            let Some(slot) = self.vacant.iter().copied().find(|&slot| self.namesake(&format!("s{slot}")).is_none())
+            else {
+                return;
+            };
+            self.vacant.remove(&slot);
+            self.join_as(slot);
+        }
+    }
+
+    /// The party node whose member name is `name`, if any.
+    fn namesake(&self, name: &str) -> Option<String> {
+        self.zk.children_of(PARTY).into_iter().find(|child| crate::party::member_name(child) == Some(name))
+    }
+
+    /// A member is gone (crashed, or its core stopped): under static membership its identifier is free for a
+    /// replacement.
+    fn vacate(&mut self, index: usize) {
+        if self.plan.static_membership {
+            self.vacant.insert(self.members[index].slot);
         }
     }
 
@@ -920,7 +982,13 @@ impl World {
             }
             text
         });
-        Outcome { steps: self.steps, faults: self.plan.faults, recovery: Duration::ZERO, violation }
+        Outcome {
+            steps: self.steps,
+            faults: self.plan.faults,
+            static_membership: self.plan.static_membership,
+            recovery: Duration::ZERO,
+            violation,
+        }
     }
 
     fn step(&mut self, ev: Ev) {
@@ -979,6 +1047,11 @@ impl World {
                 if in_release && !self.members[i].gone {
                     self.members[i].next_ack += 1;
                     let ack = self.members[i].next_ack;
+                    // A suspension's Release may be answered by the session surviving, with nothing released.
+                    if let Some(shown) = self.members[i].shown.as_ref().filter(|p| !p.suspended) {
+                        let revoked = shown.revoked.clone();
+                        self.members[i].owed.insert(ack, revoked);
+                    }
                     self.feed(i, Event::ReleaseSet(ack));
                 }
             }

@@ -49,6 +49,7 @@ fn every_combination_survives_seeded_faults() {
     let mut summary = Vec::new();
     for (c, combo) in Combo::all().into_iter().enumerate() {
         let (mut steps, mut faults, mut worst, mut recoveries) = (0u64, 0usize, Duration::ZERO, Vec::new());
+        let mut static_runs = 0;
         let seeds: Vec<u64> = match only {
             Some(seed) => vec![seed],
             None => (0..runs()).map(|k| seed(c, k)).collect(),
@@ -57,6 +58,7 @@ fn every_combination_survives_seeded_faults() {
             let outcome = run_seed(combo, seed, Sabotage::None);
             steps += outcome.steps;
             faults += outcome.faults;
+            static_runs += usize::from(outcome.static_membership);
             if let Some(violation) = outcome.violation {
                 failures.push(format!(
                     "{}: SIM_SEED={seed} cargo test --lib sim::tests::every_combination\n{violation}",
@@ -70,14 +72,14 @@ fn every_combination_survives_seeded_faults() {
         recoveries.sort();
         let median = recoveries.get(recoveries.len() / 2).copied().unwrap_or_default();
         summary.push(format!(
-            "| {} | {} | {steps} | {faults} | {median:.2?} | {worst:.2?} |",
+            "| {} | {} | {static_runs} | {steps} | {faults} | {median:.2?} | {worst:.2?} |",
             combo_name(combo),
             recoveries.len()
         ));
         total_steps += steps;
     }
-    eprintln!("| combination | runs passed | steps | faults | median recovery | worst recovery |");
-    eprintln!("|---|---:|---:|---:|---:|---:|");
+    eprintln!("| combination | runs passed | of them static | steps | faults | median recovery | worst recovery |");
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|");
     for line in &summary {
         eprintln!("{line}");
     }

@@ -36,6 +36,8 @@ pub(crate) enum ZkErr {
 pub(crate) enum Mode {
     Persistent,
     EphemeralSequential,
+    /// Ephemeral, named as given (a static member's party node).
+    Ephemeral,
 }
 
 /// The subset of ZooKeeper's `Stat` the recipes look at.
@@ -386,6 +388,7 @@ impl Zk {
         let (path, owner) = match mode {
             Mode::Persistent => (path.to_owned(), 0),
             Mode::EphemeralSequential => (format!("{path}{parent_cversion:010}"), s),
+            Mode::Ephemeral => (path.to_owned(), s),
         };
         if !is_valid(&path) {
             return Err(ZkErr::NoNode);
@@ -623,6 +626,18 @@ mod tests {
         let eph = zk.create(s, "/a/e", b"", Mode::EphemeralSequential).unwrap().0;
         assert_eq!(zk.mkdir(s, &format!("{eph}/x")), Err(ZkErr::NoChildrenForEphemerals));
         assert_eq!(zk.mkdir(s, "/a/"), Err(ZkErr::NoNode));
+    }
+
+    #[test]
+    fn plain_ephemerals_keep_their_name_and_end_with_their_session() {
+        let mut zk = Zk::new();
+        let (s, t) = (zk.open_session(), zk.open_session());
+        zk.mkdir(s, "/p").unwrap();
+        let (path, stat) = zk.create(s, "/p/abc-w1", b"w1", Mode::Ephemeral).unwrap();
+        assert_eq!((path.as_str(), stat.ephemeral_owner), ("/p/abc-w1", s));
+        assert_eq!(zk.create(t, "/p/abc-w1", b"", Mode::Ephemeral), Err(ZkErr::NodeExists));
+        zk.expire(s);
+        assert!(zk.exists("/p/abc-w1").is_none());
     }
 
     #[test]
