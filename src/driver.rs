@@ -5,7 +5,7 @@
 //! sources, so every event reaches the core at once, whatever the core is doing.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::{AbortHandle, Abortable, BoxFuture, OptionFuture};
 use futures::stream::FuturesUnordered;
@@ -14,11 +14,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, OneshotWatcher, SessionState, StateWatcher, WatchedEvent};
 
+use crate::agreement::Agreement;
 use crate::decision::{self, AckId, Action, Core, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId};
 use crate::error::{is_transient, session_end};
+use crate::item_set::{self, SetWatch};
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
-use crate::{Error, Item, Snapshot};
+use crate::{Error, Snapshot};
 
 /// Requests from handles to the driver; each carries the channel its answer goes back on.
 #[derive(Debug)]
@@ -31,10 +33,10 @@ pub(crate) enum Command {
 pub(crate) struct Config {
     pub paths: Paths,
     pub identifier: String,
-    /// The whole set, sorted (the core's item indexes point into it).
-    pub items: Arc<[Item]>,
-    /// Each item's lock directory, in the order of `items`.
-    pub lock_dirs: Vec<String>,
+    /// Our party node's data: the identifier and our announcement (`agreement`).
+    pub node_data: String,
+    /// `<path>/items`, when the set is the shared one.
+    pub set_node: Option<String>,
     /// At most this many lock requests in flight at once (also the core's window).
     pub window: usize,
     /// A rejoin creates a static member's node (`Builder::static_membership`).
@@ -46,6 +48,7 @@ struct Done {
     id: ReqId,
     reply: Reply,
     party_watch: Option<OneshotWatcher>,
+    set_watch: Option<SetWatch>,
     /// Our new party node, after a rejoin.
     joined: Option<Membership>,
 }
@@ -64,6 +67,12 @@ pub(crate) struct Driver {
     watches: HashMap<ReqId, AbortHandle>,
     /// The watch armed by the latest party read; `None` once fired (a fired future is never polled again).
     party_watch: Option<BoxFuture<'static, WatchedEvent>>,
+    /// The same for the shared set.
+    set_watch: Option<SetWatch>,
+    /// Each item's lock directory, by the core's item index (grown as the shared set brings new items).
+    lock_dirs: Arc<Vec<String>>,
+    /// What each party node announces (its data never changes, so each is read once), by node name.
+    agreements: Arc<Mutex<HashMap<String, Option<Agreement>>>>,
     release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
     finish_acks: HashMap<AckId, oneshot::Sender<()>>,
     next_ack: AckId,
@@ -92,6 +101,9 @@ impl Driver {
             in_flight: FuturesUnordered::new(),
             watches: HashMap::new(),
             party_watch: None,
+            set_watch: None,
+            lock_dirs: Arc::new(Vec::new()),
+            agreements: Arc::new(Mutex::new(HashMap::new())),
             release_acks: HashMap::new(),
             finish_acks: HashMap::new(),
             next_ack: 0,
@@ -115,12 +127,16 @@ impl Driver {
             let deadline = self.core.poll_timeout().map(Instant::from_std);
             let sleep = OptionFuture::from(deadline.map(tokio::time::sleep_until));
             let party_watch = OptionFuture::from(self.party_watch.as_mut());
+            let set_watch = OptionFuture::from(self.set_watch.as_mut());
             tokio::select! {
                 state = self.session.changed() => self.core.handle(session_event(state), now()),
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.watches.remove(&done.id);
                     if let Some(watcher) = done.party_watch {
                         self.party_watch = Some(watcher.changed().boxed());
+                    }
+                    if let Some(watch) = done.set_watch {
+                        self.set_watch = Some(watch);
                     }
                     if let Some(membership) = done.joined {
                         self.membership = membership;
@@ -133,6 +149,15 @@ impl Driver {
                         session_event(event.session_state)
                     } else {
                         Event::PartyChanged
+                    };
+                    self.core.handle(event, now());
+                }
+                Some(event) = set_watch => {
+                    self.set_watch = None;
+                    let event = if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                        session_event(event.session_state)
+                    } else {
+                        Event::SetChanged
                     };
                     self.core.handle(event, now());
                 }
@@ -190,6 +215,7 @@ impl Driver {
             }
             Action::Stop => {
                 self.party_watch = None;
+                self.set_watch = None;
                 for (_, abort) in self.watches.drain() {
                     abort.abort();
                 }
@@ -199,10 +225,36 @@ impl Driver {
 
     /// The single place where the published snapshot changes: bumps the generation and wakes every observer.
     fn publish(&self, p: Publication) {
-        let items: Arc<[Item]> = p.items.iter().map(|&(i, _)| self.config.items[i].clone()).collect();
+        let indexes: Vec<usize> = p.items.iter().map(|&(i, _)| i).collect();
+        let items = self.core.items_of(&indexes);
         let tokens = p.items.iter().map(|&(_, token)| token).collect();
-        let revoked: Arc<[Item]> = p.revoked.iter().map(|&i| self.config.items[i].clone()).collect();
+        let revoked = self.core.items_of(&p.revoked);
         self.publisher.send_modify(|snapshot| {
+            if p.disagreements != snapshot.disagreements {
+                for disagreement in p.disagreements.iter() {
+                    tracing::warn!(
+                        other = %disagreement.member,
+                        ours = %disagreement.ours,
+                        theirs = %disagreement.theirs,
+                        "{disagreement}: the members may wait forever for each other's locks until one of them is \
+                         reconfigured"
+                    );
+                }
+            }
+            if p.set.version != snapshot.set_version {
+                snapshot.added = self.core.items_of(&p.set.added);
+                snapshot.removed = self.core.items_of(&p.set.removed);
+                snapshot.set_version = p.set.version;
+                if !snapshot.added.is_empty() || !snapshot.removed.is_empty() {
+                    tracing::info!(
+                        version = p.set.version,
+                        added = snapshot.added.len(),
+                        removed = snapshot.removed.len(),
+                        "following a new version of the shared item set"
+                    );
+                }
+            }
+            snapshot.disagreements = p.disagreements;
             tracing::info!(
                 from = %snapshot.state,
                 to = %p.state,
@@ -229,13 +281,22 @@ impl Driver {
 
     /// Starts a request; its reply reaches the core through `in_flight`.
     fn send(&mut self, id: ReqId, op: Op) {
-        let (client, config) = (self.client.clone(), self.config.clone());
-        let dir = move |item: usize| config.lock_dirs[item].clone();
+        if self.lock_dirs.len() < self.core.item_count() {
+            let dirs = Arc::make_mut(&mut self.lock_dirs);
+            for index in dirs.len()..self.core.item_count() {
+                dirs.push(self.config.paths.lock_dir(&self.core.item(index).node_name()));
+            }
+        }
+        let client = self.client.clone();
+        let lock_dirs = self.lock_dirs.clone();
+        // Every index in an Op names an item of the core's catalogue, which `lock_dirs` now covers.
+        let dir = move |item: usize| lock_dirs[item].clone();
         let paths = self.config.paths.clone();
         let future: BoxFuture<'static, Done> = match op {
             Op::ReadParty => {
                 // The core asks for a read only when no rejoin is under way: our node's name is the current one.
                 let own = self.membership.node.clone();
+                let known = self.agreements.clone();
                 async move {
                     match client.get_and_watch_children(&paths.party).await {
                         Ok((children, _, watcher)) => {
@@ -247,8 +308,10 @@ impl Driver {
                                     "ignoring children of the party node that are not member nodes"
                                 );
                             }
-                            let read = PartyRead { members, ours };
-                            Done { id, reply: Reply::Party(Ok(read)), party_watch: Some(watcher), joined: None }
+                            let agreements = read_agreements(&client, &paths, &children, &own, &known).await;
+                            let read = PartyRead { members, ours, agreements };
+                            let reply = Reply::Party(Ok(read));
+                            Done { id, reply, party_watch: Some(watcher), set_watch: None, joined: None }
                         }
                         Err(err) => reply(id, Reply::Party(Err(classify("get_children", &paths.party, err)))),
                     }
@@ -257,16 +320,18 @@ impl Driver {
             }
             Op::Join => {
                 let (identifier, static_membership) = (self.config.identifier.clone(), self.config.static_membership);
+                let data = self.config.node_data.clone();
                 async move {
                     // `<path>/party` may be gone too (an operator removed it).
                     let joined = match party::ensure_base(&client, &paths).await {
-                        Ok(()) => party::join(&client, &paths, &identifier, static_membership).await,
+                        Ok(()) => party::join(&client, &paths, &identifier, &data, static_membership).await,
                         Err(err) => Err(err),
                     };
                     match joined {
                         Ok(membership) => {
                             let name = membership.name.clone();
-                            Done { id, reply: Reply::Joined(Ok(name)), party_watch: None, joined: Some(membership) }
+                            let reply = Reply::Joined(Ok(name));
+                            Done { id, reply, party_watch: None, set_watch: None, joined: Some(membership) }
                         }
                         Err(err) => reply(id, Reply::Joined(Err(ReqError::Fatal(err)))),
                     }
@@ -361,6 +426,35 @@ impl Driver {
                 }
                 .boxed()
             }
+            Op::ReadSet => {
+                let node = self.config.set_node.clone().unwrap_or_default();
+                async move {
+                    let (result, set_watch) = item_set::read_watched(&client, &node).await;
+                    let reply = Reply::Set(result.map_err(|err| classify("get_children", &node, err)));
+                    Done { id, reply, party_watch: None, set_watch, joined: None }
+                }
+                .boxed()
+            }
+            Op::RemoveDirs(items) => {
+                let dirs: Vec<String> = items.into_iter().map(dir).collect();
+                async move {
+                    let deleted = futures::future::join_all(dirs.iter().map(|dir| client.delete(dir, None))).await;
+                    let mut removed = 0;
+                    for (dir, result) in dirs.iter().zip(deleted) {
+                        match result {
+                            Ok(()) => removed += 1,
+                            // In use (its last contender removes it) or already gone.
+                            Err(zookeeper_client::Error::NotEmpty | zookeeper_client::Error::NoNode) => {}
+                            Err(err) => {
+                                tracing::warn!(%err, dir, "could not remove the lock directory of a removed item")
+                            }
+                        }
+                    }
+                    tracing::debug!(removed, asked = dirs.len(), "lock directories of removed items");
+                    reply(id, Reply::DirsRemoved)
+                }
+                .boxed()
+            }
             Op::Leave => {
                 let membership = self.membership.clone();
                 async move {
@@ -377,7 +471,40 @@ impl Driver {
 }
 
 fn reply(id: ReqId, reply: Reply) -> Done {
-    Done { id, reply, party_watch: None, joined: None }
+    Done { id, reply, party_watch: None, set_watch: None, joined: None }
+}
+
+/// What each other member announces, reading the data of party nodes not seen before (one read `multi`); `known`
+/// keeps what was read, for the nodes still in the party. A failed read only delays the check to the next change.
+async fn read_agreements(
+    client: &Client,
+    paths: &Paths,
+    children: &[String],
+    own: &str,
+    known: &Mutex<HashMap<String, Option<Agreement>>>,
+) -> Vec<(String, Agreement)> {
+    let unknown: Vec<&String> = {
+        let Ok(mut known) = known.lock() else { return Vec::new() };
+        known.retain(|node, _| children.contains(node));
+        children.iter().filter(|child| *child != own && !known.contains_key(*child)).collect()
+    };
+    if !unknown.is_empty() {
+        let mut reader = client.new_multi_reader();
+        let mut added = true;
+        for node in &unknown {
+            added &= reader.add_get_data(&format!("{}/{node}", paths.party)).is_ok();
+        }
+        if added && let Ok(results) = reader.commit().await {
+            let Ok(mut known) = known.lock() else { return Vec::new() };
+            for (node, result) in unknown.into_iter().zip(results) {
+                if let zookeeper_client::MultiReadResult::Data { data, .. } = result {
+                    known.insert(node.clone(), Agreement::from_node_data(&data));
+                }
+            }
+        }
+    }
+    let Ok(known) = known.lock() else { return Vec::new() };
+    children.iter().filter_map(|child| Some((party::member_name(child)?.to_owned(), (*known.get(child)?)?))).collect()
 }
 
 fn now() -> std::time::Instant {

@@ -83,6 +83,40 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// There is no shared item set at this path yet (create one with
+    /// [`ItemSet::create_if_missing`](crate::ItemSet::create_if_missing), or give the builder items to seed it).
+    #[error("no shared item set at {path}: create it first (or give the builder items to seed it)")]
+    ItemSetMissing {
+        /// The set's node, `<path>/items`.
+        path: String,
+    },
+
+    /// The shared item set's node holds something this crate did not write.
+    #[error("the shared item set at {path} is unreadable: {reason}")]
+    ItemSetCorrupt {
+        /// The set's node.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A conditional update of the shared item set found another version than the one it was based on.
+    #[error("the shared item set at {path} changed meanwhile: {reason}")]
+    ItemSetConflict {
+        /// The set's node.
+        path: String,
+        /// Which versions, or how often it was retried.
+        reason: String,
+    },
+
+    /// An update would leave the shared item set empty. A set of nothing would silently stop every member's work;
+    /// to retire a partition path, stop its members instead.
+    #[error("refusing to leave the shared item set at {path} empty")]
+    EmptyItemSet {
+        /// The set's node.
+        path: String,
+    },
+
     /// [`SetPartitioner::finish`](crate::SetPartitioner::finish) was called.
     #[error("partitioner finished")]
     Finished,

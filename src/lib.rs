@@ -104,10 +104,12 @@
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod agreement;
 mod decision;
 mod driver;
 mod error;
 mod item;
+mod item_set;
 mod locks;
 mod names;
 mod partition_fn;
@@ -120,10 +122,11 @@ mod state;
 
 pub use error::Error;
 pub use item::Item;
+pub use item_set::{ItemSet, SharedItems};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::{Builder, SetPartitioner};
 pub use policy::{Rebalance, SessionPolicy};
-pub use state::{FencingToken, PartitionState, Snapshot};
+pub use state::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;

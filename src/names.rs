@@ -65,6 +65,16 @@ pub(crate) fn check_identifier(identifier: &str) -> Result<(), Error> {
         .map_err(|reason| Error::config("identifier", format!("{identifier:?} {}", reason.replace("renders to", "is"))))
 }
 
+/// `text` for an error message: whole when short, else its first 64 characters and its length (a 2,000-byte name
+/// echoed whole drowns the message).
+pub(crate) fn shorten(text: &str) -> String {
+    const KEEP: usize = 64;
+    match text.char_indices().nth(KEEP) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,12 +9,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 use zookeeper_client::Client;
 
+use crate::agreement::Agreement;
 use crate::decision::{Core, CoreConfig};
 use crate::driver::{self, Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Membership, Paths};
-use crate::{Error, FencingToken, Item, KazooStride, PartitionFn, PartitionState, Rebalance, SessionPolicy, Snapshot};
+use crate::{
+    Error, FencingToken, Item, ItemSet, KazooStride, PartitionFn, PartitionState, Rebalance, SessionPolicy, Snapshot,
+};
 
 /// kazoo's default `time_boundary`.
 const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
@@ -43,6 +46,7 @@ pub struct Builder {
     rebalance: Rebalance,
     static_membership: bool,
     max_identity_wait: Option<Duration>,
+    shared_item_set: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -59,6 +63,7 @@ impl fmt::Debug for Builder {
             .field("rebalance", &self.rebalance)
             .field("static_membership", &self.static_membership)
             .field("max_identity_wait", &self.max_identity_wait)
+            .field("shared_item_set", &self.shared_item_set)
             .finish()
     }
 }
@@ -175,6 +180,41 @@ impl Builder {
         self
     }
 
+    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`]) and follow its changes,
+    /// instead of a set fixed at build time. Off by default (kazoo's fixed set).
+    ///
+    /// With it, the builder's items only seed the set: if `<path>/items` does not exist yet, `build()` creates it with
+    /// them; if it exists, they are ignored (an empty list is then fine). Anyone may change the set at run time, with
+    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`]. Every member watches it, and a change goes through
+    /// the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary); under
+    /// [`Rebalance::Eager`] every member releases everything and allocates again; under [`Rebalance::Incremental`]
+    /// only the items whose owner changes stop (an added item is simply taken by its new owner, a removed item is
+    /// revoked from its owner alone). [`Snapshot::added`] and [`Snapshot::removed`] say what the change did, and a
+    /// removed item's lock directory is deleted once its last contender is gone. Items of a shared set are all
+    /// integers or all strings. kazoo members cannot follow a shared set: use it in parties of this crate's members.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{Item, Rebalance, SetPartitioner};
+    ///
+    /// let partitioner = SetPartitioner::builder(client, "/shards", ["shard-1", "shard-2"])
+    ///     .shared_item_set(true)
+    ///     .rebalance(Rebalance::Incremental)
+    ///     .build()
+    ///     .await?;
+    /// // Any process may change the set; every member follows.
+    /// if let Some(set) = partitioner.item_set() {
+    ///     set.add(["shard-3"]).await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn shared_item_set(mut self, enabled: bool) -> Self {
+        self.shared_item_set = enabled;
+        self
+    }
+
     /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
     /// starts the partitioner's background task on the current Tokio runtime.
     ///
@@ -222,32 +262,54 @@ impl Builder {
         if let Some(limit) = self.max_allocation_time {
             check_duration("max_allocation_time", limit)?;
         }
-        let items = validate_items(self.items, self.partition_fn.is_none())?;
+        // A shared set is all of one kind (its node records which, so that members parse it alike).
+        let items = validate_items(self.items, self.partition_fn.is_none() || self.shared_item_set)?;
         let paths = Paths::new(&self.path);
-        let lock_dirs = items.iter().map(|item| paths.lock_dir(&item.node_name())).collect();
+        let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
 
         let session = self.client.state_watcher();
         party::ensure_base(&self.client, &paths).await?;
+        let (items, item_set, set_version) = if self.shared_item_set {
+            let set = ItemSet::new(self.client.clone(), self.path.clone())?;
+            let read = if items.is_empty() { set.read().await? } else { set.create_if_missing(items).await?.0 };
+            if read.updating {
+                tracing::warn!(
+                    path = set.path(),
+                    "the shared item set is being updated; starting from its current items"
+                );
+            }
+            if read.items.is_empty() {
+                return Err(Error::EmptyItemSet { path: set.path().to_owned() });
+            }
+            (read.items, Some(set), Some(read.version))
+        } else {
+            (items, None, None)
+        };
+        let agreement = Agreement::new(item_set.is_none().then_some(&items[..]), &*partition_fn, items.first());
+        let node_data = agreement.node_data(&identifier);
         let (membership, guard) = if self.static_membership {
             // The node's whole name is unique: the guard finds it by it.
             let node = party::static_node(&identifier);
             let guard =
                 JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix: node, armed: true };
+            let wait = Some(identity_wait);
             let membership =
-                party::join_static(&self.client, &paths, &identifier, &guard.prefix, Some(identity_wait)).await?;
+                party::join_static(&self.client, &paths, &identifier, &node_data, &guard.prefix, wait).await?;
             (membership, guard)
         } else {
             let prefix = party::node_prefix(&identifier);
             let guard = JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix, armed: true };
-            let membership = party::join_with_prefix(&self.client, &paths, &identifier, &guard.prefix).await?;
+            let membership = party::join_with_prefix(&self.client, &paths, &node_data, &guard.prefix).await?;
             (membership, guard)
         };
 
         let span = tracing::info_span!("partitioner", path = %self.path, member = %membership.name);
         let core = Core::new(
             CoreConfig {
-                items: items.clone(),
-                partition_fn: self.partition_fn.unwrap_or_else(|| Box::new(KazooStride)),
+                items,
+                shared_set: set_version,
+                agreement,
+                partition_fn,
                 time_boundary: self.time_boundary,
                 retry_delay: self.max_reaction_time,
                 max_allocation_time: self.max_allocation_time,
@@ -261,10 +323,10 @@ impl Builder {
             tokio::time::Instant::now().into_std(),
         );
         let config = Arc::new(Config {
+            set_node: item_set.as_ref().map(|set| set.path().to_owned()),
             paths,
             identifier,
-            items: items.into(),
-            lock_dirs,
+            node_data,
             window: DEFAULT_WINDOW,
             // A rejoin (the driver's `party::join`) must create the same kind of node as this first join.
             static_membership: self.static_membership,
@@ -275,7 +337,7 @@ impl Builder {
         let driver = Driver::new(self.client, config, core, membership, session, command_rx, Arc::new(publisher));
         runtime.spawn(driver::supervise(driver).instrument(span));
         guard.disarm();
-        Ok(SetPartitioner { commands, snapshot })
+        Ok(SetPartitioner { commands, snapshot, item_set: item_set.map(Arc::new) })
     }
 }
 
@@ -373,6 +435,7 @@ fn default_identifier() -> String {
 pub struct SetPartitioner {
     commands: mpsc::UnboundedSender<Command>,
     snapshot: watch::Receiver<Snapshot>,
+    item_set: Option<Arc<ItemSet>>,
 }
 
 impl fmt::Debug for SetPartitioner {
@@ -409,6 +472,7 @@ impl SetPartitioner {
             rebalance: Rebalance::Eager,
             static_membership: false,
             max_identity_wait: None,
+            shared_item_set: false,
         }
     }
 
@@ -484,6 +548,12 @@ impl SetPartitioner {
     /// [`Builder::static_membership`].
     pub fn member(&self) -> Arc<str> {
         self.snapshot.borrow().member.clone()
+    }
+
+    /// The shared item set this member follows ([`Builder::shared_item_set`]), on the member's own session; `None`
+    /// with a fixed set. Changing it changes every member's set.
+    pub fn item_set(&self) -> Option<&ItemSet> {
+        self.item_set.as_deref()
     }
 
     /// A copy of the latest published snapshot.

@@ -1,7 +1,7 @@
 //! Party membership: one ephemeral node per member under `<path>/party`.
 //!
 //! A member's node is `<32 lowercase hex>-<identifier>-<10-digit sequence>` (ephemeral sequential), its data the
-//! identifier. kazoo's `ShallowParty` names a member by the text after the first `-` of its node, so this member's
+//! identifier, then a line announcing its item set and partition function (see `agreement`). kazoo's `ShallowParty` names a member by the text after the first `-` of its node, so this member's
 //! name is `<identifier>-<sequence>` (unique even when identifiers repeat) and a kazoo member's name is its
 //! identifier. The random hex prefix lets a member recognise its own node after a create whose reply was lost.
 //!
@@ -112,12 +112,13 @@ pub(crate) async fn join(
     client: &Client,
     paths: &Paths,
     identifier: &str,
+    data: &str,
     static_membership: bool,
 ) -> Result<Membership, Error> {
     if static_membership {
-        join_static(client, paths, identifier, &static_node(identifier), None).await
+        join_static(client, paths, identifier, data, &static_node(identifier), None).await
     } else {
-        join_with_prefix(client, paths, identifier, &node_prefix(identifier)).await
+        join_with_prefix(client, paths, data, &node_prefix(identifier)).await
     }
 }
 
@@ -125,12 +126,12 @@ pub(crate) async fn join(
 pub(crate) async fn join_with_prefix(
     client: &Client,
     paths: &Paths,
-    identifier: &str,
+    data: &str,
     prefix: &str,
 ) -> Result<Membership, Error> {
     let path = format!("{}/{prefix}", paths.party);
     loop {
-        match client.create(&path, identifier.as_bytes(), &EPHEMERAL_SEQUENTIAL).await {
+        match client.create(&path, data.as_bytes(), &EPHEMERAL_SEQUENTIAL).await {
             Ok((_, sequence)) => return Ok(Membership::from_node(format!("{prefix}{sequence}"))),
             Err(err) if is_transient(&err) => {
                 // The create may have happened: our random prefix finds it if so.
@@ -162,6 +163,7 @@ pub(crate) async fn join_static(
     client: &Client,
     paths: &Paths,
     identifier: &str,
+    data: &str,
     node: &str,
     wait: Option<Duration>,
 ) -> Result<Membership, Error> {
@@ -205,7 +207,7 @@ pub(crate) async fn join_static(
             continue;
         }
         // 2. Take our place. A create replayed after a lost reply finds our own node (the hex makes it ours).
-        let created = match retry_transient(|| client.create(&path, identifier.as_bytes(), &EPHEMERAL)).await {
+        let created = match retry_transient(|| client.create(&path, data.as_bytes(), &EPHEMERAL)).await {
             Ok((stat, _)) if !stat.is_invalid() => Some(stat.czxid),
             Ok(_) | Err(zookeeper_client::Error::NodeExists) => None,
             Err(err) => return Err(Error::zk("create", path, err)),

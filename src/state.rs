@@ -87,6 +87,52 @@ pub struct Snapshot {
     /// [`release_set`](crate::SetPartitioner::release_set), which waits for the session's fate and may return
     /// to `Acquired` with the same items.
     pub suspended: bool,
+    /// The version of the [shared item set](crate::Builder::shared_item_set) the current assignment was computed
+    /// from (`None` with a fixed set, and until the first allocation).
+    pub set_version: Option<u64>,
+    /// The items the latest change of the shared set added, among those the current assignment covers: empty with a
+    /// fixed set, and when the assignment changed for another reason (a party change).
+    pub added: Arc<[Item]>,
+    /// The items the latest change of the shared set removed (stop any work on them for good); empty otherwise.
+    pub removed: Arc<[Item]>,
+    /// Members of the party that announce a different item set or partition function: while this is not empty, the
+    /// members may compute overlapping shares and wait forever for each other's locks. Reported at the first party
+    /// read that shows it, in every state; kazoo members announce nothing and are never listed.
+    pub disagreements: Arc<[Disagreement]>,
+}
+
+/// What another member disagrees on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DisagreementKind {
+    /// Its item set is different (or one member uses the shared set and the other a fixed one).
+    ItemSet,
+    /// Its partition function answers differently (same set).
+    PartitionFn,
+}
+
+/// A member of the party whose configuration disagrees with this member's (see [`Snapshot::disagreements`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Disagreement {
+    /// The other member's name.
+    pub member: String,
+    /// What differs.
+    pub kind: DisagreementKind,
+    /// This member's announcement (`zkp/1 set=<digest> fn=<fingerprint>`).
+    pub ours: String,
+    /// The other member's announcement.
+    pub theirs: String,
+}
+
+impl fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            DisagreementKind::ItemSet => "item set",
+            DisagreementKind::PartitionFn => "partition function",
+        };
+        write!(f, "member {} uses a different {what} ({} here, {} there)", self.member, self.ours, self.theirs)
+    }
 }
 
 impl Snapshot {
@@ -101,6 +147,10 @@ impl Snapshot {
             members: Arc::from([]),
             cause: None,
             suspended: false,
+            set_version: None,
+            added: Arc::from([]),
+            removed: Arc::from([]),
+            disagreements: Arc::from([]),
         }
     }
 }

@@ -26,6 +26,17 @@
 //! | connected again after a suspension | — | verify every held node, resume the previous state or release everything |
 //! | lost | `Failure` | `Failure` |
 //!
+//! The inputs of the assignment are the party and the item set. With the shared set in ZooKeeper, a read that shows
+//! a different set is a change exactly like a party change (every "the party changes" row above applies, debounced by
+//! the same `time_boundary`); a set marked `updating` is not used, the set in force stays. Items keep their index
+//! for the life of the core ([`catalogue`]), so a removed item's lock is released under the index it was taken with;
+//! once released, its directory is deleted (and the first member of the party deletes those of removed items nobody
+//! held).
+//!
+//! Every member announces its set (or "shared") and a fingerprint of its partition function in its party node; a
+//! party read that shows another announcement is published at once as a disagreement (a stall explained), without
+//! changing any decision.
+//!
 //! `max_allocation_time` runs from entering `Allocating` (or, incremental, from the party change) to `Acquired`,
 //! paused while `Release` waits for the worker's `release_set()`; when it runs out: `Failure`.
 //!
@@ -35,6 +46,7 @@
 //! while a release is in flight. The lock of each item goes through its own small machine ([`Lock`]): create, list,
 //! watch the predecessor, held, with batching and an in-flight window.
 
+mod catalogue;
 mod contention;
 mod debounce;
 
@@ -42,10 +54,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use catalogue::Catalogue;
 pub(crate) use contention::{LOCK_MARK, Position, position, sequence};
 use debounce::Debounce;
 
-use crate::{Error, FencingToken, Item, PartitionFn, PartitionState, Rebalance, SessionPolicy};
+use crate::agreement::Agreement;
+use crate::{Disagreement, Error, FencingToken, Item, PartitionFn, PartitionState, Rebalance, SessionPolicy};
 
 /// Identifies a request the core asked for; its [`Reply`] comes back with the same id.
 pub(crate) type ReqId = u64;
@@ -54,8 +68,12 @@ pub(crate) type AckId = u64;
 
 /// Everything the core decides from, fixed at build time.
 pub(crate) struct CoreConfig {
-    /// The whole set, sorted and validated.
+    /// The whole set, sorted and validated (with a shared set: the set as read at build time).
     pub items: Vec<Item>,
+    /// The shared set's version when `items` was read; `None` for a fixed set.
+    pub shared_set: Option<u64>,
+    /// What this member announces in its party node (compared with every other member's).
+    pub agreement: Agreement,
     pub partition_fn: Box<dyn PartitionFn>,
     pub time_boundary: Duration,
     /// The pause before retrying a request lost with the connection.
@@ -81,6 +99,8 @@ pub(crate) enum Event {
     SessionLost(Error),
     /// The watch armed by the latest party read fired.
     PartyChanged,
+    /// The watch armed by the latest read of the shared set fired.
+    SetChanged,
     /// A request's outcome.
     Reply(ReqId, Reply),
     /// A handle called `release_set()`.
@@ -113,6 +133,10 @@ pub(crate) enum Op {
     Verify(Vec<(usize, String)>),
     /// Leave the party: delete our party node.
     Leave,
+    /// Read the shared item set and arm a watch on it (its firing is [`Event::SetChanged`]).
+    ReadSet,
+    /// Delete these items' lock directories where they are empty (the items left the shared set).
+    RemoveDirs(Vec<usize>),
 }
 
 /// One contender node to delete.
@@ -140,6 +164,15 @@ pub(crate) enum ReqError {
 pub(crate) struct PartyRead {
     pub members: Vec<String>,
     pub ours: bool,
+    /// What each member that announces one (not kazoo's) announces, by member name.
+    pub agreements: Vec<(String, Agreement)>,
+}
+
+/// A usable read of the shared set: its items (sorted, without duplicates) and its version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SetRead {
+    pub items: Vec<Item>,
+    pub version: u64,
 }
 
 /// One lock directory as listed: its children, and our node's creation zxid (0 if not read).
@@ -165,6 +198,11 @@ pub(crate) enum Reply {
     /// Whether every verified node is still ours.
     Verified(Result<bool, Error>),
     Left,
+    /// The shared set, or `None` when it cannot be used now (being updated, unreadable or missing: the driver says
+    /// why in the log); a watch is armed either way.
+    Set(Result<Option<SetRead>, ReqError>),
+    /// Best effort: directories still in use, or already gone, are left alone.
+    DirsRemoved,
 }
 
 /// A deliberately broken rule, for showing that the simulation's checker catches each bug of the old driver when it
@@ -181,6 +219,8 @@ pub(crate) enum Sabotage {
     UnnoticedSuspensionDuringRelease,
     /// The old driver acknowledged waiting `release_set()` calls before their release happened.
     AckBeforeRelease,
+    /// A member that reads the shared set but never applies its changes.
+    IgnoreSetChanges,
 }
 
 /// What the core asks for.
@@ -206,8 +246,19 @@ pub(crate) struct Publication {
     pub members: Arc<[String]>,
     pub cause: Option<Error>,
     pub suspended: bool,
+    /// The shared set's version and latest change the assignment follows.
+    pub set: SetInForce,
+    pub disagreements: Arc<[Disagreement]>,
     /// Why, for the log.
     pub reason: &'static str,
+}
+
+/// The shared set an assignment was computed from: its version, and what its latest change added and removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SetInForce {
+    pub version: Option<u64>,
+    pub added: Arc<[usize]>,
+    pub removed: Arc<[usize]>,
 }
 
 /// One item's lock, as far as we know.
@@ -258,9 +309,12 @@ enum Pending {
     Locks(Vec<usize>),
     /// A watch (counts nothing against the window).
     Watch(usize),
-    Release,
+    /// A release; the items listed left the set (their directories go once free).
+    Release(Vec<usize>),
     Verify,
     Leave,
+    ReadSet,
+    RemoveDirs,
 }
 
 /// What the worker has been asked to do with `release_set()`.
@@ -281,6 +335,8 @@ struct Shown {
     suspended: bool,
     /// The party the assignment in force was computed from.
     members: Arc<[String]>,
+    set: SetInForce,
+    disagreements: Arc<[Disagreement]>,
 }
 
 /// A suspension under [`SessionPolicy::SessionAware`]: what to go back to if the session and our locks survive.
@@ -327,6 +383,19 @@ pub(crate) struct Core {
     members: Arc<[String]>,
     /// Our share under the latest stable party; `None` while the party settles.
     target: Option<BTreeSet<usize>>,
+    /// Members announcing another set or function (as of the latest party read).
+    disagreements: Arc<[Disagreement]>,
+
+    // The items.
+    catalogue: Catalogue,
+    /// Whether the set comes from ZooKeeper.
+    shared: bool,
+    set_read: Option<ReqId>,
+    /// The latest read of the shared set is newer than the last change notification.
+    set_fresh: bool,
+    /// The set the assignment in force was computed from (indexes), and its change.
+    assigned_set: Vec<usize>,
+    set_in_force: SetInForce,
 
     // The locks.
     locks: BTreeMap<usize, Lock>,
@@ -372,8 +441,10 @@ pub(crate) struct Core {
 
 impl Core {
     /// A core for member `me`, starting to allocate at `now`.
-    pub fn new(cfg: CoreConfig, me: Arc<str>, nonce: u128, now: Instant) -> Self {
+    pub fn new(mut cfg: CoreConfig, me: Arc<str>, nonce: u128, now: Instant) -> Self {
         let count = cfg.items.len();
+        let shared = cfg.shared_set.is_some();
+        let catalogue = Catalogue::new(std::mem::take(&mut cfg.items), cfg.shared_set);
         let deadline = cfg.max_allocation_time.map(|limit| now + limit);
         let debounce = Debounce::new(cfg.time_boundary, now);
         let mut core = Core {
@@ -392,6 +463,13 @@ impl Core {
             backoff_until: None,
             members: Arc::from([]),
             target: None,
+            disagreements: Arc::from([]),
+            assigned_set: catalogue.set().to_vec(),
+            catalogue,
+            shared,
+            set_read: None,
+            set_fresh: !shared,
+            set_in_force: SetInForce::default(),
             locks: BTreeMap::new(),
             held: BTreeSet::new(),
             want: BTreeSet::new(),
@@ -413,6 +491,8 @@ impl Core {
                 revoked: BTreeSet::new(),
                 suspended: false,
                 members: Arc::from([]),
+                set: SetInForce::default(),
+                disagreements: Arc::from([]),
             },
             owed: None,
             release_acks: Vec::new(),
@@ -443,11 +523,26 @@ impl Core {
         }
         // The end of the quiet period, if it is still ahead: once passed, the next event decides (a deadline in the
         // past would have the driver spin).
-        let settling = (self.target.is_none() && self.party_fresh && self.connected)
+        let settling = (self.target.is_none() && self.party_fresh && self.set_fresh && self.connected)
             .then(|| self.debounce.ready_at())
             .filter(|&at| at > self.now);
         let retry = self.delayed.first().map(|&(at, _)| at);
         [settling, retry, self.deadline, self.backoff_until].into_iter().flatten().min()
+    }
+
+    /// The item with this index (every index in an [`Op`] or a [`Publication`] has one).
+    pub fn item(&self, index: usize) -> &Item {
+        self.catalogue.item(index)
+    }
+
+    /// How many items have an index (indexes run from 0 to this, excluded).
+    pub fn item_count(&self) -> usize {
+        self.catalogue.len()
+    }
+
+    /// `indexes` as items.
+    pub fn items_of(&self, indexes: &[usize]) -> Arc<[Item]> {
+        self.catalogue.items_of(indexes)
     }
 
     /// Whether the core has stopped (after its final [`Action::Stop`]).
@@ -502,8 +597,10 @@ impl Core {
             }
             Event::PartyChanged => {
                 self.party_fresh = false;
-                self.on_party_changed();
+                self.on_inputs_changed("party changed");
             }
+            // Only a read that shows a different set starts a new episode.
+            Event::SetChanged => self.set_fresh = false,
             Event::Reply(id, reply) => self.on_reply(id, reply),
             Event::ReleaseSet(ack) => self.on_release_set(ack),
             Event::Finish(ack) => {
@@ -654,7 +751,8 @@ impl Core {
 
     // ---- The party --------------------------------------------------------------------------------------------
 
-    fn on_party_changed(&mut self) {
+    /// The party or the set changed: the assignment in force is no longer right.
+    fn on_inputs_changed(&mut self, reason: &'static str) {
         if self.ending.is_some() {
             return;
         }
@@ -667,7 +765,7 @@ impl Core {
         match (self.cfg.rebalance, self.shown.state) {
             // During a suspension, the resumption deals with it.
             (Rebalance::Eager, PartitionState::Acquired) if self.suspension.is_none() => {
-                self.ask_release_all("party changed");
+                self.ask_release_all(reason);
             }
             (Rebalance::Incremental, PartitionState::Acquired) if self.deadline.is_none() => {
                 self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
@@ -678,7 +776,8 @@ impl Core {
 
     fn on_party(&mut self, result: Result<PartyRead, ReqError>) {
         match result {
-            Ok(PartyRead { members, ours }) => {
+            Ok(PartyRead { members, ours, agreements }) => {
+                self.note_agreements(agreements);
                 self.in_party = ours;
                 if members != self.latest_party {
                     self.debounce.changed(self.now);
@@ -696,6 +795,91 @@ impl Core {
             }
             Err(ReqError::Fatal(err)) => self.fail(err),
         }
+    }
+
+    /// Compares every member's announcement with ours, and publishes at once when the disagreements change (they
+    /// explain an allocation that would otherwise stall silently).
+    fn note_agreements(&mut self, agreements: Vec<(String, Agreement)>) {
+        let ours = self.cfg.agreement;
+        let found: Arc<[Disagreement]> = agreements
+            .into_iter()
+            .filter(|(member, _)| **member != *self.me)
+            .filter_map(|(member, theirs)| {
+                let kind = ours.compare(&theirs)?;
+                Some(Disagreement { member, kind, ours: ours.to_string(), theirs: theirs.to_string() })
+            })
+            .collect();
+        if found != self.disagreements {
+            self.disagreements = found;
+            self.republish("members disagree on their configuration");
+        }
+    }
+
+    /// Publishes the current state again (something besides the state changed).
+    fn republish(&mut self, reason: &'static str) {
+        if self.ending.is_some() {
+            return;
+        }
+        let shown = self.shown.clone();
+        self.show(shown.state, shown.listed, shown.revoked, shown.suspended, None, reason);
+    }
+
+    // ---- The shared set ---------------------------------------------------------------------------------------
+
+    fn on_set(&mut self, result: Result<Option<SetRead>, ReqError>) {
+        match result {
+            Ok(read) => {
+                self.set_fresh = true;
+                let Some(SetRead { items, version }) = read else { return };
+                #[cfg(test)]
+                if self.sabotage == Sabotage::IgnoreSetChanges {
+                    return;
+                }
+                if self.catalogue.version() == Some(version) {
+                    return;
+                }
+                let change = self.catalogue.replace(items, version);
+                self.dirs_known.resize(self.catalogue.len(), false);
+                if !change.is_empty() {
+                    self.debounce.changed(self.now);
+                    self.want_is_target = false;
+                    self.on_inputs_changed("item set changed");
+                }
+            }
+            Err(ReqError::Transient) => self.back_off(),
+            // The driver arms a watch for the node's return; meanwhile the set in force stays.
+            Err(ReqError::NoNode) => self.set_fresh = true,
+            Err(ReqError::Fatal(err)) => self.fail(err),
+        }
+    }
+
+    /// The set the new assignment follows, and (with a shared set) what changed since the last assignment; the first
+    /// member of the party also clears the lock directories of removed items nobody holds.
+    fn note_set_in_force(&mut self) {
+        if !self.shared
+            || (self.set_in_force.version.is_some() && self.set_in_force.version == self.catalogue.version())
+        {
+            return;
+        }
+        let change = self.catalogue.change_since(&self.assigned_set);
+        self.assigned_set = self.catalogue.set().to_vec();
+        let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
+        let free: Vec<usize> = change.removed.iter().copied().filter(|item| !self.locks.contains_key(item)).collect();
+        if first && !free.is_empty() {
+            self.remove_dirs(free);
+        }
+        self.set_in_force = SetInForce {
+            version: self.catalogue.version(),
+            added: change.added.into(),
+            removed: change.removed.into(),
+        };
+    }
+
+    fn remove_dirs(&mut self, items: Vec<usize>) {
+        for &item in &items {
+            self.dirs_known[item] = false;
+        }
+        self.request(Op::RemoveDirs(items), Pending::RemoveDirs);
     }
 
     // ---- Commands ---------------------------------------------------------------------------------------------
@@ -772,10 +956,18 @@ impl Core {
             (Pending::Locks(items), Reply::Created(result)) => self.on_created(id, items, result),
             (Pending::Locks(items), Reply::Listed(result)) => self.on_listed(id, items, result),
             (Pending::Watch(item), Reply::Changed(result)) => self.on_changed(id, item, result),
-            (Pending::Release, Reply::Released(result)) => {
+            (Pending::Release(gone), Reply::Released(result)) => {
                 let acks = self.releases.remove(&id).unwrap_or_default();
                 match result {
-                    Ok(()) => self.release_acks.extend(acks),
+                    Ok(()) => {
+                        self.release_acks.extend(acks);
+                        // Items that left the set: their directories go once the last contender (ours) is gone.
+                        let gone: Vec<usize> =
+                            gone.into_iter().filter(|&item| !self.catalogue.contains(item)).collect();
+                        if !gone.is_empty() && self.ending.is_none() {
+                            self.remove_dirs(gone);
+                        }
+                    }
                     Err(err) => {
                         for ack in acks {
                             self.actions.push_back(Action::Ack(ack, Err(err.clone())));
@@ -799,6 +991,11 @@ impl Core {
                 }
             }
             (Pending::Leave, Reply::Left) => {}
+            (Pending::ReadSet, Reply::Set(result)) => {
+                self.set_read = None;
+                self.on_set(result);
+            }
+            (Pending::RemoveDirs, Reply::DirsRemoved) => {}
             (pending, reply) => {
                 self.fail(Error::Internal { reason: format!("reply {reply:?} to a {pending:?} request") });
             }
@@ -814,8 +1011,8 @@ impl Core {
             Err(ReqError::Fatal(err)) => return self.fail(err),
         };
         self.dirs_listed = true;
-        for (index, item) in self.cfg.items.iter().enumerate() {
-            self.dirs_known[index] = existing.contains(&item.node_name());
+        for index in 0..self.catalogue.len() {
+            self.dirs_known[index] = existing.contains(&self.catalogue.item(index).node_name());
         }
     }
 
@@ -1149,7 +1346,8 @@ impl Core {
         }
         if !nodes.is_empty() {
             let keep = self.locks.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
-            let id = self.request(Op::Release { nodes, keep }, Pending::Release);
+            let gone = nodes.iter().map(|node| node.item).filter(|&item| !self.catalogue.contains(item)).collect();
+            let id = self.request(Op::Release { nodes, keep }, Pending::Release(gone));
             self.releases.insert(id, Vec::new());
         }
     }
@@ -1177,6 +1375,9 @@ impl Core {
         if may_send && self.party_read.is_none() && !self.party_fresh && self.joining.is_none() {
             self.party_read = Some(self.request(Op::ReadParty, Pending::Party));
         }
+        if self.shared && may_send && self.set_read.is_none() && !self.set_fresh {
+            self.set_read = Some(self.request(Op::ReadSet, Pending::ReadSet));
+        }
         if let Some(suspension) = &self.suspension {
             if self.connected && suspension.verifying.is_none() {
                 let nodes: Vec<(usize, String)> =
@@ -1189,7 +1390,8 @@ impl Core {
             // Lock requests carry on (they wait for the reconnection); nothing else is decided meanwhile.
             return self.settle_locks();
         }
-        if self.target.is_none() && self.party_fresh && self.connected && self.debounce.ready(self.now) {
+        let inputs_fresh = self.party_fresh && self.set_fresh;
+        if self.target.is_none() && inputs_fresh && self.connected && self.debounce.ready(self.now) {
             if !self.in_party {
                 if self.joining.is_none() && may_send {
                     // An operator (or a bug elsewhere) removed our party node: join again, which changes the party.
@@ -1202,6 +1404,7 @@ impl Core {
                     self.members = self.latest_party.clone().into();
                     self.target = Some(target);
                     self.want_is_target = false;
+                    self.note_set_in_force();
                 }
                 Err(err) => return self.fail(err),
             }
@@ -1308,7 +1511,8 @@ impl Core {
             self.connected && self.held.len() == self.want.len() && self.released_all_unwanted() && self.want_is_held();
         let unchanged = self.shown.state == PartitionState::Acquired
             && self.shown.listed == self.held
-            && self.shown.members == self.members;
+            && self.shown.members == self.members
+            && self.shown.set == self.set_in_force;
         if complete && !unchanged {
             self.deadline = None;
             let held = self.held.clone();
@@ -1340,16 +1544,16 @@ impl Core {
 
     /// Our share under the partition function, as indexes into the sorted item list.
     fn assignment(&self, members: &[String]) -> Result<BTreeSet<usize>, Error> {
-        let items = &self.cfg.items;
+        let items = self.catalogue.sorted();
         // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
         let call = || self.cfg.partition_fn.partition(&self.me, members, items);
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
             .map_err(|panic| Error::PartitionFn { reason: format!("panicked: {}", panic_message(&*panic)) })?;
         let mut assigned = BTreeSet::new();
         for item in mine {
-            let index = items
-                .binary_search(&item)
-                .map_err(|_| Error::PartitionFn { reason: format!("returned {item:?}, which is not in the set") })?;
+            let index = self.catalogue.index_in_set(&item).ok_or_else(|| Error::PartitionFn {
+                reason: format!("returned {}, which is not in the set", crate::names::shorten(&item.to_string())),
+            })?;
             if !assigned.insert(index) {
                 return Err(Error::PartitionFn { reason: "returned an item more than once".into() });
             }
@@ -1370,7 +1574,15 @@ impl Core {
         reason: &'static str,
     ) {
         debug_assert!(listed.is_subset(&self.held), "listing an item whose lock is not held");
-        let shown = Shown { state, listed, revoked, suspended, members: self.members.clone() };
+        let shown = Shown {
+            state,
+            listed,
+            revoked,
+            suspended,
+            members: self.members.clone(),
+            set: self.set_in_force.clone(),
+            disagreements: self.disagreements.clone(),
+        };
         if shown == self.shown && cause.is_none() {
             return;
         }
@@ -1387,6 +1599,8 @@ impl Core {
             members: self.members.clone(),
             cause,
             suspended,
+            set: self.set_in_force.clone(),
+            disagreements: self.disagreements.clone(),
             reason,
         }));
         self.shown = shown;

@@ -19,8 +19,11 @@ struct Script {
 }
 
 fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Option<Duration>) -> CoreConfig {
+    let items: Vec<Item> = (0..items as i64).map(Item::from).collect();
     CoreConfig {
-        items: (0..items as i64).map(Item::from).collect(),
+        agreement: Agreement::new(Some(&items), &KazooStride, None),
+        items,
+        shared_set: None,
         partition_fn: Box::new(KazooStride),
         time_boundary: TB,
         retry_delay: Duration::from_millis(10),
@@ -74,7 +77,7 @@ impl Script {
     fn party(&mut self, members: &[&str]) {
         let (id, _) = self.request("party read", |op| *op == Op::ReadParty);
         let members = members.iter().map(|m| m.to_string()).collect();
-        self.send(Event::Reply(id, Reply::Party(Ok(PartyRead { members, ours: true }))));
+        self.send(Event::Reply(id, Reply::Party(Ok(PartyRead { members, ours: true, agreements: Vec::new() }))));
     }
 
     /// Answers the lock directory listing (every directory exists), then every create and listing: our nodes are

@@ -5,14 +5,16 @@
 //! The world plays the driver's part for every member: it performs each core's actions against the model
 //! ([`zk::Zk`]) with network latency, delivers replies and watch events in order per session, and injects faults from
 //! the same random stream: connections cut (the outcome of requests in flight unknown), server stalls longer than the
-//! client's read timeout, session expiry, crashes, graceful leaves, joins, server restarts. A worker per member
-//! answers every `Release` with `release_set()` after a random delay, as kazoo's loop does.
+//! client's read timeout, session expiry, crashes, graceful leaves, joins, server restarts, and (in runs with the
+//! shared item set) admins adding and removing items, in one step or in two with the set marked `updating` between.
+//! A worker per member answers every `Release` with `release_set()` after a random delay, as kazoo's loop does.
 //!
 //! Checked after every step that changes ZooKeeper or a publication:
 //! - **safety**: no item is listed by two members whose sessions are both alive; a member lists an item only while its
 //!   session is alive and its lock node is the lowest contender of the item's directory;
 //! - **liveness**: once faults stop, within the liveness bound (session timeout + time_boundary + margin), every live
-//!   member is `Acquired` over the real party and their listings are a disjoint cover of the set;
+//!   member is `Acquired` over the real party and the latest version of the set, and their listings are a disjoint
+//!   cover of that set;
 //! - **hygiene**: then, no lock node of a live session is anything but its member's held lock (no orphans).
 //!
 //! `SIM_SEED=<seed>` replays one failing run; `SIM_RUNS` and `SIM_STEPS` scale the run (see `RELIABILITY.md`).
@@ -27,13 +29,17 @@ use std::time::{Duration, Instant};
 
 use zk::{Mode, ReadOp, ReadResult, SessionId, WatchId, WriteOp, WriteResult, Zk, ZkErr};
 
-use crate::decision::{Action, Core, CoreConfig, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId, Sabotage};
+use crate::agreement::Agreement;
+use crate::decision::{
+    Action, Core, CoreConfig, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId, Sabotage, SetRead,
+};
 use crate::{Error, Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy};
 
 /// A run that takes more steps than this is stuck in a loop.
 const MAX_STEPS: u64 = 2_000_000;
 const PARTY: &str = "/p/party";
 const LOCKS: &str = "/p/locks";
+const ITEMS: &str = "/p/items";
 
 /// SplitMix64: small, seedable, the same everywhere.
 #[derive(Clone, Debug)]
@@ -94,6 +100,8 @@ pub(crate) struct Plan {
     /// Static membership: a member's name is its identifier (`s<slot>`), and a member that is gone is replaced by
     /// one with the same identifier once its party node has gone (after a crash: once its session has expired).
     pub static_membership: bool,
+    /// The items come from the shared set, which admins change as faults.
+    pub shared_set: bool,
     pub sabotage: Sabotage,
 }
 
@@ -110,6 +118,8 @@ impl Plan {
             max_allocation_time: None,
             static_membership: rng.below(2) == 0,
             sabotage: Sabotage::None,
+            // Drawn last: the earlier draws, and so the runs of seeds pinned before shared sets, stay the same.
+            shared_set: rng.below(3) == 0,
         }
     }
 }
@@ -120,6 +130,9 @@ pub(crate) struct Outcome {
     pub steps: u64,
     pub faults: usize,
     pub static_membership: bool,
+    pub shared_set: bool,
+    /// Set changes made by admins.
+    pub set_changes: usize,
     /// Simulated time from the end of the last fault to a converged, clean world.
     pub recovery: Duration,
     pub violation: Option<String>,
@@ -145,6 +158,8 @@ enum Ev {
     Stall,
     /// The next fault.
     Fault,
+    /// The second step of a two-step update of the shared set.
+    FinishUpdate { adds: Vec<i64>, removes: Vec<i64> },
 }
 
 #[derive(Debug)]
@@ -157,6 +172,7 @@ enum SimEvent {
 enum WatchFor {
     Party,
     Lock(ReqId),
+    Set,
 }
 
 struct Member {
@@ -217,6 +233,22 @@ struct World {
     /// Static membership: identifiers of members that are gone, to be taken again by their replacements.
     vacant: BTreeSet<usize>,
     next_slot: usize,
+    /// The shared set's version (the model has no set_data: the world keeps it, changed with the children).
+    set_version: u64,
+    /// A two-step update is between its steps: members reading the set now keep theirs.
+    set_updating: bool,
+    next_value: i64,
+    set_changes: usize,
+}
+
+/// Each of a core's item indexes as the item's value (the sim's items are integers).
+fn values_of(core: &Core) -> Vec<i64> {
+    (0..core.item_count()).map(|index| if let Item::Int(v) = core.item(index) { *v } else { i64::MIN }).collect()
+}
+
+/// The first value no item has.
+fn plan_items(items: &[Item]) -> i64 {
+    items.iter().filter_map(|item| if let Item::Int(v) = item { Some(*v + 1) } else { None }).max().unwrap_or(0)
 }
 
 /// Runs one seeded simulation of `plan`.
@@ -233,6 +265,13 @@ impl World {
             let _ = zk.mkdir(admin, path);
         }
         let items: Vec<Item> = (0..plan.items as i64).map(Item::from).collect();
+        if plan.shared_set {
+            let _ = zk.mkdir(admin, ITEMS);
+            for item in &items {
+                let _ = zk.mkdir(admin, &format!("{ITEMS}/{item}"));
+            }
+        }
+        let next_value = plan_items(&items);
         let mut world = World {
             faults_left: plan.faults,
             plan,
@@ -254,6 +293,10 @@ impl World {
             ack_violation: None,
             vacant: BTreeSet::new(),
             next_slot: 0,
+            set_version: 0,
+            set_updating: false,
+            next_value,
+            set_changes: 0,
         };
         for _ in 0..world.plan.members {
             world.join();
@@ -344,9 +387,15 @@ impl World {
 
     fn core_config(&self) -> CoreConfig {
         let combo = self.plan.combo;
+        let partition_fn: Box<dyn crate::PartitionFn> =
+            if combo.rendezvous { Box::new(Rendezvous::default()) } else { Box::new(KazooStride) };
+        let shared = self.plan.shared_set;
         CoreConfig {
-            items: self.items.clone(),
-            partition_fn: if combo.rendezvous { Box::new(Rendezvous::default()) } else { Box::new(KazooStride) },
+            // A shared set as `build()` reads it: its children, even in the middle of an update.
+            items: if shared { self.set_children() } else { self.items.clone() },
+            shared_set: shared.then_some(self.set_version),
+            agreement: Agreement::new((!shared).then_some(&self.items[..]), &*partition_fn, None),
+            partition_fn,
             time_boundary: self.plan.time_boundary,
             retry_delay: Duration::from_millis(100),
             max_allocation_time: self.plan.max_allocation_time,
@@ -488,7 +537,9 @@ impl World {
             ZkErr::SessionExpired => lost(),
             other => ReqError::Fatal(Error::Internal { reason: format!("model: {other:?}") }),
         };
-        let dir = |item: usize| format!("{LOCKS}/{item}");
+        // The core names items by index; ZooKeeper by value.
+        let values: Vec<i64> = self.members[index].core.as_ref().map(values_of).unwrap_or_default();
+        let dir = |item: usize| format!("{LOCKS}/{}", values[item]);
         Some(match op {
             Op::ReadParty => match self.zk.children(s, PARTY, true) {
                 Ok((children, watch)) => {
@@ -496,7 +547,9 @@ impl World {
                         self.members[index].watches.insert(watch, WatchFor::Party);
                     }
                     let ours = children.contains(&self.members[index].party_node);
-                    Reply::Party(Ok(PartyRead { members: crate::party::members(&children).0, ours }))
+                    // Every member announces the same configuration (the real agreement check has its own tests).
+                    let members = crate::party::members(&children).0;
+                    Reply::Party(Ok(PartyRead { members, ours, agreements: Vec::new() }))
                 }
                 Err(e) => Reply::Party(Err(err(e))),
             },
@@ -642,6 +695,24 @@ impl World {
                 let _ = self.zk.delete(s, &node);
                 Reply::Left
             }
+            Op::ReadSet => match self.zk.children(s, ITEMS, true) {
+                Ok((_, watch)) => {
+                    if let Some(watch) = watch {
+                        self.members[index].watches.insert(watch, WatchFor::Set);
+                    }
+                    let read =
+                        (!self.set_updating).then(|| SetRead { items: self.set_children(), version: self.set_version });
+                    Reply::Set(Ok(read))
+                }
+                Err(e) => Reply::Set(Err(err(e))),
+            },
+            Op::RemoveDirs(items) => {
+                for &item in items {
+                    // Best effort, as the driver: a directory in use stays.
+                    let _ = self.zk.delete(s, &dir(item));
+                }
+                Reply::DirsRemoved
+            }
         })
     }
 
@@ -654,6 +725,7 @@ impl World {
             let Some(target) = self.members[index].watches.remove(&fired.watch) else { continue };
             let event = match target {
                 WatchFor::Party => Event::PartyChanged,
+                WatchFor::Set => Event::SetChanged,
                 WatchFor::Lock(id) => {
                     self.members[index].unanswered.remove(&id);
                     self.members[index].watch_fired.insert(id);
@@ -705,6 +777,9 @@ impl World {
                 Op::MakeDirs(_) => Some(Reply::DirsMade(Err(ReqError::Transient))),
                 Op::Create { .. } => Some(Reply::Created(Err(ReqError::Transient))),
                 Op::List(_) => Some(Reply::Listed(Err(ReqError::Transient))),
+                Op::ReadSet => Some(Reply::Set(Err(ReqError::Transient))),
+                // Best effort: a lost removal is simply not done.
+                Op::RemoveDirs(_) => Some(Reply::DirsRemoved),
                 Op::Watch { .. } => {
                     // Registered watches survive (the client sets them again on reconnection); a registration whose
                     // reply was lost is answered with the lost connection.
@@ -842,10 +917,15 @@ impl World {
                     fault_lasts = outage;
                 }
             }
+            // An admin changes the shared set (without one: a join).
+            _ if self.plan.shared_set => self.change_set(),
             // A join.
             _ => {
                 self.join();
             }
+        }
+        if self.plan.shared_set && self.rng.below(2) == 0 {
+            self.change_set();
         }
         self.faults_left -= 1;
         self.quiet_since = self.quiet_since.max(self.now + fault_lasts);
@@ -925,6 +1005,89 @@ impl World {
         }
     }
 
+    // ---- The shared set ---------------------------------------------------------------------------------------
+
+    /// The children of the set's node, as items.
+    fn set_children(&self) -> Vec<Item> {
+        let mut items: Vec<Item> =
+            self.zk.children_of(ITEMS).iter().filter_map(|name| name.parse::<i64>().ok()).map(Item::from).collect();
+        items.sort();
+        items
+    }
+
+    /// An admin adds new items, re-adds removed ones, or removes some (never all), in one step or two.
+    fn change_set(&mut self) {
+        if self.set_updating {
+            return;
+        }
+        let current: Vec<i64> =
+            self.items.iter().filter_map(|item| if let Item::Int(v) = item { Some(*v) } else { None }).collect();
+        let count = 1 + self.rng.below(3) as usize;
+        let (mut adds, mut removes) = (Vec::new(), Vec::new());
+        match self.rng.below(3) {
+            0 | 1 if current.len() > count => {
+                for _ in 0..count {
+                    let pick = current[self.rng.below(current.len() as u64) as usize];
+                    if !removes.contains(&pick) {
+                        removes.push(pick);
+                    }
+                }
+            }
+            _ => {
+                for _ in 0..count {
+                    // A new value, or one removed earlier (it comes back under its old index in older members).
+                    let value = if self.rng.below(3) == 0 {
+                        self.rng.below(self.next_value as u64) as i64
+                    } else {
+                        self.next_value
+                    };
+                    if value == self.next_value {
+                        self.next_value += 1;
+                    }
+                    if !current.contains(&value) && !adds.contains(&value) {
+                        adds.push(value);
+                    }
+                }
+            }
+        }
+        let mut after: BTreeSet<i64> = current.iter().copied().collect();
+        after.extend(adds.iter().copied());
+        for value in &removes {
+            after.remove(value);
+        }
+        self.items = after.into_iter().map(Item::from).collect();
+        self.set_changes += 1;
+        self.note(format!("admin: set version {} adds {adds:?} removes {removes:?}", self.set_version + 1));
+        if self.rng.below(3) == 0 && adds.len() + removes.len() > 1 {
+            // Two steps: the first marks the set updating (members keep theirs), the second completes it.
+            let split = adds.len() / 2;
+            self.set_updating = true;
+            self.write_set(&adds[..split], &[]);
+            let (adds, removes) = (adds[split..].to_vec(), removes);
+            let gap = self.rng.millis(5, 300);
+            self.at(gap, Ev::FinishUpdate { adds, removes });
+        } else {
+            self.write_set(&adds, &removes);
+        }
+    }
+
+    /// One atomic step of an update: the children and the version change together.
+    fn write_set(&mut self, adds: &[i64], removes: &[i64]) {
+        let admin = self.zk.open_session();
+        let mut ops: Vec<WriteOp> = removes.iter().map(|v| WriteOp::Delete { path: format!("{ITEMS}/{v}") }).collect();
+        ops.extend(adds.iter().map(|v| WriteOp::Create {
+            path: format!("{ITEMS}/{v}"),
+            data: Vec::new(),
+            mode: Mode::Persistent,
+        }));
+        if let Err(e) = self.zk.multi_write(admin, &ops) {
+            panic!("the admin's update must apply: {e:?}");
+        }
+        self.zk.expire(admin);
+        self.set_version += 1;
+        self.fire_watches();
+    }
+
     /// The party node whose member name is `name`, if any.
     fn namesake(&self, name: &str) -> Option<String> {
         self.zk.children_of(PARTY).into_iter().find(|child| crate::party::member_name(child) == Some(name))
@@ -986,6 +1149,8 @@ impl World {
             steps: self.steps,
             faults: self.plan.faults,
             static_membership: self.plan.static_membership,
+            shared_set: self.plan.shared_set,
+            set_changes: self.set_changes,
             recovery: Duration::ZERO,
             violation,
         }
@@ -1003,7 +1168,7 @@ impl World {
                     // again on reconnection and the server fires those whose node changed meanwhile.
                     let SimEvent::Core(event) = *event;
                     let is_watch_event = match &event {
-                        Event::PartyChanged => true,
+                        Event::PartyChanged | Event::SetChanged => true,
                         Event::Reply(id, Reply::Changed(Ok(()))) => self.members[member].watch_fired.contains(id),
                         _ => false,
                     };
@@ -1064,15 +1229,20 @@ impl World {
                 self.quiet_since = self.quiet_since.max(self.now + lasts);
             }
             Ev::Fault => self.fault(),
+            Ev::FinishUpdate { adds, removes } => {
+                self.set_updating = false;
+                self.write_set(&adds, &removes);
+            }
         }
         self.replace_failed();
     }
 
     // ---- Invariants -------------------------------------------------------------------------------------------
 
-    /// Whether a member's session has a lock node (held or waiting) for `item`.
+    /// Whether a member's session has a lock node (held or waiting) for `item` (the member's index).
     fn holds_a_node(&self, index: usize, item: usize) -> bool {
-        let dir = format!("{LOCKS}/{item}");
+        let value = self.members[index].core.as_ref().map_or(i64::MIN, |core| values_of(core)[item]);
+        let dir = format!("{LOCKS}/{value}");
         let session = self.members[index].session;
         self.zk
             .children_of(&dir)
@@ -1080,8 +1250,11 @@ impl World {
             .any(|child| self.zk.exists(&format!("{dir}/{child}")).is_some_and(|stat| stat.ephemeral_owner == session))
     }
 
-    fn listed(&self, index: usize) -> BTreeSet<usize> {
-        self.members[index].core.as_ref().map(|c| c.listed().clone()).unwrap_or_default()
+    /// The values of the items a member lists.
+    fn listed(&self, index: usize) -> BTreeSet<i64> {
+        let Some(core) = self.members[index].core.as_ref() else { return BTreeSet::new() };
+        let values = values_of(core);
+        core.listed().iter().map(|&item| values[item]).collect()
     }
 
     /// No item listed by two live sessions; every listed item backed by the member's lowest contender node.
@@ -1094,7 +1267,7 @@ impl World {
             return Ok(());
         }
         self.checked_zxid = zxid;
-        let mut owner: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut owner: BTreeMap<i64, usize> = BTreeMap::new();
         for index in 0..self.members.len() {
             let Some(core) = self.members[index].core.as_ref() else { continue };
             let listed = core.listed();
@@ -1106,12 +1279,14 @@ impl World {
             if !self.zk.is_alive(session) {
                 return Err(format!("{name} lists {listed:?} but its session {session} has expired"));
             }
-            for &item in listed {
+            let values = values_of(core);
+            for &index_of_item in listed {
+                let item = values[index_of_item];
                 if let Some(other) = owner.insert(item, index) {
                     return Err(format!("item {item} listed by m{other} and m{index}, both sessions alive"));
                 }
                 let dir = format!("{LOCKS}/{item}");
-                let Some(node) = core.held_node(item) else {
+                let Some(node) = core.held_node(index_of_item) else {
                     return Err(format!("{name} lists item {item} without a held node"));
                 };
                 let children = self.zk.children_of(&dir);
@@ -1149,17 +1324,32 @@ impl World {
                     return Err(format!("item {item} listed twice"));
                 }
             }
-            // Hygiene: every lock node of this session is the held node of its item.
+            // Hygiene: every lock node of this session is the held node of a listed item.
+            let values = values_of(core);
+            let held: BTreeSet<String> = core
+                .listed()
+                .iter()
+                .filter_map(|&item| Some(format!("{LOCKS}/{}/{}", values[item], core.held_node(item)?)))
+                .collect();
             for path in self.zk.ephemerals(m.session, LOCKS) {
-                let Some((dir, node)) = path.rsplit_once('/') else { continue };
-                let item: usize = dir.rsplit('/').next().and_then(|i| i.parse().ok()).unwrap_or(usize::MAX);
-                if core.held_node(item) != Some(node) || !core.listed().contains(&item) {
+                if !held.contains(&path) {
                     return Err(format!("{} has a stray lock node {path}", core.me()));
                 }
             }
         }
-        if covered.len() != self.items.len() {
-            return Err(format!("{} of {} items covered", covered.len(), self.items.len()));
+        let set: BTreeSet<i64> =
+            self.items.iter().filter_map(|item| if let Item::Int(v) = item { Some(*v) } else { None }).collect();
+        if covered != set {
+            let missing: Vec<&i64> = set.difference(&covered).collect();
+            let extra: Vec<&i64> = covered.difference(&set).collect();
+            return Err(format!(
+                "listings cover {} of {} items: missing {missing:?}, not in the set {extra:?}",
+                covered.len(),
+                set.len()
+            ));
+        }
+        if self.set_updating {
+            return Err("an update of the set is under way".into());
         }
         // No lock node of a dead session may linger (the model deletes them on expiry; this checks the model too).
         Ok(())

@@ -29,6 +29,16 @@ fn run_seed(combo: Combo, seed: u64, sabotage: Sabotage) -> super::Outcome {
     run(seed, plan)
 }
 
+/// [`run_seed`] with a fixed set: the regression seeds were pinned before runs with a shared set existed, and a
+/// shared set changes the run a seed draws.
+fn run_pinned(combo: Combo, seed: u64, sabotage: Sabotage) -> super::Outcome {
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let mut plan = Plan::draw(combo, &mut rng);
+    plan.sabotage = sabotage;
+    plan.shared_set = false;
+    run(seed, plan)
+}
+
 fn combo_name(combo: Combo) -> String {
     format!(
         "{}-{}-{}",
@@ -49,7 +59,7 @@ fn every_combination_survives_seeded_faults() {
     let mut summary = Vec::new();
     for (c, combo) in Combo::all().into_iter().enumerate() {
         let (mut steps, mut faults, mut worst, mut recoveries) = (0u64, 0usize, Duration::ZERO, Vec::new());
-        let mut static_runs = 0;
+        let (mut static_runs, mut shared_runs, mut set_changes) = (0, 0, 0);
         let seeds: Vec<u64> = match only {
             Some(seed) => vec![seed],
             None => (0..runs()).map(|k| seed(c, k)).collect(),
@@ -59,6 +69,8 @@ fn every_combination_survives_seeded_faults() {
             steps += outcome.steps;
             faults += outcome.faults;
             static_runs += usize::from(outcome.static_membership);
+            shared_runs += usize::from(outcome.shared_set);
+            set_changes += outcome.set_changes;
             if let Some(violation) = outcome.violation {
                 failures.push(format!(
                     "{}: SIM_SEED={seed} cargo test --lib sim::tests::every_combination\n{violation}",
@@ -72,14 +84,18 @@ fn every_combination_survives_seeded_faults() {
         recoveries.sort();
         let median = recoveries.get(recoveries.len() / 2).copied().unwrap_or_default();
         summary.push(format!(
-            "| {} | {} | {static_runs} | {steps} | {faults} | {median:.2?} | {worst:.2?} |",
+            "| {} | {} | {static_runs} | {shared_runs} ({set_changes} changes) | {steps} | {faults} | {median:.2?} | \
+             {worst:.2?} |",
             combo_name(combo),
             recoveries.len()
         ));
         total_steps += steps;
     }
-    eprintln!("| combination | runs passed | of them static | steps | faults | median recovery | worst recovery |");
-    eprintln!("|---|---:|---:|---:|---:|---:|---:|");
+    eprintln!(
+        "| combination | runs passed | of them static | of them shared set | steps | faults | median recovery | \
+         worst recovery |"
+    );
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for line in &summary {
         eprintln!("{line}");
     }
@@ -134,6 +150,16 @@ fn checker_catches_an_early_release_set_acknowledgement() {
     eprintln!("caught with SIM_SEED={seed}: {}", violation.lines().next().unwrap_or_default());
 }
 
+/// Likewise for a member that ignores the shared set's changes: the listings stop covering the set.
+#[test]
+fn checker_catches_ignored_set_changes() {
+    let combo =
+        Combo { rendezvous: false, rebalance: crate::Rebalance::Incremental, policy: crate::SessionPolicy::Standard };
+    let caught = first_caught(combo, Sabotage::IgnoreSetChanges, 200);
+    let (seed, violation) = caught.expect("the checker must catch ignored set changes within 200 seeds");
+    eprintln!("caught with SIM_SEED={seed}: {}", violation.lines().next().unwrap_or_default());
+}
+
 /// The seeds the searches above found, pinned: each fails with its bug put back and passes with the core as it is.
 #[test]
 fn regression_seeds() {
@@ -150,8 +176,8 @@ fn regression_seeds() {
         (eager_standard, Sabotage::AckBeforeRelease, REGRESSION_EARLY_ACK),
     ];
     for (combo, sabotage, seed) in cases {
-        assert!(run_seed(combo, seed, sabotage).violation.is_some(), "{sabotage:?} no longer caught by seed {seed}");
-        if let Some(violation) = run_seed(combo, seed, Sabotage::None).violation {
+        assert!(run_pinned(combo, seed, sabotage).violation.is_some(), "{sabotage:?} no longer caught by seed {seed}");
+        if let Some(violation) = run_pinned(combo, seed, Sabotage::None).violation {
             panic!("seed {seed} fails the core as it is ({}):\n{violation}", combo_name(combo));
         }
     }

@@ -1,0 +1,224 @@
+//! What a member announces about its inputs, so that members that would never agree find out at once.
+//!
+//! Members agree on who owns what only because they compute the same partition function over the same items and the
+//! same party. The party is read from ZooKeeper; the items and the function come from each member's configuration, and
+//! a rolling deploy that changes either leaves old and new members computing overlapping shares: each waits forever
+//! for a lock the other holds (kazoo issue #392), and nothing says why. So every member of this crate writes, in its
+//! party node's data after the identifier (`<identifier>\n<agreement>`), a short line:
+//!
+//! ```text
+//! zkp/1 set=<16 hex> fn=<16 hex>       (a fixed set: a digest of the set)
+//! zkp/1 set=shared fn=<16 hex>         (the shared set in ZooKeeper, which every member reads)
+//! ```
+//!
+//! and compares its own line with every other member's. kazoo's members (and older members of this crate) write only
+//! their identifier: they are not checked. kazoo's `SetPartitioner` reads party node names only, never their data, so
+//! the line changes nothing for kazoo peers.
+//!
+//! `set` is 64-bit FNV-1a over each item's kind (`i` or `s`), its lock node name and a `0x00` byte, in sorted order.
+//! `fn` fingerprints the partition function by what it does: the function's answers for a fixed probe party of
+//! three members over a fixed probe set of 48 items (integers or strings, the kind of the member's set), hashed the
+//! same way. Two deterministic functions that answer the probe differently certainly disagree; two that answer it
+//! alike may still differ on other inputs (the check finds disagreements, it does not prove agreement).
+
+use std::fmt;
+
+use crate::{Item, PartitionFn};
+
+/// The marker that starts an agreement line.
+const MARKER: &str = "zkp/1";
+
+/// The members of the probe party (the function runs once for each).
+const PROBE_MEMBERS: [&str; 3] = ["probe-a-0000000000", "probe-b-0000000001", "probe-c-0000000002"];
+/// Items in the probe set.
+const PROBE_ITEMS: i64 = 48;
+
+/// Where a member's items come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SetSource {
+    /// A set fixed at build time, with its digest.
+    Fixed(u64),
+    /// The shared set in ZooKeeper.
+    Shared,
+}
+
+/// One member's announcement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Agreement {
+    pub set: SetSource,
+    /// `None` when the function panicked on the probe (it is then not compared).
+    pub function: Option<u64>,
+}
+
+impl Agreement {
+    /// This member's announcement for its set (`None`: the shared set) and function.
+    pub fn new(fixed_set: Option<&[Item]>, function: &dyn PartitionFn, kind_hint: Option<&Item>) -> Self {
+        let set = match fixed_set {
+            Some(items) => SetSource::Fixed(set_digest(items)),
+            None => SetSource::Shared,
+        };
+        Agreement { set, function: function_fingerprint(function, kind_hint) }
+    }
+
+    /// Parses the agreement line out of a party node's data (`None` for a kazoo member or anything unrecognized).
+    pub fn from_node_data(data: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(data).ok()?;
+        let line = text.split('\n').nth(1)?;
+        let mut words = line.split(' ');
+        if words.next()? != MARKER {
+            return None;
+        }
+        let (mut set, mut function) = (None, None);
+        for word in words {
+            match word.split_once('=') {
+                Some(("set", "shared")) => set = Some(SetSource::Shared),
+                Some(("set", hex)) => set = Some(SetSource::Fixed(u64::from_str_radix(hex, 16).ok()?)),
+                Some(("fn", "?")) => function = Some(None),
+                Some(("fn", hex)) => function = Some(Some(u64::from_str_radix(hex, 16).ok()?)),
+                _ => {} // a later version's field
+            }
+        }
+        Some(Agreement { set: set?, function: function? })
+    }
+
+    /// The party node's data: the identifier (what kazoo writes), then this line.
+    pub fn node_data(&self, identifier: &str) -> String {
+        format!("{identifier}\n{self}")
+    }
+
+    /// How `theirs` differs from this member's announcement, if it does.
+    pub fn compare(&self, theirs: &Agreement) -> Option<crate::DisagreementKind> {
+        if self.set != theirs.set {
+            return Some(crate::DisagreementKind::ItemSet);
+        }
+        match (self.function, theirs.function) {
+            (Some(ours), Some(other)) if ours != other => Some(crate::DisagreementKind::PartitionFn),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Agreement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(MARKER)?;
+        match self.set {
+            SetSource::Fixed(digest) => write!(f, " set={digest:016x}")?,
+            SetSource::Shared => f.write_str(" set=shared")?,
+        }
+        match self.function {
+            Some(fingerprint) => write!(f, " fn={fingerprint:016x}"),
+            None => f.write_str(" fn=?"),
+        }
+    }
+}
+
+/// 64-bit FNV-1a, fed piece by piece.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn item(&mut self, item: &Item) {
+        self.write(match item {
+            Item::Int(_) => b"i",
+            Item::Str(_) => b"s",
+        });
+        self.write(item.node_name().as_bytes());
+        self.write(&[0]);
+    }
+}
+
+/// The digest of a set (sorted, as the builder keeps it).
+pub(crate) fn set_digest(items: &[Item]) -> u64 {
+    let mut hash = Fnv::new();
+    for item in items {
+        hash.item(item);
+    }
+    hash.0
+}
+
+/// The partition function's answers for the probe party over a probe set of the kind of `kind_hint`.
+fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) -> Option<u64> {
+    let items: Vec<Item> = match kind_hint {
+        Some(Item::Str(_)) => (0..PROBE_ITEMS).map(|i| Item::Str(format!("probe-{i:02}"))).collect(),
+        _ => (0..PROBE_ITEMS).map(Item::Int).collect(),
+    };
+    let members: Vec<String> = PROBE_MEMBERS.iter().map(|m| m.to_string()).collect();
+    let probe = || {
+        let mut hash = Fnv::new();
+        for me in &members {
+            let mut share = function.partition(me, &members, &items);
+            share.sort();
+            hash.write(me.as_bytes());
+            hash.write(&[1]);
+            for item in &share {
+                hash.item(item);
+            }
+        }
+        hash.0
+    };
+    // User code: a function that panics on the probe is simply not compared (a panic on the real set is reported
+    // when the share is computed).
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(probe)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{KazooStride, Rendezvous};
+
+    fn items(names: &[&str]) -> Vec<Item> {
+        names.iter().map(|n| Item::from(*n)).collect()
+    }
+
+    #[test]
+    fn round_trips_through_node_data() {
+        let ours = Agreement::new(Some(&items(&["a", "b"])), &KazooStride, None);
+        let data = ours.node_data("host-1");
+        assert!(data.starts_with("host-1\nzkp/1 set="), "{data}");
+        assert_eq!(Agreement::from_node_data(data.as_bytes()), Some(ours));
+        let shared = Agreement::new(None, &Rendezvous::default(), Some(&Item::from("x")));
+        assert_eq!(Agreement::from_node_data(shared.node_data("h").as_bytes()), Some(shared));
+    }
+
+    #[test]
+    fn kazoo_and_garbage_data_carry_no_agreement() {
+        for data in [&b"host-1"[..], b"", b"host\nsomething else", b"h\nzkp/1 set=xyz fn=00", b"\xff\xfe", b"h\nzkp/1"]
+        {
+            assert_eq!(Agreement::from_node_data(data), None, "{data:?}");
+        }
+    }
+
+    #[test]
+    fn finds_a_different_set_or_function() {
+        let abc = Agreement::new(Some(&items(&["a", "b", "c"])), &KazooStride, None);
+        let bc = Agreement::new(Some(&items(&["b", "c"])), &KazooStride, None);
+        let rendezvous = Agreement::new(Some(&items(&["a", "b", "c"])), &Rendezvous::default(), None);
+        let shared = Agreement::new(None, &KazooStride, None);
+        assert_eq!(abc.compare(&abc), None);
+        assert_eq!(abc.compare(&bc), Some(crate::DisagreementKind::ItemSet));
+        assert_eq!(abc.compare(&shared), Some(crate::DisagreementKind::ItemSet));
+        assert_eq!(abc.compare(&rendezvous), Some(crate::DisagreementKind::PartitionFn));
+        // Integers and strings render alike but are different sets.
+        let ints = Agreement::new(Some(&[Item::from(1)]), &KazooStride, None);
+        let strs = Agreement::new(Some(&items(&["1"])), &KazooStride, None);
+        assert_eq!(ints.compare(&strs), Some(crate::DisagreementKind::ItemSet));
+    }
+
+    #[test]
+    fn a_panicking_function_is_not_compared() {
+        let panics = |_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("no") };
+        let ours = Agreement::new(Some(&items(&["a"])), &panics, None);
+        assert_eq!(ours.function, None);
+        assert_eq!(ours.compare(&Agreement::new(Some(&items(&["a"])), &KazooStride, None)), None);
+    }
+}

@@ -1,0 +1,159 @@
+//! The items a member knows, by stable index, and which of them form the set in force.
+//!
+//! The core names items by index (locks, shares and publications are index sets). With a fixed set the catalogue is
+//! that set. With the shared set in ZooKeeper items come and go: an item keeps its index for the life of the member
+//! (a removed item's lock may still be held, or be released later, under the same index), new items get the next
+//! indexes, and the set in force is the subset the latest usable read of the shared set listed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::Item;
+
+/// Items by index, and the set in force.
+#[derive(Debug)]
+pub(super) struct Catalogue {
+    /// Every item ever in the set, by index.
+    items: Vec<Item>,
+    index: HashMap<Item, usize>,
+    /// The set in force, sorted by item (what the partition function sees) ...
+    sorted: Vec<Item>,
+    /// ... and the same items' indexes, in the same order.
+    set: Vec<usize>,
+    in_set: Vec<bool>,
+    /// The shared set's version (`None` for a fixed set).
+    version: Option<u64>,
+}
+
+/// What a change of the set did, as indexes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SetChange {
+    pub added: Vec<usize>,
+    pub removed: Vec<usize>,
+}
+
+impl SetChange {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+impl Catalogue {
+    /// A catalogue holding `items` (sorted, without duplicates) as the set in force.
+    pub fn new(items: Vec<Item>, version: Option<u64>) -> Self {
+        let index = items.iter().cloned().zip(0..).collect();
+        let count = items.len();
+        Catalogue { sorted: items.clone(), items, index, set: (0..count).collect(), in_set: vec![true; count], version }
+    }
+
+    /// The item with this index (every index the core uses came from this catalogue).
+    pub fn item(&self, index: usize) -> &Item {
+        &self.items[index]
+    }
+
+    /// How many items have an index.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The set in force, sorted.
+    pub fn sorted(&self) -> &[Item] {
+        &self.sorted
+    }
+
+    /// The index of an item of the set in force.
+    pub fn index_in_set(&self, item: &Item) -> Option<usize> {
+        self.index.get(item).copied().filter(|&index| self.in_set[index])
+    }
+
+    pub fn contains(&self, index: usize) -> bool {
+        self.in_set.get(index).copied().unwrap_or(false)
+    }
+
+    pub fn version(&self) -> Option<u64> {
+        self.version
+    }
+
+    /// The set in force's indexes, in item order.
+    pub fn set(&self) -> &[usize] {
+        &self.set
+    }
+
+    /// Makes `items` (sorted, without duplicates) the set in force, at `version`, and says what changed. New items get
+    /// new indexes; removed ones keep theirs.
+    pub fn replace(&mut self, items: Vec<Item>, version: u64) -> SetChange {
+        self.version = Some(version);
+        if items == self.sorted {
+            return SetChange::default();
+        }
+        let mut change = SetChange::default();
+        let mut set = Vec::with_capacity(items.len());
+        let mut in_set = vec![false; self.items.len()];
+        for item in &items {
+            let index = match self.index.get(item) {
+                Some(&index) => index,
+                None => {
+                    let index = self.items.len();
+                    self.items.push(item.clone());
+                    self.index.insert(item.clone(), index);
+                    in_set.push(false);
+                    index
+                }
+            };
+            if !self.in_set.get(index).copied().unwrap_or(false) {
+                change.added.push(index);
+            }
+            in_set[index] = true;
+            set.push(index);
+        }
+        change.removed = self.set.iter().copied().filter(|&index| !in_set[index]).collect();
+        self.sorted = items;
+        self.set = set;
+        self.in_set = in_set;
+        change
+    }
+
+    /// The difference between the set in force and an earlier one (`before`, indexes).
+    pub fn change_since(&self, before: &[usize]) -> SetChange {
+        let mut was = vec![false; self.items.len()];
+        for &index in before {
+            was[index] = true;
+        }
+        let added = self.set.iter().copied().filter(|&index| !was[index]).collect();
+        let removed = before.iter().copied().filter(|&index| !self.in_set[index]).collect();
+        SetChange { added, removed }
+    }
+
+    /// `indexes` as items (for publication).
+    pub fn items_of(&self, indexes: &[usize]) -> Arc<[Item]> {
+        indexes.iter().map(|&index| self.items[index].clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(names: &[&str]) -> Vec<Item> {
+        names.iter().map(|n| Item::from(*n)).collect()
+    }
+
+    #[test]
+    fn indexes_are_stable_across_changes() {
+        let mut catalogue = Catalogue::new(items(&["b", "d"]), Some(0));
+        let change = catalogue.replace(items(&["a", "b", "c"]), 1);
+        assert_eq!(change, SetChange { added: vec![2, 3], removed: vec![1] });
+        assert_eq!(catalogue.item(2), &Item::from("a"));
+        assert_eq!(catalogue.set(), [2, 0, 3]);
+        assert_eq!(catalogue.sorted(), items(&["a", "b", "c"]));
+        assert!(!catalogue.contains(1));
+        assert_eq!(catalogue.index_in_set(&Item::from("d")), None);
+        // "d" comes back under its old index.
+        let change = catalogue.replace(items(&["d"]), 2);
+        assert_eq!(change, SetChange { added: vec![1], removed: vec![2, 0, 3] });
+        assert_eq!(catalogue.len(), 4);
+        assert_eq!(catalogue.change_since(&[2, 0, 3]), change);
+        assert!(catalogue.replace(items(&["d"]), 3).is_empty());
+        assert_eq!(catalogue.version(), Some(3));
+    }
+}
