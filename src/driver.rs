@@ -15,9 +15,11 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, OneshotWatcher, SessionState, StateWatcher, WatchedEvent};
 
 use crate::agreement::Agreement;
-use crate::decision::{self, AckId, Action, Core, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId};
+use crate::decision::{
+    self, AckId, Action, Core, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId, SetInForce,
+};
 use crate::error::{is_transient, session_end};
-use crate::item_set::{self, SetWatch};
+use crate::item_set;
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
 use crate::{Error, Snapshot};
@@ -48,7 +50,7 @@ struct Done {
     id: ReqId,
     reply: Reply,
     party_watch: Option<OneshotWatcher>,
-    set_watch: Option<SetWatch>,
+    set_watch: Option<OneshotWatcher>,
     /// Our new party node, after a rejoin.
     joined: Option<Membership>,
 }
@@ -68,9 +70,11 @@ pub(crate) struct Driver {
     /// The watch armed by the latest party read; `None` once fired (a fired future is never polled again).
     party_watch: Option<BoxFuture<'static, WatchedEvent>>,
     /// The same for the shared set.
-    set_watch: Option<SetWatch>,
+    set_watch: Option<BoxFuture<'static, WatchedEvent>>,
     /// Each item's lock directory, by the core's item index (grown as the shared set brings new items).
     lock_dirs: Arc<Vec<String>>,
+    /// The set change the snapshot shows (items are looked up only when it changes).
+    published_set: SetInForce,
     /// What each party node announces (its data never changes, so each is read once), by node name.
     agreements: Arc<Mutex<HashMap<String, Option<Agreement>>>>,
     release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
@@ -102,6 +106,7 @@ impl Driver {
             watches: HashMap::new(),
             party_watch: None,
             set_watch: None,
+            published_set: Default::default(),
             lock_dirs: Arc::new(Vec::new()),
             agreements: Arc::new(Mutex::new(HashMap::new())),
             release_acks: HashMap::new(),
@@ -133,10 +138,10 @@ impl Driver {
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.watches.remove(&done.id);
                     if let Some(watcher) = done.party_watch {
-                        self.party_watch = Some(watcher.changed().boxed());
+                        self.party_watch = Some(locks::changed(watcher).boxed());
                     }
-                    if let Some(watch) = done.set_watch {
-                        self.set_watch = Some(watch);
+                    if let Some(watcher) = done.set_watch {
+                        self.set_watch = Some(locks::changed(watcher).boxed());
                     }
                     if let Some(membership) = done.joined {
                         self.membership = membership;
@@ -224,7 +229,7 @@ impl Driver {
     }
 
     /// The single place where the published snapshot changes: bumps the generation and wakes every observer.
-    fn publish(&self, p: Publication) {
+    fn publish(&mut self, p: Publication) {
         let indexes: Vec<usize> = p.items.iter().map(|&(i, _)| i).collect();
         let items = self.core.items_of(&indexes);
         let tokens = p.items.iter().map(|&(_, token)| token).collect();
@@ -241,10 +246,11 @@ impl Driver {
                     );
                 }
             }
-            if p.set.version != snapshot.set_version {
+            if p.set != self.published_set {
                 snapshot.added = self.core.items_of(&p.set.added);
                 snapshot.removed = self.core.items_of(&p.set.removed);
                 snapshot.set_version = p.set.version;
+                self.published_set = p.set.clone();
                 if !snapshot.added.is_empty() || !snapshot.removed.is_empty() {
                     tracing::info!(
                         version = p.set.version,

@@ -23,6 +23,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::time::Duration;
 
 use zookeeper_client::{Client, MultiWriteError, OneshotWatcher};
 
@@ -39,8 +40,13 @@ const MAGIC: &str = "zk-partitioner item set v1";
 const CHUNK_OPS: usize = 1000;
 /// ... and bytes of paths per `multi`, far below ZooKeeper's 1 MB packet limit (`jute.maxbuffer`).
 const CHUNK_BYTES: usize = 512 * 1024;
-/// Attempts of one update against concurrent writers before giving up.
-const MAX_ATTEMPTS: usize = 20;
+/// A child created and deleted in one `multi` to fire members' child watches; never visible.
+const TOUCH: &str = "zk-partitioner-touch";
+/// Attempts of one update against concurrent writers before giving up (with the backoff below, about 10 s of
+/// contention).
+const MAX_ATTEMPTS: u32 = 100;
+/// The longest pause between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
 /// A handle on the shared item set of one partition path, for members and for tools that are not members.
 ///
@@ -225,7 +231,11 @@ impl ItemSet {
         I::Item: Into<Item>,
     {
         let items = self.check(items.into_iter().map(Into::into).collect())?;
-        for _ in 0..MAX_ATTEMPTS {
+        if items.is_empty() {
+            return Err(Error::EmptyItemSet { path: self.node.clone() });
+        }
+        for attempt in 0..MAX_ATTEMPTS {
+            backoff(attempt).await;
             match self.read().await {
                 Ok(set) => return Ok((set, false)),
                 Err(Error::ItemSetMissing { .. }) => {}
@@ -332,7 +342,8 @@ impl ItemSet {
         expected: Option<u64>,
         change: impl Fn(&BTreeSet<Item>) -> Result<BTreeSet<Item>, Error>,
     ) -> Result<SharedItems, Error> {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
+            backoff(attempt).await;
             let current = self.read().await?;
             if let Some(expected) = expected
                 && expected != current.version
@@ -388,6 +399,13 @@ impl ItemSet {
                     Some(version) => writer.add_set_data(&self.node, header.as_bytes(), Some(to_i32(version)))?,
                     None => writer.add_create(&self.node, header.as_bytes(), &PERSISTENT)?,
                 }
+                if ops.is_empty() {
+                    // Members watch children only: an update that changes the state alone (completing an
+                    // interrupted one) creates and deletes a marker child, in the same multi, to wake them.
+                    let touch = format!("{}/{TOUCH}", self.node);
+                    writer.add_create(&touch, b"", &PERSISTENT)?;
+                    writer.add_delete(&touch, None)?;
+                }
                 for (path, create) in ops.iter() {
                     if *create {
                         writer.add_create(path, b"", &PERSISTENT)?;
@@ -424,6 +442,18 @@ impl ItemSet {
     }
 }
 
+/// Before attempt `attempt` (0: none): a random pause up to 2^attempt ms, at most [`MAX_BACKOFF`], so writers that
+/// collided do not collide again in lockstep.
+async fn backoff(attempt: u32) {
+    if attempt == 0 {
+        return;
+    }
+    let ceiling = Duration::from_millis(1 << attempt.min(16)).min(MAX_BACKOFF);
+    // Random bits without another dependency: a v4 UUID is 122 random bits.
+    let fraction = (uuid::Uuid::new_v4().as_u128() & 0xffff) as u32;
+    tokio::time::sleep(ceiling.mul_f64(f64::from(fraction) / 65536.0)).await;
+}
+
 /// Why one write attempt did not complete.
 enum Attempt {
     /// The version moved: another writer got there first.
@@ -457,58 +487,36 @@ fn chunk(ops: &[(String, bool)]) -> Vec<&[(String, bool)]> {
     chunks
 }
 
-/// What fires when the set changes: a child watch (items created or deleted) and a data watch (the version and
-/// state, which an update that completes an interrupted one may change alone), or an existence watch while the node
-/// is missing.
-pub(crate) type SetWatch = futures::future::BoxFuture<'static, zookeeper_client::WatchedEvent>;
-
-fn either(a: OneshotWatcher, b: Option<OneshotWatcher>) -> SetWatch {
-    use futures::FutureExt;
-    match b {
-        Some(b) => {
-            futures::future::select(a.changed().boxed(), b.changed().boxed()).map(|e| e.factor_first().0).boxed()
-        }
-        None => a.changed().boxed(),
-    }
-}
-
-/// A member's read of the set, with a watch on it: `Ok(None)` when the set cannot be used now (being updated, or its
-/// node was written by something else; logged here). Missing, it arms a watch for its creation.
+/// A member's read of the set, with the one watch that tells of its next change: a child watch (every update creates
+/// or deletes children, see `ItemSet::write`), or an existence watch while the node is missing. One watch, never
+/// dropped before it fires: dropping an unfired watch makes the client ask the server to remove the path's watches,
+/// which races with the next read's new watch on the same path.
 pub(crate) async fn read_watched(
     client: &Client,
     node: &str,
-) -> (Result<Option<SetRead>, zookeeper_client::Error>, Option<SetWatch>) {
-    let (result, children_watch, data_watch) = read_both(client, node).await;
-    let watch = children_watch.map(|children| either(children, data_watch));
-    (result, watch)
-}
-
-async fn read_both(
-    client: &Client,
-    node: &str,
-) -> (Result<Option<SetRead>, zookeeper_client::Error>, Option<OneshotWatcher>, Option<OneshotWatcher>) {
+) -> (Result<Option<SetRead>, zookeeper_client::Error>, Option<OneshotWatcher>) {
     // Requests on one session apply in order: both go out at once, the data right after the listing.
-    let (children, data) = futures::join!(client.get_and_watch_children(node), client.get_and_watch_data(node));
+    let (children, data) = futures::join!(client.get_and_watch_children(node), client.get_data(node));
     let (children, stat, children_watch) = match children {
         Ok(read) => read,
         Err(zookeeper_client::Error::NoNode) => {
             tracing::warn!(node, "the shared item set is missing: keeping the set in force until it is back");
             return match client.check_and_watch_stat(node).await {
-                Ok((_, watcher)) => (Ok(None), Some(watcher), None),
-                Err(err) => (Err(err), None, None),
+                Ok((_, watcher)) => (Ok(None), Some(watcher)),
+                Err(err) => (Err(err), None),
             };
         }
-        Err(err) => return (Err(err), None, None),
+        Err(err) => return (Err(err), None),
     };
-    let (data, data_stat, data_watch) = match data {
+    let watched = |result| (result, Some(children_watch));
+    let (data, data_stat) = match data {
         Ok(read) => read,
         // Deleted between the two reads: the child watch fires.
-        Err(zookeeper_client::Error::NoNode) => return (Ok(None), Some(children_watch), None),
-        Err(err) => return (Err(err), Some(children_watch), None),
+        Err(zookeeper_client::Error::NoNode) => return watched(Ok(None)),
+        Err(err) => return watched(Err(err)),
     };
-    let watched = |result| (result, Some(children_watch), Some(data_watch));
     if data_stat.version != stat.version {
-        // An update landed between the two reads: the watches fire and we read again.
+        // An update landed between the two reads: it changed children, so the watch fires and we read again.
         return watched(Ok(None));
     }
     let header = match Header::parse(&data) {

@@ -116,11 +116,22 @@ pub(crate) async fn list_dirs(
     Ok(listings)
 }
 
+/// Waits for a one-shot watch to fire. zookeeper-client 0.11 panics inside `OneshotWatcher::changed` when it drops
+/// the watch's sender without an event (its session task ended, e.g. the client was closed or the runtime is shutting
+/// down); that is the end of the session, reported here as `Closed` instead of a panic in the partitioner's task.
+pub(crate) async fn changed(watcher: zookeeper_client::OneshotWatcher) -> zookeeper_client::WatchedEvent {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(watcher.changed())
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| zookeeper_client::WatchedEvent::new_session(zookeeper_client::SessionState::Closed))
+}
+
 /// Waits until the contender at `path` changes or goes. A data watch, as kazoo's and zookeeper-client's locks use:
 /// an `exists` watch on a node that is already gone would linger until someone recreated that name.
 pub(crate) async fn wait_for(client: &Client, path: &str) -> Result<(), zookeeper_client::Error> {
     match client.get_and_watch_data(path).await {
-        Ok((_, _, watcher)) => match session_end_of(&watcher.changed().await) {
+        Ok((_, _, watcher)) => match session_end_of(&changed(watcher).await) {
             Some(err) => Err(err),
             None => Ok(()),
         },

@@ -23,6 +23,9 @@ pub(super) struct Catalogue {
     in_set: Vec<bool>,
     /// The shared set's version (`None` for a fixed set).
     version: Option<u64>,
+    /// Counts the changes applied: the version alone does not identify a set (a child created by hand changes the
+    /// set without changing the version).
+    generation: u64,
 }
 
 /// What a change of the set did, as indexes.
@@ -43,7 +46,8 @@ impl Catalogue {
     pub fn new(items: Vec<Item>, version: Option<u64>) -> Self {
         let index = items.iter().cloned().zip(0..).collect();
         let count = items.len();
-        Catalogue { sorted: items.clone(), items, index, set: (0..count).collect(), in_set: vec![true; count], version }
+        let (set, in_set) = ((0..count).collect(), vec![true; count]);
+        Catalogue { sorted: items.clone(), items, index, set, in_set, version, generation: 0 }
     }
 
     /// The item with this index (every index the core uses came from this catalogue).
@@ -72,6 +76,11 @@ impl Catalogue {
 
     pub fn version(&self) -> Option<u64> {
         self.version
+    }
+
+    /// How many changes were applied.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The set in force's indexes, in item order.
@@ -107,6 +116,7 @@ impl Catalogue {
             set.push(index);
         }
         change.removed = self.set.iter().copied().filter(|&index| !in_set[index]).collect();
+        self.generation += 1;
         self.sorted = items;
         self.set = set;
         self.in_set = in_set;

@@ -256,6 +256,8 @@ pub(crate) struct Publication {
 /// The shared set an assignment was computed from: its version, and what its latest change added and removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SetInForce {
+    /// Which of the core's set changes (see `Catalogue::generation`).
+    pub generation: u64,
     pub version: Option<u64>,
     pub added: Arc<[usize]>,
     pub removed: Arc<[usize]>,
@@ -835,9 +837,7 @@ impl Core {
                 if self.sabotage == Sabotage::IgnoreSetChanges {
                     return;
                 }
-                if self.catalogue.version() == Some(version) {
-                    return;
-                }
+                // Compared by items: a child created by hand changes the set, not the version.
                 let change = self.catalogue.replace(items, version);
                 self.dirs_known.resize(self.catalogue.len(), false);
                 if !change.is_empty() {
@@ -856,9 +856,8 @@ impl Core {
     /// The set the new assignment follows, and (with a shared set) what changed since the last assignment; the first
     /// member of the party also clears the lock directories of removed items nobody holds.
     fn note_set_in_force(&mut self) {
-        if !self.shared
-            || (self.set_in_force.version.is_some() && self.set_in_force.version == self.catalogue.version())
-        {
+        let generation = self.catalogue.generation();
+        if !self.shared || (self.set_in_force.version.is_some() && self.set_in_force.generation == generation) {
             return;
         }
         let change = self.catalogue.change_since(&self.assigned_set);
@@ -869,6 +868,7 @@ impl Core {
             self.remove_dirs(free);
         }
         self.set_in_force = SetInForce {
+            generation,
             version: self.catalogue.version(),
             added: change.added.into(),
             removed: change.removed.into(),
