@@ -20,13 +20,14 @@
 //!
 //! Not a criterion benchmark (`harness = false`): it needs a ZooKeeper server, which `bench/run.sh` starts.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+mod support;
+
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use support::{counter_delta, mntr};
 use zk_partitioner::zookeeper_client::{self, Client};
 use zk_partitioner::{Item, PartitionState, SetPartitioner};
 
@@ -174,33 +175,6 @@ async fn single(args: &Args) -> Result<(), String> {
 /// The `mntr` command itself is one packet the server counts (measured on ZooKeeper 3.8: two `mntr` in a row differ
 /// by one in `zk_packets_received`).
 const MNTR_PACKETS: i64 = 1;
-
-/// The server's `mntr` counters, over a 4-letter-word connection of its own (no session, no request counted but the
-/// command's own packet).
-fn mntr(endpoint: &str) -> Result<HashMap<String, String>, String> {
-    let mut stream = std::net::TcpStream::connect(endpoint).map_err(|e| format!("mntr: cannot connect: {e}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    stream.write_all(b"mntr").map_err(|e| format!("mntr: {e}"))?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).map_err(|e| format!("mntr: {e}"))?;
-    let counters: HashMap<String, String> = text
-        .lines()
-        .filter_map(|line| line.split_once('\t'))
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect();
-    if !counters.contains_key("zk_packets_received") {
-        return Err(format!("mntr: unexpected answer (is `mntr` whitelisted?): {text:?}"));
-    }
-    Ok(counters)
-}
-
-fn counter_delta(before: &HashMap<String, String>, after: &HashMap<String, String>, key: &str) -> i64 {
-    let value = |counters: &HashMap<String, String>| counters.get(key).and_then(|v| v.parse::<i64>().ok());
-    match (value(before), value(after)) {
-        (Some(before), Some(after)) => after - before,
-        _ => -1,
-    }
-}
 
 /// This process's peak resident set size so far, in KiB (`VmHWM` in `/proc/self/status`; 0 where unavailable).
 fn vm_hwm_kb() -> u64 {
