@@ -444,18 +444,7 @@ impl Driver {
             Op::RemoveDirs(items) => {
                 let dirs: Vec<String> = items.into_iter().map(dir).collect();
                 async move {
-                    let deleted = futures::future::join_all(dirs.iter().map(|dir| client.delete(dir, None))).await;
-                    let mut removed = 0;
-                    for (dir, result) in dirs.iter().zip(deleted) {
-                        match result {
-                            Ok(()) => removed += 1,
-                            // In use (its last contender removes it) or already gone.
-                            Err(zookeeper_client::Error::NotEmpty | zookeeper_client::Error::NoNode) => {}
-                            Err(err) => {
-                                tracing::warn!(%err, dir, "could not remove the lock directory of a removed item")
-                            }
-                        }
-                    }
+                    let removed = locks::remove_empty_dirs(&client, &dirs).await;
                     tracing::debug!(removed, asked = dirs.len(), "lock directories of removed items");
                     reply(id, Reply::DirsRemoved)
                 }

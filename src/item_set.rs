@@ -249,7 +249,7 @@ impl ItemSet {
             let kind = kind_of(&items);
             let adds: Vec<&Item> = items.iter().collect();
             match self.write(None, kind, &adds, &[]).await {
-                Ok(()) => return Ok((self.read().await?, true)),
+                Ok(_) => return Ok((self.read().await?, true)),
                 // Someone else created it meanwhile (or our create landed and its reply was lost): read it.
                 Err(Attempt::Conflict | Attempt::Retry) => {}
                 Err(Attempt::Failed(err)) => return Err(err),
@@ -369,7 +369,11 @@ impl ItemSet {
                 return Ok(current);
             }
             match self.write(Some(current.version), kind_of(&after), &adds, &removes).await {
-                Ok(()) => return self.read().await,
+                // Our multis applied in order, each conditional on the version before it: the set is now `after`.
+                Ok(steps) => {
+                    let version = current.version + steps;
+                    return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new() });
+                }
                 Err(Attempt::Conflict) if expected.is_some() => {
                     return Err(Error::ItemSetConflict {
                         path: self.node.clone(),
@@ -384,7 +388,14 @@ impl ItemSet {
     }
 
     /// Writes one change: `multi`s chained by version from `version` (`None`: create the set node in the first).
-    async fn write(&self, version: Option<u64>, kind: Kind, adds: &[&Item], removes: &[String]) -> Result<(), Attempt> {
+    /// Returns how many `multi`s it took (the version grew by as many, from an existing node).
+    async fn write(
+        &self,
+        version: Option<u64>,
+        kind: Kind,
+        adds: &[&Item],
+        removes: &[String],
+    ) -> Result<u64, Attempt> {
         let mut ops: Vec<(String, bool)> =
             removes.iter().map(|name| (format!("{}/{name}", self.node), false)).collect();
         ops.extend(adds.iter().map(|item| (format!("{}/{}", self.node, item.node_name()), true)));
@@ -438,7 +449,7 @@ impl ItemSet {
                 }
             }
         }
-        Ok(())
+        Ok(chunks.len() as u64)
     }
 }
 

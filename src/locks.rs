@@ -238,6 +238,37 @@ pub(crate) async fn release_all(client: &Client, contenders: Vec<NodeRef>, windo
     first_error.map_or(Ok(()), Err)
 }
 
+/// Deletes those of `dirs` (lock directories of items that left the shared set) that have no contender: their
+/// children are read `BATCH` per read `multi`, the empty ones deleted `BATCH` per `multi`, one by one where a batch
+/// fails (a contender arrived meanwhile, or another member deleted one first). Best effort: returns how many were
+/// deleted; a directory in use is left to the member that releases its last contender.
+pub(crate) async fn remove_empty_dirs(client: &Client, dirs: &[String]) -> usize {
+    let mut empty = Vec::new();
+    for chunk in dirs.chunks(BATCH) {
+        let mut reader = client.new_multi_reader();
+        if chunk.iter().any(|dir| reader.add_get_children(dir).is_err()) {
+            continue;
+        }
+        let Ok(results) = reader.commit().await else { continue };
+        for (dir, result) in chunk.iter().zip(results) {
+            if matches!(result, MultiReadResult::Children { children } if children.is_empty()) {
+                empty.push(dir.clone());
+            }
+        }
+    }
+    let mut removed = 0;
+    for chunk in empty.chunks(BATCH) {
+        let mut writer = client.new_multi_writer();
+        if chunk.iter().all(|dir| writer.add_delete(dir, None).is_ok()) && writer.commit().await.is_ok() {
+            removed += chunk.len();
+            continue;
+        }
+        let deleted = futures::future::join_all(chunk.iter().map(|dir| client.delete(dir, None))).await;
+        removed += deleted.iter().filter(|result| result.is_ok()).count();
+    }
+    removed
+}
+
 /// Deletes a batch of known nodes in one `multi`; returns the contenders still to release one by one if it failed.
 async fn release_batch(client: &Client, batch: Vec<NodeRef>) -> Vec<NodeRef> {
     let mut writer = client.new_multi_writer();

@@ -30,4 +30,3 @@ pub fn counter_delta(before: &HashMap<String, String>, after: &HashMap<String, S
         _ => -1,
     }
 }
-
