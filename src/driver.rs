@@ -73,6 +73,8 @@ pub(crate) struct Driver {
     set_watch: Option<BoxFuture<'static, WatchedEvent>>,
     /// Each item's lock directory, by the core's item index (grown as the shared set brings new items).
     lock_dirs: Arc<Vec<String>>,
+    /// Bounds how many held-lock watches are being registered at once (the core's window).
+    held_watch_registrations: Arc<tokio::sync::Semaphore>,
     /// The set change the snapshot shows (items are looked up only when it changes).
     published_set: SetInForce,
     /// What each party node announces (its data never changes, so each is read once), by node name.
@@ -94,6 +96,7 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
         publisher: Arc<watch::Sender<Snapshot>>,
     ) -> Self {
+        let window = config.window.max(1);
         Driver {
             client,
             config,
@@ -107,6 +110,7 @@ impl Driver {
             party_watch: None,
             set_watch: None,
             published_set: Default::default(),
+            held_watch_registrations: Arc::new(tokio::sync::Semaphore::new(window)),
             lock_dirs: Arc::new(Vec::new()),
             agreements: Arc::new(Mutex::new(HashMap::new())),
             release_acks: HashMap::new(),
@@ -447,6 +451,15 @@ impl Driver {
                     let removed = locks::remove_empty_dirs(&client, &dirs).await;
                     tracing::debug!(removed, asked = dirs.len(), "lock directories of removed items");
                     reply(id, Reply::DirsRemoved)
+                }
+                .boxed()
+            }
+            Op::WatchHeld { item, node } => {
+                let path = format!("{}/{node}", dir(item));
+                let registrations = self.held_watch_registrations.clone();
+                async move {
+                    let result = locks::wait_gone(&client, &path, &registrations).await;
+                    reply(id, Reply::HeldGone(result.map_err(|err| classify("get_data", &path, err))))
                 }
                 .boxed()
             }

@@ -140,6 +140,37 @@ pub(crate) async fn wait_for(client: &Client, path: &str) -> Result<(), zookeepe
     }
 }
 
+/// Waits until our held lock node at `path` is deleted (or is found missing), keeping the watch through data changes.
+/// At most `registrations` watches are being registered at once: a member that just took 100,000 locks registers
+/// their watches in a stream, not in one burst. Once registered, a watch costs nothing until it fires.
+pub(crate) async fn wait_gone(
+    client: &Client,
+    path: &str,
+    registrations: &tokio::sync::Semaphore,
+) -> Result<(), zookeeper_client::Error> {
+    loop {
+        let watched = {
+            // A closed semaphore is never closed here; without a permit, register anyway.
+            let _permit = registrations.acquire().await.ok();
+            client.get_and_watch_data(path).await
+        };
+        match watched {
+            Ok((_, _, watcher)) => {
+                let event = changed(watcher).await;
+                if let Some(err) = session_end_of(&event) {
+                    return Err(err);
+                }
+                if event.event_type == zookeeper_client::EventType::NodeDeleted {
+                    return Ok(());
+                }
+                // Its data changed (someone wrote to our lock node): still ours, watch again.
+            }
+            Err(zookeeper_client::Error::NoNode) => return Ok(()),
+            Err(err) => return Err(err),
+        }
+    }
+}
+
 /// A watch event that reports the end of the session, as the client error that requests would get.
 fn session_end_of(event: &zookeeper_client::WatchedEvent) -> Option<zookeeper_client::Error> {
     use zookeeper_client::{EventType, SessionState};

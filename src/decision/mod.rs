@@ -137,6 +137,9 @@ pub(crate) enum Op {
     ReadSet,
     /// Delete these items' lock directories where they are empty (the items left the shared set).
     RemoveDirs(Vec<usize>),
+    /// Tell when our held lock node (in the item's directory) is deleted: by us when we release it, or by someone
+    /// else while we hold it.
+    WatchHeld { item: usize, node: String },
 }
 
 /// One contender node to delete.
@@ -203,6 +206,8 @@ pub(crate) enum Reply {
     Set(Result<Option<SetRead>, ReqError>),
     /// Best effort: directories still in use, or already gone, are left alone.
     DirsRemoved,
+    /// The watched held lock node is gone.
+    HeldGone(Result<(), ReqError>),
 }
 
 /// A deliberately broken rule, for showing that the simulation's checker catches each bug of the old driver when it
@@ -317,6 +322,8 @@ enum Pending {
     Leave,
     ReadSet,
     RemoveDirs,
+    /// The watch on a held lock node (the item, and the node: a later lock of the same item is another node).
+    HeldWatch(usize, String),
 }
 
 /// What the worker has been asked to do with `release_set()`.
@@ -347,6 +354,8 @@ struct Suspension {
     before: Shown,
     owed_before: Option<Owed>,
     verifying: Option<ReqId>,
+    /// A held lock node was deleted meanwhile: the session's survival does not bring it back.
+    lost: bool,
 }
 
 /// The partitioner is ending (failure or finish).
@@ -680,8 +689,12 @@ impl Core {
                     return;
                 }
                 if self.suspension.is_none() {
-                    self.suspension =
-                        Some(Suspension { before: self.shown.clone(), owed_before: self.owed.take(), verifying: None });
+                    self.suspension = Some(Suspension {
+                        before: self.shown.clone(),
+                        owed_before: self.owed.take(),
+                        verifying: None,
+                        lost: false,
+                    });
                 } else if let Some(suspension) = &mut self.suspension {
                     // Suspended again while verifying: that verification no longer proves anything.
                     if let Some(id) = suspension.verifying.take() {
@@ -705,6 +718,7 @@ impl Core {
 
     fn on_verified(&mut self, ours: bool) {
         let Some(suspension) = self.suspension.take() else { return };
+        let ours = ours && !suspension.lost;
         let mut acks = std::mem::take(&mut self.suspended_acks).into_iter();
         #[cfg(test)]
         if ours && self.sabotage == Sabotage::ResumeAbandonsRebalance {
@@ -996,6 +1010,7 @@ impl Core {
                 self.on_set(result);
             }
             (Pending::RemoveDirs, Reply::DirsRemoved) => {}
+            (Pending::HeldWatch(item, node), Reply::HeldGone(result)) => self.on_held_gone(item, node, result),
             (pending, reply) => {
                 self.fail(Error::Internal { reason: format!("reply {reply:?} to a {pending:?} request") });
             }
@@ -1147,6 +1162,8 @@ impl Core {
             Position::Held if lock.token <= 0 => Next::List,
             Position::Held => {
                 self.set_step(item, Step::Held);
+                // Someone other than us deleting it must not go unnoticed until the next rebalance.
+                self.request(Op::WatchHeld { item, node: own.clone() }, Pending::HeldWatch(item, own));
                 Next::Held
             }
             Position::Behind(predecessor) => {
@@ -1175,6 +1192,66 @@ impl Core {
             Err(_) => {
                 let at = self.now + self.cfg.retry_delay;
                 self.set_step(item, Step::Delayed(at, Retry::List));
+            }
+        }
+    }
+
+    /// A held lock node's watch fired: if the node is the one we still hold, someone else deleted it (an operator, a
+    /// buggy tool): another process may be taking the item right now. Stop listing it at once, then take it again
+    /// by the normal rules (eager: everything stops, as on any loss; incremental: only this item).
+    fn on_held_gone(&mut self, item: usize, node: String, result: Result<(), ReqError>) {
+        match result {
+            Ok(()) => {}
+            // The session ended: its own event says so.
+            Err(ReqError::Fatal(_)) => return,
+            // Not expected (the client keeps watches across reconnections); a listing settles where we stand.
+            Err(_) => {
+                if self.step_is(item, Step::Held) && self.ending.is_none() {
+                    self.send_lists(vec![item]);
+                }
+                return;
+            }
+        }
+        let still_ours = self.locks.get(&item).is_some_and(|lock| lock.step == Step::Held && lock.node == Some(node));
+        if !still_ours || self.ending.is_some() {
+            return; // our own release, or a lock long replaced
+        }
+        if let Some(lock) = self.locks.get_mut(&item) {
+            lock.node = None;
+            lock.created = false;
+            lock.token = 0;
+        }
+        // Contend again if still wanted (the next pump creates a new contender).
+        self.set_step(item, Step::Queued);
+        self.want_grew = true;
+        if let Some(suspension) = &mut self.suspension {
+            suspension.lost = true;
+            return;
+        }
+        if !self.shown.listed.contains(&item) {
+            return;
+        }
+        let reason = "a held lock node was deleted by someone else";
+        match self.cfg.rebalance {
+            Rebalance::Eager => {
+                self.owed = Some(Owed::All);
+                self.deadline = None;
+                let mut revoked = self.held.clone();
+                revoked.insert(item);
+                self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
+            }
+            Rebalance::Incremental => {
+                let mut listed = self.shown.listed.clone();
+                listed.remove(&item);
+                let state = match self.shown.state {
+                    PartitionState::Acquired => PartitionState::Allocating,
+                    state => state,
+                };
+                let revoked = self.shown.revoked.clone();
+                self.show(state, listed, revoked, false, None, reason);
+                if self.deadline.is_none() && self.owed.is_none() {
+                    self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
+                }
             }
         }
     }

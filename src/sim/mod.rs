@@ -102,6 +102,8 @@ pub(crate) struct Plan {
     pub static_membership: bool,
     /// The items come from the shared set, which admins change as faults.
     pub shared_set: bool,
+    /// An operator deletes members' held lock nodes by hand, now and then.
+    pub operator_deletes: bool,
     pub sabotage: Sabotage,
 }
 
@@ -120,6 +122,7 @@ impl Plan {
             sabotage: Sabotage::None,
             // Drawn last: the earlier draws, and so the runs of seeds pinned before shared sets, stay the same.
             shared_set: rng.below(3) == 0,
+            operator_deletes: rng.below(3) == 0,
         }
     }
 }
@@ -173,6 +176,8 @@ enum WatchFor {
     Party,
     Lock(ReqId),
     Set,
+    /// A watch on our own held lock node (its firing answers the request).
+    Held(ReqId),
 }
 
 struct Member {
@@ -239,7 +244,13 @@ struct World {
     set_updating: bool,
     next_value: i64,
     set_changes: usize,
+    /// Held lock nodes an operator deleted, and when: their member may list the item until ZooKeeper tells it.
+    operator_deleted: BTreeMap<String, Duration>,
 }
+
+/// How long a member may keep listing an item after an operator deleted its held lock node: the watch event's trip
+/// (a few ms here), or a cut's detection (up to 2/5 of the 3 s session) before the member suspends.
+const OPERATOR_WINDOW: Duration = Duration::from_millis(1500);
 
 /// Each of a core's item indexes as the item's value (the sim's items are integers).
 fn values_of(core: &Core) -> Vec<i64> {
@@ -297,6 +308,7 @@ impl World {
             set_updating: false,
             next_value,
             set_changes: 0,
+            operator_deleted: BTreeMap::new(),
         };
         for _ in 0..world.plan.members {
             world.join();
@@ -706,6 +718,14 @@ impl World {
                 }
                 Err(e) => Reply::Set(Err(err(e))),
             },
+            Op::WatchHeld { item, node } => match self.zk.get_data(s, &format!("{}/{node}", dir(*item)), true) {
+                Ok((_, _, Some(watch))) => {
+                    self.members[index].watches.insert(watch, WatchFor::Held(id));
+                    return None;
+                }
+                Ok(_) | Err(ZkErr::NoNode) => Reply::HeldGone(Ok(())),
+                Err(e) => Reply::HeldGone(Err(err(e))),
+            },
             Op::RemoveDirs(items) => {
                 for &item in items {
                     // Best effort, as the driver: a directory in use stays.
@@ -726,6 +746,12 @@ impl World {
             let event = match target {
                 WatchFor::Party => Event::PartyChanged,
                 WatchFor::Set => Event::SetChanged,
+                WatchFor::Held(id) => {
+                    // Lock nodes' data never changes here: a held node's watch fires when it is deleted.
+                    self.members[index].unanswered.remove(&id);
+                    self.members[index].watch_fired.insert(id);
+                    Event::Reply(id, Reply::HeldGone(Ok(())))
+                }
                 WatchFor::Lock(id) => {
                     self.members[index].unanswered.remove(&id);
                     self.members[index].watch_fired.insert(id);
@@ -780,16 +806,20 @@ impl World {
                 Op::ReadSet => Some(Reply::Set(Err(ReqError::Transient))),
                 // Best effort: a lost removal is simply not done.
                 Op::RemoveDirs(_) => Some(Reply::DirsRemoved),
-                Op::Watch { .. } => {
+                Op::Watch { .. } | Op::WatchHeld { .. } => {
                     // Registered watches survive (the client sets them again on reconnection); a registration whose
                     // reply was lost is answered with the lost connection.
-                    let registered =
-                        self.members[index].watches.values().any(|w| matches!(w, WatchFor::Lock(r) if *r == id));
+                    let registered = self.members[index]
+                        .watches
+                        .values()
+                        .any(|w| matches!(w, WatchFor::Lock(r) | WatchFor::Held(r) if *r == id));
                     if registered {
                         self.members[index].unanswered.insert(id, op);
                         None
-                    } else {
+                    } else if matches!(op, Op::Watch { .. }) {
                         Some(Reply::Changed(Err(ReqError::Transient)))
+                    } else {
+                        Some(Reply::HeldGone(Err(ReqError::Transient)))
                     }
                 }
                 // The driver retries these inside the request until the session ends: run them again.
@@ -926,6 +956,9 @@ impl World {
         }
         if self.plan.shared_set && self.rng.below(2) == 0 {
             self.change_set();
+        }
+        if self.plan.operator_deletes && self.rng.below(3) == 0 {
+            self.operator_deletes_a_held_node();
         }
         self.faults_left -= 1;
         self.quiet_since = self.quiet_since.max(self.now + fault_lasts);
@@ -1088,6 +1121,31 @@ impl World {
         self.fire_watches();
     }
 
+    /// An operator deletes one listed item's lock node by hand (`tests/faults.rs` does the same on a real server).
+    fn operator_deletes_a_held_node(&mut self) {
+        let mut held = Vec::new();
+        for index in self.live() {
+            let Some(core) = self.members[index].core.as_ref() else { continue };
+            let values = values_of(core);
+            for &item in core.listed() {
+                if let Some(node) = core.held_node(item) {
+                    held.push(format!("{LOCKS}/{}/{node}", values[item]));
+                }
+            }
+        }
+        if held.is_empty() {
+            return;
+        }
+        let path = held.swap_remove(self.rng.below(held.len() as u64) as usize);
+        let operator = self.zk.open_session();
+        if self.zk.delete(operator, &path).is_ok() {
+            self.note(format!("operator deletes {path}"));
+            self.operator_deleted.insert(path, self.now);
+        }
+        self.zk.expire(operator);
+        self.fire_watches();
+    }
+
     /// The party node whose member name is `name`, if any.
     fn namesake(&self, name: &str) -> Option<String> {
         self.zk.children_of(PARTY).into_iter().find(|child| crate::party::member_name(child) == Some(name))
@@ -1169,7 +1227,9 @@ impl World {
                     let SimEvent::Core(event) = *event;
                     let is_watch_event = match &event {
                         Event::PartyChanged | Event::SetChanged => true,
-                        Event::Reply(id, Reply::Changed(Ok(()))) => self.members[member].watch_fired.contains(id),
+                        Event::Reply(id, Reply::Changed(Ok(())) | Reply::HeldGone(Ok(()))) => {
+                            self.members[member].watch_fired.contains(id)
+                        }
                         _ => false,
                     };
                     if is_watch_event {
@@ -1286,6 +1346,19 @@ impl World {
                     return Err(format!("item {item} listed by m{other} and m{index}, both sessions alive"));
                 }
                 let dir = format!("{LOCKS}/{item}");
+                if let Some(node) = core.held_node(index_of_item)
+                    && let Some(&at) = self.operator_deleted.get(&format!("{dir}/{node}"))
+                {
+                    // The node is gone: the member may not know yet, for a bounded time only.
+                    if self.now > at + OPERATOR_WINDOW {
+                        return Err(format!(
+                            "{name} still lists item {item} {:?} after an operator deleted its lock node",
+                            self.now - at
+                        ));
+                    }
+                    owner.remove(&item);
+                    continue;
+                }
                 let Some(node) = core.held_node(index_of_item) else {
                     return Err(format!("{name} lists item {item} without a held node"));
                 };
