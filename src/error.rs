@@ -98,6 +98,13 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+
+    /// [`describe`](crate::describe()) was given a partition path that does not exist.
+    #[error("partition path {path} does not exist")]
+    PathNotFound {
+        /// The path, relative to the client's chroot.
+        path: String,
+    },
 }
 
 impl Error {

@@ -105,6 +105,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 mod decision;
+mod describe;
 mod driver;
 mod error;
 mod item;
@@ -118,6 +119,9 @@ mod policy;
 mod sim;
 mod state;
 
+pub use describe::{
+    Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
+};
 pub use error::Error;
 pub use item::Item;
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
@@ -144,5 +148,6 @@ mod tests {
         assert_send_sync::<SetPartitioner>();
         assert_send_sync::<Snapshot>();
         assert_send_sync::<Error>();
+        assert_send_sync::<Description>();
     }
 }
