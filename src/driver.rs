@@ -224,6 +224,7 @@ impl Driver {
             snapshot.members = p.members;
             snapshot.cause = p.cause;
             snapshot.suspended = p.suspended;
+            snapshot.lock_nodes = p.nodes.into();
         });
     }
 

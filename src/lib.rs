@@ -104,6 +104,7 @@
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod checkpoint;
 mod decision;
 mod describe;
 mod driver;
@@ -119,6 +120,7 @@ mod policy;
 mod sim;
 mod state;
 
+pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
 pub use describe::{
     Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
 };
@@ -148,6 +150,7 @@ mod tests {
         assert_send_sync::<SetPartitioner>();
         assert_send_sync::<Snapshot>();
         assert_send_sync::<Error>();
+        assert_send_sync::<CheckpointWriter>();
         assert_send_sync::<Description>();
     }
 }

@@ -87,6 +87,9 @@ pub struct Snapshot {
     /// [`release_set`](crate::SetPartitioner::release_set), which waits for the session's fate and may return
     /// to `Acquired` with the same items.
     pub suspended: bool,
+    /// Our lock node's name (in the item's lock directory) for each item in [`items`](Snapshot::items), in the same
+    /// order: what a checkpoint save checks.
+    pub(crate) lock_nodes: Arc<[String]>,
 }
 
 impl Snapshot {
@@ -101,6 +104,7 @@ impl Snapshot {
             members: Arc::from([]),
             cause: None,
             suspended: false,
+            lock_nodes: Arc::from([]),
         }
     }
 }
