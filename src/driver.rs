@@ -69,6 +69,7 @@ pub(crate) struct Driver {
     next_ack: AckId,
     /// Some handle still exists (the command channel is open).
     handles_alive: bool,
+    metrics: crate::metrics::DriverMetrics,
 }
 
 impl Driver {
@@ -81,6 +82,7 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
         publisher: Arc<watch::Sender<Snapshot>>,
     ) -> Self {
+        let metrics = crate::metrics::DriverMetrics::new(&config.paths, now());
         Driver {
             client,
             config,
@@ -96,6 +98,7 @@ impl Driver {
             finish_acks: HashMap::new(),
             next_ack: 0,
             handles_alive: true,
+            metrics,
         }
     }
 
@@ -103,6 +106,7 @@ impl Driver {
         // The state may have changed between the join and now.
         let state = self.session.peek_state();
         if state != SessionState::SyncConnected && state != SessionState::ConnectedReadOnly {
+            self.metrics.session(state);
             self.core.handle(session_event(state), now());
         }
         loop {
@@ -116,7 +120,10 @@ impl Driver {
             let sleep = OptionFuture::from(deadline.map(tokio::time::sleep_until));
             let party_watch = OptionFuture::from(self.party_watch.as_mut());
             tokio::select! {
-                state = self.session.changed() => self.core.handle(session_event(state), now()),
+                state = self.session.changed() => {
+                    self.metrics.session(state);
+                    self.core.handle(session_event(state), now());
+                }
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.watches.remove(&done.id);
                     if let Some(watcher) = done.party_watch {
@@ -130,6 +137,7 @@ impl Driver {
                 Some(event) = party_watch => {
                     self.party_watch = None;
                     let event = if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                        self.metrics.session(event.session_state);
                         session_event(event.session_state)
                     } else {
                         Event::PartyChanged
@@ -198,10 +206,13 @@ impl Driver {
     }
 
     /// The single place where the published snapshot changes: bumps the generation and wakes every observer.
-    fn publish(&self, p: Publication) {
+    fn publish(&mut self, p: Publication) {
         let items: Arc<[Item]> = p.items.iter().map(|&(i, _)| self.config.items[i].clone()).collect();
         let tokens = p.items.iter().map(|&(_, token)| token).collect();
         let revoked: Arc<[Item]> = p.revoked.iter().map(|&i| self.config.items[i].clone()).collect();
+        let before = self.publisher.borrow().state;
+        let revoked_before = self.publisher.borrow().revoked.clone();
+        self.metrics.published((before, &revoked_before), (p.state, p.reason, items.len(), &revoked), now());
         self.publisher.send_modify(|snapshot| {
             tracing::info!(
                 from = %snapshot.state,
@@ -324,6 +335,7 @@ impl Driver {
                 .boxed()
             }
             Op::Watch { item, node } => {
+                self.metrics.lock_wait();
                 let path = format!("{}/{node}", dir(item));
                 let (abort, registration) = AbortHandle::new_pair();
                 self.watches.insert(id, abort);

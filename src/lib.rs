@@ -111,6 +111,7 @@ mod driver;
 mod error;
 mod item;
 mod locks;
+pub mod metrics;
 mod names;
 mod partition_fn;
 mod partitioner;
