@@ -4,8 +4,9 @@
 //! [`describe`] reads `<path>/party` and `<path>/locks` with any client, as an outsider: no membership, no write. It
 //! works on parties of this crate's members, kazoo's members, or both, because it reads kazoo's layout (see the crate
 //! docs): a member is a party node `<32 hex>-<name>` whose data is its identifier; an item's contenders are the
-//! `<32 hex>__lock__<sequence>` nodes in `<path>/locks/<item>`, whose data is the contender's member name, and the
-//! lowest sequence holds the lock (kazoo's ordering, the same rule the partitioners use).
+//! `<32 hex>__lock__<sequence>` nodes in `<path>/locks/<item>`, and the lowest sequence holds the lock (kazoo's
+//! ordering, the same rule the partitioners use). A contender belongs to the member whose party node has the same
+//! session; this crate's members also write their name into their lock nodes, kazoo's write nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -110,7 +111,8 @@ pub struct Description {
     /// (computed for the party as read) does not include them. Normal for a moment during a rebalance; lasting, it
     /// means the members disagree about the items, the function or the party. `None` without a function.
     pub outside_share: Option<Vec<OutsideShare>>,
-    /// How many items each owner holds, by the member name its lock nodes carry (orphans' owners included).
+    /// How many items each owner holds, by [member name](Contender::member); orphans' owners included, under
+    /// their session id in hex (`0x...`) when their lock nodes carry no name.
     pub owner_counts: BTreeMap<String, usize>,
     /// Children of `<path>/party` that are not member nodes (not `<32 hex>-<name>`): ignored by this crate's
     /// members, but counted by kazoo's, which then leave a share unowned.
@@ -158,7 +160,8 @@ pub struct ItemInfo {
 pub struct Contender {
     /// The node's name in the lock directory (`<32 hex>__lock__<sequence>`).
     pub node: String,
-    /// The member name the node carries as data (this crate's members and kazoo's write their member name).
+    /// The member it belongs to: the name of the party member with the same session; for an orphan, the name the
+    /// node carries as data (this crate's members write their name; kazoo's write nothing, which leaves this empty).
     pub member: String,
     /// The node's session (`ephemeralOwner`).
     pub session: i64,
@@ -509,7 +512,10 @@ fn assemble(
         // kazoo's order: by the sequence text (the same comparison the partitioners use to find the holder).
         raw.sort_by(|a, b| sequence(&a.node).cmp(&sequence(&b.node)));
         let mut queue = raw.into_iter().map(|raw| Contender {
-            member: String::from_utf8_lossy(&raw.data).into_owned(),
+            member: match member_of_session.get(&raw.stat.ephemeral_owner) {
+                Some(member) => member.clone(),
+                None => String::from_utf8_lossy(&raw.data).into_owned(),
+            },
             session: raw.stat.ephemeral_owner,
             token: FencingToken::new(raw.stat.czxid),
             created: zk_time(raw.stat.ctime),
@@ -547,7 +553,8 @@ fn assemble(
     let mut waiting_by_session: HashMap<i64, usize> = HashMap::new();
     for info in &items {
         if let Some(owner) = &info.owner {
-            *owner_counts.entry(owner.member.clone()).or_default() += 1;
+            let name = if owner.member.is_empty() { format!("{:#x}", owner.session) } else { owner.member.clone() };
+            *owner_counts.entry(name).or_default() += 1;
             *held_by_session.entry(owner.session).or_default() += 1;
         }
         for waiter in &info.waiting {
@@ -674,6 +681,8 @@ mod tests {
         let dirs = vec![
             ("10".to_string(), vec![contender(3, "w2", 2), contender(1, "w1", 1)]),
             ("9".to_string(), vec![contender(0, "ghost", 9)]),
+            // A kazoo member writes nothing into its lock node: its name comes from its party node.
+            ("11".to_string(), vec![contender(2, "", 2), contender(4, "", 8)]),
             ("2".to_string(), vec![]),
             ("1".to_string(), vec![contender(5, "w1", 1), contender(7, "ghost", 9)]),
         ];
@@ -681,25 +690,28 @@ mod tests {
         let options = DescribeOptions::new().items(&expected);
         let d = assemble("/p", members, vec!["junk".into()], dirs, &options).unwrap();
         let names: Vec<&str> = d.items.iter().map(|i| i.item.as_str()).collect();
-        assert_eq!(names, ["0", "1", "2", "9", "10"], "integers sort numerically");
+        assert_eq!(names, ["0", "1", "2", "9", "10", "11"], "integers sort numerically");
+        let eleven = d.item("11").unwrap();
+        assert_eq!(eleven.owner.as_ref().unwrap().member, "w2");
+        assert_eq!((eleven.waiting[0].member.as_str(), eleven.waiting[0].orphan), ("", true));
         assert_eq!(d.unowned, ["0", "2"]);
         assert!(!d.item("0").unwrap().has_lock_dir);
         let ten = d.item("10").unwrap();
         assert_eq!(ten.owner.as_ref().unwrap().member, "w1", "lowest sequence holds");
         assert_eq!(ten.owner.as_ref().unwrap().token, FencingToken::new(101));
         assert_eq!(ten.waiting.len(), 1);
-        assert_eq!(d.contended().map(|i| i.item.as_str()).collect::<Vec<_>>(), ["1", "10"]);
-        assert_eq!(d.orphans.len(), 2);
+        assert_eq!(d.contended().map(|i| i.item.as_str()).collect::<Vec<_>>(), ["1", "10", "11"]);
+        assert_eq!(d.orphans.len(), 3);
         assert_eq!((d.orphans[0].item.as_str(), d.orphans[0].holds), ("1", false));
         assert_eq!((d.orphans[1].item.as_str(), d.orphans[1].holds), ("9", true));
-        assert_eq!(d.owner_counts, BTreeMap::from([("ghost".into(), 1), ("w1".into(), 2)]));
+        assert_eq!(d.owner_counts, BTreeMap::from([("ghost".into(), 1), ("w1".into(), 2), ("w2".into(), 1)]));
         assert_eq!(
             d.members.iter().map(|m| (m.name.as_str(), m.items, m.waiting)).collect::<Vec<_>>(),
-            [("w1", 2, 0), ("w2", 0, 1)]
+            [("w1", 2, 0), ("w2", 1, 1)]
         );
         assert_eq!(d.foreign_party_nodes, ["junk"]);
         assert_eq!(d.outside_share, None);
-        assert_eq!(d.imbalance(), Some(2.0));
+        assert_eq!(d.imbalance(), Some(4.0 / 3.0));
     }
 
     #[test]
