@@ -83,7 +83,7 @@ impl<'a> DescribeOptions<'a> {
         self
     }
 
-    /// At most this many read `multi`s (of up to 500 reads each) in flight at once; default 8. At least 1.
+    /// About this many read `multi`s (of up to 500 reads each) in flight at once; default 8. At least 1.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
         self
@@ -262,7 +262,7 @@ pub async fn describe(client: &Client, path: &str) -> Result<Description, Error>
 /// Any client can read, member or not; nothing is written. The read starts with a `sync`, so it is at least as new
 /// as anything any client saw before the call. It is then assembled from several reads, pipelined: the party and the
 /// list of lock directories, then the lock directories in read `multi`s of 500, each followed by a `multi` reading
-/// the contenders it found (their data, session and creation zxid), with at most
+/// the contenders it found (their data, session and creation zxid), with about
 /// [`concurrency`](DescribeOptions::concurrency) `multi`s in flight. About `4 + 2 × items / 500` requests in all
 /// (45 for 10,000 items). Each directory and its contenders are read within a few milliseconds of each other, but
 /// the whole is not one atomic snapshot: on a busy path, a rebalance in progress may show half done. A contender

@@ -224,6 +224,46 @@ mod tests {
         assert_eq!(seconds, [2.0, 1.0]);
     }
 
+    /// Every reason the core publishes with, as written in `src/decision/mod.rs`: the last string literal of each
+    /// `show(..)` and `ask_release_all(..)` call.
+    fn core_reasons() -> Vec<&'static str> {
+        let source = include_str!("decision/mod.rs");
+        let mut reasons = Vec::new();
+        for call in ["show(", "ask_release_all("] {
+            // Calls only (`self.show(`), not the definitions.
+            for (at, _) in source.match_indices(call).filter(|(at, _)| source[..*at].ends_with('.')) {
+                let args = &source[at + call.len()..];
+                let args = &args[..args.find(';').unwrap_or(args.len())];
+                if let Some(end) = args.rfind('"')
+                    && let Some(start) = args[..end].rfind('"')
+                {
+                    reasons.push(&args[start + 1..end]);
+                }
+            }
+        }
+        reasons
+    }
+
+    #[test]
+    fn every_reason_the_core_gives_for_leaving_acquired_has_a_cause() {
+        // Reasons of publications that never leave ACQUIRED (or never start from it): they need no cause.
+        let not_rebalances = [
+            "all assigned locks held",
+            "ended",
+            "revoked items released",
+            "session survived the suspension",
+            "sabotaged resumption",
+        ];
+        let reasons = core_reasons();
+        assert!(reasons.len() >= 10, "the scan of src/decision/mod.rs found only {reasons:?}");
+        for reason in reasons {
+            assert!(
+                not_rebalances.contains(&reason) || cause(reason) != "other",
+                "the core publishes with the reason {reason:?}: give it a cause in metrics::cause (or list it here)"
+            );
+        }
+    }
+
     #[test]
     fn causes_are_a_closed_set() {
         for reason in ["party changed", "party changed: items revoked", "taking gained items"] {

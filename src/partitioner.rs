@@ -346,7 +346,9 @@ fn default_identifier() -> String {
 ///
 /// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
 /// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
-/// as [`finish`](SetPartitioner::finish) does.
+/// as [`finish`](SetPartitioner::finish) does. The handle also keeps a clone of the member's client, for
+/// [checkpoints](SetPartitioner::save_checkpoint) on the member's own session, so that session stays open (holding no
+/// node after `finish()`) while a handle exists.
 ///
 /// # Examples
 /// kazoo's worker loop:
