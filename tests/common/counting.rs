@@ -41,6 +41,8 @@ impl CountingProxy {
                 let sink = sink.clone();
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(upstream).await else { return };
+                    // Relay at once: Nagle's algorithm on the extra hop would add delays of its own.
+                    let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
                     let (mut client_read, mut client_write) = inbound.into_split();
                     let (mut server_read, mut server_write) = outbound.into_split();
                     let upward = async {
