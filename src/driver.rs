@@ -84,6 +84,7 @@ pub(crate) struct Driver {
     next_ack: AckId,
     /// Some handle still exists (the command channel is open).
     handles_alive: bool,
+    metrics: crate::metrics::DriverMetrics,
 }
 
 impl Driver {
@@ -97,6 +98,7 @@ impl Driver {
         publisher: Arc<watch::Sender<Snapshot>>,
     ) -> Self {
         let window = config.window.max(1);
+        let metrics = crate::metrics::DriverMetrics::new(&config.paths, now());
         Driver {
             client,
             config,
@@ -117,6 +119,7 @@ impl Driver {
             finish_acks: HashMap::new(),
             next_ack: 0,
             handles_alive: true,
+            metrics,
         }
     }
 
@@ -124,6 +127,7 @@ impl Driver {
         // The state may have changed between the join and now.
         let state = self.session.peek_state();
         if state != SessionState::SyncConnected && state != SessionState::ConnectedReadOnly {
+            self.metrics.session(state);
             self.core.handle(session_event(state), now());
         }
         loop {
@@ -138,7 +142,10 @@ impl Driver {
             let party_watch = OptionFuture::from(self.party_watch.as_mut());
             let set_watch = OptionFuture::from(self.set_watch.as_mut());
             tokio::select! {
-                state = self.session.changed() => self.core.handle(session_event(state), now()),
+                state = self.session.changed() => {
+                    self.metrics.session(state);
+                    self.core.handle(session_event(state), now());
+                }
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.watches.remove(&done.id);
                     if let Some(watcher) = done.party_watch {
@@ -155,6 +162,7 @@ impl Driver {
                 Some(event) = party_watch => {
                     self.party_watch = None;
                     let event = if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                        self.metrics.session(event.session_state);
                         session_event(event.session_state)
                     } else {
                         Event::PartyChanged
@@ -238,6 +246,9 @@ impl Driver {
         let items = self.core.items_of(&indexes);
         let tokens = p.items.iter().map(|&(_, token)| token).collect();
         let revoked = self.core.items_of(&p.revoked);
+        let before = self.publisher.borrow().state;
+        let revoked_before = self.publisher.borrow().revoked.clone();
+        self.metrics.published((before, &revoked_before), (p.state, p.reason, items.len(), &revoked), now());
         self.publisher.send_modify(|snapshot| {
             if p.disagreements != snapshot.disagreements {
                 for disagreement in p.disagreements.iter() {
@@ -286,6 +297,7 @@ impl Driver {
             snapshot.members = p.members;
             snapshot.cause = p.cause;
             snapshot.suspended = p.suspended;
+            snapshot.lock_nodes = p.nodes.into();
         });
     }
 
@@ -398,6 +410,7 @@ impl Driver {
                 .boxed()
             }
             Op::Watch { item, node } => {
+                self.metrics.lock_wait();
                 let path = format!("{}/{node}", dir(item));
                 let (abort, registration) = AbortHandle::new_pair();
                 self.watches.insert(id, abort);

@@ -132,6 +132,58 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+
+    /// [`describe`](crate::describe()) was given a partition path that does not exist.
+    #[error("partition path {path} does not exist")]
+    PathNotFound {
+        /// The path, relative to the client's chroot.
+        path: String,
+    },
+
+    /// A checkpoint was to be written for an item this member does not hold: it is not among the items the
+    /// partitioner lists now ([`SetPartitioner::items`](crate::SetPartitioner::items)). Nothing was sent.
+    #[error("item {item:?} of partition {path} is not held by this member, so its checkpoint cannot be written")]
+    NotHeld {
+        /// The item's lock node name.
+        item: String,
+        /// The partition path.
+        path: String,
+    },
+
+    /// ZooKeeper refused a checkpoint save because the member no longer holds the item through the lock node the
+    /// writer was made with: the item was released, or the member's session ended (a paused process, for
+    /// instance). Nothing was written: a newer owner's checkpoint is safe.
+    #[error("checkpoint of item {item:?} refused: this member no longer holds it ({reason}; lock node {lock_node})")]
+    CheckpointFenced {
+        /// The item's lock node name.
+        item: String,
+        /// The lock node the save checked.
+        lock_node: String,
+        /// Why the member no longer holds it.
+        reason: String,
+    },
+
+    /// A checkpoint is larger than [`MAX_CHECKPOINT_SIZE`](crate::MAX_CHECKPOINT_SIZE). Nothing was sent.
+    #[error("checkpoint of item {item:?} is {size} bytes; at most {limit} are allowed")]
+    CheckpointTooLarge {
+        /// The item's lock node name.
+        item: String,
+        /// The checkpoint's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+
+    /// A checkpoint node holds data this crate did not write (or a newer version's format).
+    #[error("checkpoint of item {item:?} at {path} cannot be read: {reason}")]
+    CheckpointCorrupt {
+        /// The item's lock node name.
+        item: String,
+        /// The checkpoint node.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {

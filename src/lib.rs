@@ -60,6 +60,7 @@
 //! <path>/locks                             persistent, empty
 //! <path>/locks/<item>                      persistent, empty                          (one per item, kept)
 //! <path>/locks/<item>/<32 hex>__lock__<seq> ephemeral sequential, data = member name  (contenders; lowest holds)
+//! <path>/checkpoints/<item>                persistent, data = writer + token + bytes  (fenced checkpoints, if used)
 //! ```
 //!
 //! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
@@ -87,6 +88,22 @@
 //! `RELIABILITY.md` says how each guarantee is tested: the decision table row by row, a deterministic simulation of
 //! every mode combination under seeded faults, and real faults on a real ZooKeeper.
 //!
+//! # Who owns what, checkpoints, metrics
+//!
+//! - [`describe`] reads a partition path with any client (no membership needed) and returns a [`Description`]: the
+//!   members, every item's owner with its fencing token and the contenders queued behind it, the unowned items,
+//!   orphaned lock nodes, counts per owner and, given the partition function, the items held outside their holder's
+//!   share. It works on kazoo parties too. `examples/inspect.rs` prints it as a table or as JSON, once or on every
+//!   change.
+//! - Fenced checkpoints: [`SetPartitioner::save_checkpoint`] stores a small blob (at most
+//!   [`MAX_CHECKPOINT_SIZE`]) at `<path>/checkpoints/<item>` in one `multi` that ZooKeeper applies only while the
+//!   member's lock node for the item exists, so an old owner, paused or late, can never overwrite the new owner's
+//!   checkpoint. [`SetPartitioner::load_checkpoint`] reads it back with its writer's name and token.
+//!   [`CheckpointWriter`] explains why that one check is enough.
+//! - [`metrics`]: rebalances by cause, allocation time, items held and revoked, lock waits, session suspensions and
+//!   expiries, recorded through the [`metrics`](https://docs.rs/metrics) facade for whatever exporter the application
+//!   installs. The module documents every name.
+//!
 //! # Architecture, one concept per module
 //!
 //! - `decision`: every decision, as one sans-IO state machine (events in: the session's state, party changes, request
@@ -99,18 +116,22 @@
 //! - `partitioner` (the handle and its builder), `state` ([`PartitionState`], [`Snapshot`], [`FencingToken`]),
 //!   `policy` ([`SessionPolicy`], [`Rebalance`]), `party` (member nodes), `locks` (lock requests on the wire),
 //!   `partition_fn` ([`PartitionFn`], [`KazooStride`], [`Rendezvous`]), `item` ([`Item`]), `names` (path and name
-//!   validation), `error` ([`Error`]).
+//!   validation), `error` ([`Error`]), `describe` ([`describe`], read-only), `checkpoint` ([`CheckpointWriter`]),
+//!   [`metrics`] (names, and what the driver records).
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
 
 mod agreement;
+mod checkpoint;
 mod decision;
+mod describe;
 mod driver;
 mod error;
 mod item;
 mod item_set;
 mod locks;
+pub mod metrics;
 mod names;
 mod partition_fn;
 mod partitioner;
@@ -120,6 +141,10 @@ mod policy;
 mod sim;
 mod state;
 
+pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
+pub use describe::{
+    Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
+};
 pub use error::Error;
 pub use item::Item;
 pub use item_set::{ItemSet, SharedItems};
@@ -147,5 +172,7 @@ mod tests {
         assert_send_sync::<SetPartitioner>();
         assert_send_sync::<Snapshot>();
         assert_send_sync::<Error>();
+        assert_send_sync::<CheckpointWriter>();
+        assert_send_sync::<Description>();
     }
 }

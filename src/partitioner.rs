@@ -10,13 +10,15 @@ use tracing::Instrument;
 use zookeeper_client::Client;
 
 use crate::agreement::Agreement;
+use crate::checkpoint::Checkpoints;
 use crate::decision::{Core, CoreConfig};
 use crate::driver::{self, Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Membership, Paths};
 use crate::{
-    Error, FencingToken, Item, ItemSet, KazooStride, PartitionFn, PartitionState, Rebalance, SessionPolicy, Snapshot,
+    Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, KazooStride, PartitionFn, PartitionState,
+    Rebalance, SessionPolicy, Snapshot,
 };
 
 /// kazoo's default `time_boundary`.
@@ -268,6 +270,7 @@ impl Builder {
         let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
 
         let session = self.client.state_watcher();
+        let checkpoints = Arc::new(Checkpoints::new(self.client.clone(), &self.path));
         party::ensure_base(&self.client, &paths).await?;
         let (items, item_set, set_version) = if self.shared_item_set {
             let set = ItemSet::new(self.client.clone(), self.path.clone())?;
@@ -337,7 +340,7 @@ impl Builder {
         let driver = Driver::new(self.client, config, core, membership, session, command_rx, Arc::new(publisher));
         runtime.spawn(driver::supervise(driver).instrument(span));
         guard.disarm();
-        Ok(SetPartitioner { commands, snapshot, item_set: item_set.map(Arc::new) })
+        Ok(SetPartitioner { commands, snapshot, checkpoints, item_set: item_set.map(Arc::new) })
     }
 }
 
@@ -403,7 +406,9 @@ fn default_identifier() -> String {
 ///
 /// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
 /// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
-/// as [`finish`](SetPartitioner::finish) does.
+/// as [`finish`](SetPartitioner::finish) does. The handle also keeps a clone of the member's client, for
+/// [checkpoints](SetPartitioner::save_checkpoint) on the member's own session, so that session stays open (holding no
+/// node after `finish()`) while a handle exists.
 ///
 /// # Examples
 /// kazoo's worker loop:
@@ -435,6 +440,8 @@ fn default_identifier() -> String {
 pub struct SetPartitioner {
     commands: mpsc::UnboundedSender<Command>,
     snapshot: watch::Receiver<Snapshot>,
+    /// Checkpoint reads and fenced writes, on a clone of the member's client (the same session as its locks).
+    checkpoints: Arc<Checkpoints>,
     item_set: Option<Arc<ItemSet>>,
 }
 
@@ -537,6 +544,104 @@ impl SetPartitioner {
             let index = snapshot.items.binary_search(item).ok()?;
             snapshot.tokens.get(index).copied()
         })
+    }
+
+    /// A writer of `item`'s checkpoint, fenced by the lock node through which this member holds the item now: its
+    /// saves succeed only while the member still holds the item through that node. See [`CheckpointWriter`], which
+    /// explains why the fence holds.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `item` is not among [`items`](SetPartitioner::items) now.
+    ///
+    /// # Examples
+    /// A task processing one item keeps its writer: once the item moves away, its saves fail, whether or not the
+    /// task noticed.
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::Item;
+    ///
+    /// let item = Item::from("queue-1");
+    /// let checkpoints = partitioner.checkpoint_writer(&item)?;
+    /// let mut offset = match partitioner.load_checkpoint(&item).await? {
+    ///     Some(checkpoint) => u64::from_be_bytes(checkpoint.data.try_into().unwrap_or_default()),
+    ///     None => 0,
+    /// };
+    /// loop {
+    ///     offset += 100; // process a hundred messages
+    ///     checkpoints.save(&offset.to_be_bytes()).await?; // Err(CheckpointFenced) once the item has moved
+    /// }
+    /// # }
+    /// ```
+    pub fn checkpoint_writer(&self, item: &Item) -> Result<CheckpointWriter, Error> {
+        self.read(|snapshot| {
+            let index = snapshot.items.binary_search(item).ok();
+            let held = index.and_then(|index| Some((snapshot.lock_nodes.get(index)?, snapshot.tokens.get(index)?)));
+            match held {
+                Some((node, &token)) if !node.is_empty() => {
+                    Ok(self.checkpoints.writer(item, node, token, snapshot.member.clone()))
+                }
+                _ => Err(Error::NotHeld { item: item.node_name(), path: self.checkpoints.path().to_owned() }),
+            }
+        })
+    }
+
+    /// Saves `data` as `item`'s checkpoint, if this member holds the item, in one `multi` request that checks the
+    /// member's lock node for the item and writes `<path>/checkpoints/<item>`: ZooKeeper refuses the write if the
+    /// lock node is gone (the item was released, or the member's session ended), so an old owner, paused or late,
+    /// can never overwrite a newer owner's checkpoint. The member's name and the item's fencing token are stored
+    /// with the data. Same as `self.checkpoint_writer(item)?.save(data)`; see [`CheckpointWriter::save`].
+    ///
+    /// # Errors
+    /// - [`Error::NotHeld`] if `item` is not among [`items`](SetPartitioner::items) now (nothing is sent);
+    /// - [`Error::CheckpointTooLarge`] if `data` is longer than [`MAX_CHECKPOINT_SIZE`](crate::MAX_CHECKPOINT_SIZE);
+    /// - [`Error::CheckpointFenced`] if ZooKeeper refused the write because the member no longer holds the item;
+    /// - [`Error::ZooKeeper`] if the request failed otherwise.
+    ///
+    /// # Cancel safety
+    /// A dropped save may or may not have been applied; if it was, it was applied while the item was held.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// for item in partitioner.items() {
+    ///     // ... process `item` up to offset 42 ...
+    ///     partitioner.save_checkpoint(&item, b"42").await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn save_checkpoint(&self, item: &Item, data: &[u8]) -> Result<(), Error> {
+        self.checkpoint_writer(item)?.save(data).await
+    }
+
+    /// Reads `item`'s checkpoint: the bytes last saved, the fencing token and member name of their writer, and when
+    /// they were saved; `None` if no checkpoint was ever saved for the item.
+    ///
+    /// Any item can be read, held or not. Once this member holds the item, the read sees the last checkpoint any
+    /// previous owner saved: every save of theirs succeeded before their lock node went, and this member's reads
+    /// come after it saw that lock node gone.
+    ///
+    /// # Errors
+    /// - [`Error::CheckpointCorrupt`] if the node holds data this crate did not write;
+    /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if the read fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// for item in partitioner.items() {
+    ///     match partitioner.load_checkpoint(&item).await? {
+    ///         Some(checkpoint) => println!("{item}: resume after {:?} ({} wrote it)", checkpoint.data, checkpoint.writer),
+    ///         None => println!("{item}: start from the beginning"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn load_checkpoint(&self, item: &Item) -> Result<Option<Checkpoint>, Error> {
+        self.checkpoints.load(item).await
     }
 
     /// Why the partitioner failed, once it has.

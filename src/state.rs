@@ -99,6 +99,9 @@ pub struct Snapshot {
     /// members may compute overlapping shares and wait forever for each other's locks. Reported at the first party
     /// read that shows it, in every state; kazoo members announce nothing and are never listed.
     pub disagreements: Arc<[Disagreement]>,
+    /// Our lock node's name (in the item's lock directory) for each item in [`items`](Snapshot::items), in the same
+    /// order: what a checkpoint save checks.
+    pub(crate) lock_nodes: Arc<[String]>,
 }
 
 /// What another member disagrees on.
@@ -151,6 +154,7 @@ impl Snapshot {
             added: Arc::from([]),
             removed: Arc::from([]),
             disagreements: Arc::from([]),
+            lock_nodes: Arc::from([]),
         }
     }
 }

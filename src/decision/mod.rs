@@ -247,6 +247,8 @@ pub(crate) struct Publication {
     pub member: Arc<str>,
     /// Listed items with their fencing tokens, sorted by item.
     pub items: Vec<(usize, FencingToken)>,
+    /// Our lock node's name for each listed item, in the order of `items` (for fenced checkpoint writes).
+    pub nodes: Vec<String>,
     pub revoked: Vec<usize>,
     pub members: Arc<[String]>,
     pub cause: Option<Error>,
@@ -1668,10 +1670,16 @@ impl Core {
             .iter()
             .map(|&item| (item, FencingToken::new(self.locks.get(&item).map_or(0, |lock| lock.token))))
             .collect();
+        let nodes = shown
+            .listed
+            .iter()
+            .map(|item| self.locks.get(item).and_then(|lock| lock.node.clone()).unwrap_or_default())
+            .collect();
         self.actions.push_back(Action::Publish(Publication {
             state,
             member: self.me.clone(),
             items,
+            nodes,
             revoked: shown.revoked.iter().copied().collect(),
             members: self.members.clone(),
             cause,

@@ -12,6 +12,7 @@
 //! * Deadlines go through [`timing`], which scales them by `ZK_TEST_TIME_SCALE` for slow machines.
 #![allow(dead_code)]
 
+pub mod counting;
 pub mod ctx;
 mod docker;
 mod ensemble;

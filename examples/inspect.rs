@@ -1,0 +1,473 @@
+//! Who owns what under a partition path: an operator's view of a party of zk-partitioner or kazoo members.
+//!
+//! ```text
+//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues
+//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --json
+//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --watch
+//! cargo run --example inspect -- --path /work_queues --items a,b,c,d --partition stride
+//! ```
+//!
+//! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner
+//! and contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`,
+//! the items a member holds outside its share. `--json` prints the same as one JSON document; `--watch` prints again
+//! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
+//!
+//! Exit status: 0 on success, 1 on an error (a missing path, an unreachable server), 2 on bad arguments.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+use zk_partitioner::zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
+use zk_partitioner::{
+    Contender, DescribeOptions, Description, Item, KazooStride, PartitionFn, Rendezvous, describe_with,
+};
+
+/// Who owns what under a zk-partitioner / kazoo SetPartitioner path (read-only).
+#[derive(Parser, Debug)]
+#[command(name = "inspect", version)]
+struct Args {
+    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot]
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    connect: String,
+
+    /// The partition path, as given to the partitioners (required)
+    #[arg(long)]
+    path: String,
+
+    /// Print one JSON document instead of tables (with --watch: one document per line, per change) [default: off]
+    #[arg(long)]
+    json: bool,
+
+    /// Print again after every change to the party or the locks, until interrupted [default: off]
+    #[arg(long)]
+    watch: bool,
+
+    /// The items the members divide, comma-separated (integers if all are integers): items never contended are
+    /// then listed as unowned, and --partition checks shares of this set [default: the lock directories' names]
+    #[arg(long, value_delimiter = ',')]
+    items: Option<Vec<String>>,
+
+    /// The members' partition function, to list items held outside their holder's share
+    #[arg(long, value_enum, default_value_t = Partition::None)]
+    partition: Partition,
+
+    /// Items listed per section of the table before "... and N more"
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+
+    /// ZooKeeper session timeout, in seconds
+    #[arg(long, default_value_t = 10.0)]
+    session_timeout: f64,
+
+    /// With --watch: wait this long after a change for more changes before printing, in milliseconds
+    #[arg(long, default_value_t = 200)]
+    settle_ms: u64,
+}
+
+/// A partition function the share check can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Partition {
+    /// No share check
+    None,
+    /// kazoo's default (sorted items, stride over sorted members): zk_partitioner::KazooStride
+    Stride,
+    /// zk_partitioner::Rendezvous::default()
+    Rendezvous,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("inspect: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    if !(args.session_timeout.is_finite() && args.session_timeout > 0.0) {
+        return Err("--session-timeout must be a positive number of seconds".into());
+    }
+    let client = Client::connector()
+        .with_session_timeout(Duration::from_secs_f64(args.session_timeout))
+        .connect(&args.connect)
+        .await
+        .map_err(|err| format!("cannot connect to {}: {err}", args.connect))?;
+    let items: Option<Vec<Item>> = args.items.as_ref().map(|names| parse_items(names));
+    let partition_fn: Option<Box<dyn PartitionFn>> = match args.partition {
+        Partition::None => None,
+        Partition::Stride => Some(Box::new(KazooStride)),
+        Partition::Rendezvous => Some(Box::new(Rendezvous::default())),
+    };
+    let options = || {
+        let mut options = DescribeOptions::new();
+        if let Some(items) = &items {
+            options = options.items(items);
+        }
+        if let Some(partition_fn) = &partition_fn {
+            options = options.partition_fn(partition_fn.as_ref());
+        }
+        options
+    };
+    if !args.watch {
+        let description = describe_with(&client, &args.path, options()).await?;
+        print(&description, &args);
+        return Ok(());
+    }
+
+    // Persistent watches: the party's children, and everything under the locks. Events during a reconnection can be
+    // lost (ZOOKEEPER-4698), so a reconnection also prints again.
+    let base = args.path.trim_end_matches('/');
+    let mut party = client.watch(&format!("{base}/party"), AddWatchMode::Persistent).await?;
+    let mut locks = client.watch(&format!("{base}/locks"), AddWatchMode::PersistentRecursive).await?;
+    let settle = Duration::from_millis(args.settle_ms);
+    let mut changed = true;
+    loop {
+        if changed {
+            let description = describe_with(&client, &args.path, options()).await?;
+            print(&description, &args);
+        }
+        // Wait for a change, then for quiet.
+        let mut first = true;
+        changed = false;
+        loop {
+            let wait = async {
+                tokio::select! {
+                    event = party.changed() => event,
+                    event = locks.changed() => event,
+                }
+            };
+            let event = if first {
+                tokio::select! {
+                    event = wait => Some(event),
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                }
+            } else {
+                tokio::time::timeout(settle, wait).await.ok()
+            };
+            let Some(event) = event else { break };
+            first = false;
+            if event.event_type == EventType::Session {
+                match event.session_state {
+                    // Never poll a persistent watcher after a terminal event: it panics.
+                    state if state.is_terminated() => {
+                        return Err(format!("the ZooKeeper session ended: {state}").into());
+                    }
+                    SessionState::Disconnected => continue,
+                    _ => {}
+                }
+            }
+            changed = true;
+        }
+    }
+}
+
+/// Items from the command line: all integers if every name is a canonical integer, else all strings (the rule
+/// `describe` uses for lock directory names).
+fn parse_items(names: &[String]) -> Vec<Item> {
+    let names: Vec<&str> = names.iter().map(|name| name.trim()).filter(|name| !name.is_empty()).collect();
+    let ints: Option<Vec<i64>> =
+        names.iter().map(|name| name.parse::<i64>().ok().filter(|value| value.to_string() == *name)).collect();
+    match ints {
+        Some(ints) => ints.into_iter().map(Item::from).collect(),
+        None => names.into_iter().map(Item::from).collect(),
+    }
+}
+
+fn print(description: &Description, args: &Args) {
+    if args.json {
+        let document = Document::from(description);
+        let text = if args.watch { serde_json::to_string(&document) } else { serde_json::to_string_pretty(&document) };
+        match text {
+            Ok(text) => println!("{text}"),
+            Err(err) => eprintln!("inspect: cannot render JSON: {err}"),
+        }
+    } else {
+        print!("{}", table(description, args.limit));
+        if args.watch {
+            println!();
+        }
+    }
+}
+
+// ---- The table ----------------------------------------------------------------------------------------------------
+
+fn table(d: &Description, limit: usize) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let now = SystemTime::now();
+    let held: usize = d.items.iter().filter(|item| item.owner.is_some()).count();
+    let _ = writeln!(
+        out,
+        "partition {}: {} members, {} items ({} owned, {} unowned, {} contended), {} orphaned lock nodes",
+        d.path,
+        d.members.len(),
+        d.items.len(),
+        held,
+        d.unowned.len(),
+        d.contended().count(),
+        d.orphans.len()
+    );
+    let _ = writeln!(out, "\nMEMBERS");
+    let rows: Vec<[String; 6]> = d
+        .members
+        .iter()
+        .map(|m| {
+            [
+                m.name.clone(),
+                m.identifier.clone(),
+                format!("{:#x}", m.session),
+                ago(now, m.joined),
+                m.items.to_string(),
+                m.waiting.to_string(),
+            ]
+        })
+        .collect();
+    columns(&mut out, ["NAME", "IDENTIFIER", "SESSION", "JOINED", "ITEMS", "WAITING"], &rows);
+    match d.imbalance() {
+        Some(imbalance) => {
+            let most = d.members.iter().map(|m| m.items).max().unwrap_or(0);
+            let mean = held as f64 / d.members.len().max(1) as f64;
+            let _ = writeln!(out, "imbalance: {imbalance:.2} (most {most}, mean {mean:.1} items per member)");
+        }
+        None => {
+            let _ = writeln!(out, "imbalance: - (no member holds anything)");
+        }
+    }
+    let _ = writeln!(out, "\nUNOWNED ({})", d.unowned.len());
+    if !d.unowned.is_empty() {
+        let shown: Vec<&str> = d.unowned.iter().take(limit).map(String::as_str).collect();
+        let _ = writeln!(out, "  {}{}", shown.join(", "), more(d.unowned.len(), limit));
+    }
+    let contended: Vec<_> = d.contended().collect();
+    let _ = writeln!(out, "\nCONTENDED ({})", contended.len());
+    let rows: Vec<[String; 3]> = contended
+        .iter()
+        .take(limit)
+        .map(|item| {
+            let waiting: Vec<String> = item.waiting.iter().map(who).collect();
+            [item.item.clone(), item.owner.as_ref().map_or("-".into(), who), waiting.join(", ")]
+        })
+        .collect();
+    if !rows.is_empty() {
+        columns(&mut out, ["ITEM", "OWNER", "WAITING (in queue order)"], &rows);
+        let _ = write!(out, "{}", more_line(contended.len(), limit));
+    }
+    let _ = writeln!(out, "\nORPHANS ({})", d.orphans.len());
+    let rows: Vec<[String; 5]> = d
+        .orphans
+        .iter()
+        .take(limit)
+        .map(|o| {
+            let role = if o.holds { "holds" } else { "waits" };
+            [
+                o.item.clone(),
+                o.contender.member.clone(),
+                format!("{:#x}", o.contender.session),
+                role.into(),
+                o.contender.node.clone(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        columns(&mut out, ["ITEM", "MEMBER", "SESSION", "ROLE", "NODE"], &rows);
+        let _ = write!(out, "{}", more_line(d.orphans.len(), limit));
+    }
+    if let Some(outside) = &d.outside_share {
+        let _ = writeln!(out, "\nOUTSIDE SHARE ({})", outside.len());
+        let rows: Vec<[String; 3]> = outside
+            .iter()
+            .take(limit)
+            .map(|o| [o.item.clone(), o.holder.clone(), o.share_of.clone().unwrap_or_else(|| "-".into())])
+            .collect();
+        if !rows.is_empty() {
+            columns(&mut out, ["ITEM", "HELD BY", "SHARE OF"], &rows);
+            let _ = write!(out, "{}", more_line(outside.len(), limit));
+        }
+    }
+    let _ = writeln!(out, "\nITEMS PER OWNER");
+    let rows: Vec<[String; 2]> =
+        d.owner_counts.iter().map(|(owner, count)| [owner.clone(), count.to_string()]).collect();
+    columns(&mut out, ["OWNER", "ITEMS"], &rows);
+    if !d.foreign_party_nodes.is_empty() {
+        let _ = writeln!(out, "\nNOT MEMBER NODES under {}/party: {}", d.path, d.foreign_party_nodes.join(", "));
+    }
+    out
+}
+
+/// `member (0xsession)`, marked when orphaned.
+fn who(contender: &Contender) -> String {
+    let orphan = if contender.orphan { ", orphan" } else { "" };
+    format!("{} ({:#x}{orphan})", contender.member, contender.session)
+}
+
+fn ago(now: SystemTime, then: SystemTime) -> String {
+    match now.duration_since(then) {
+        Ok(elapsed) if elapsed.as_secs() >= 3600 => format!("{}h ago", elapsed.as_secs() / 3600),
+        Ok(elapsed) if elapsed.as_secs() >= 60 => format!("{}m ago", elapsed.as_secs() / 60),
+        Ok(elapsed) => format!("{}s ago", elapsed.as_secs()),
+        Err(_) => "just now".into(),
+    }
+}
+
+fn more(total: usize, limit: usize) -> String {
+    if total > limit { format!(" ... and {} more", total - limit) } else { String::new() }
+}
+
+fn more_line(total: usize, limit: usize) -> String {
+    if total > limit { format!("  ... and {} more\n", total - limit) } else { String::new() }
+}
+
+/// Left-aligned columns, two spaces apart, indented by two.
+fn columns<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N]]) {
+    use std::fmt::Write;
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: Vec<&str>| {
+        let mut text = String::from(" ");
+        for (cell, width) in cells.iter().zip(widths) {
+            let _ = write!(text, " {cell:<width$} ");
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+// ---- The JSON document --------------------------------------------------------------------------------------------
+
+/// What `--json` prints: the description, with sessions in hex (as ZooKeeper shows them) and times in milliseconds
+/// since the epoch.
+#[derive(Serialize)]
+struct Document<'a> {
+    path: &'a str,
+    members: Vec<MemberJson<'a>>,
+    imbalance: Option<f64>,
+    items: Vec<ItemJson<'a>>,
+    unowned: &'a [String],
+    contended: Vec<&'a str>,
+    orphans: Vec<OrphanJson<'a>>,
+    outside_share: Option<Vec<OutsideJson<'a>>>,
+    owner_counts: &'a BTreeMap<String, usize>,
+    foreign_party_nodes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct MemberJson<'a> {
+    name: &'a str,
+    identifier: &'a str,
+    node: &'a str,
+    session: String,
+    joined_ms: u128,
+    items: usize,
+    waiting: usize,
+}
+
+#[derive(Serialize)]
+struct ItemJson<'a> {
+    item: &'a str,
+    owner: Option<ContenderJson<'a>>,
+    waiting: Vec<ContenderJson<'a>>,
+    has_lock_dir: bool,
+}
+
+#[derive(Serialize)]
+struct ContenderJson<'a> {
+    member: &'a str,
+    session: String,
+    token: i64,
+    node: &'a str,
+    created_ms: u128,
+    orphan: bool,
+}
+
+#[derive(Serialize)]
+struct OrphanJson<'a> {
+    item: &'a str,
+    holds: bool,
+    #[serde(flatten)]
+    contender: ContenderJson<'a>,
+}
+
+#[derive(Serialize)]
+struct OutsideJson<'a> {
+    item: &'a str,
+    holder: &'a str,
+    share_of: Option<&'a str>,
+}
+
+fn millis(time: SystemTime) -> u128 {
+    time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+impl<'a> From<&'a Contender> for ContenderJson<'a> {
+    fn from(c: &'a Contender) -> Self {
+        ContenderJson {
+            member: &c.member,
+            session: format!("{:#x}", c.session),
+            token: c.token.get(),
+            node: &c.node,
+            created_ms: millis(c.created),
+            orphan: c.orphan,
+        }
+    }
+}
+
+impl<'a> From<&'a Description> for Document<'a> {
+    fn from(d: &'a Description) -> Self {
+        Document {
+            path: &d.path,
+            members: d
+                .members
+                .iter()
+                .map(|m| MemberJson {
+                    name: &m.name,
+                    identifier: &m.identifier,
+                    node: &m.node,
+                    session: format!("{:#x}", m.session),
+                    joined_ms: millis(m.joined),
+                    items: m.items,
+                    waiting: m.waiting,
+                })
+                .collect(),
+            imbalance: d.imbalance(),
+            items: d
+                .items
+                .iter()
+                .map(|i| ItemJson {
+                    item: &i.item,
+                    owner: i.owner.as_ref().map(ContenderJson::from),
+                    waiting: i.waiting.iter().map(ContenderJson::from).collect(),
+                    has_lock_dir: i.has_lock_dir,
+                })
+                .collect(),
+            unowned: &d.unowned,
+            contended: d.contended().map(|i| i.item.as_str()).collect(),
+            orphans: d
+                .orphans
+                .iter()
+                .map(|o| OrphanJson { item: &o.item, holds: o.holds, contender: ContenderJson::from(&o.contender) })
+                .collect(),
+            outside_share: d.outside_share.as_ref().map(|outside| {
+                outside
+                    .iter()
+                    .map(|o| OutsideJson { item: &o.item, holder: &o.holder, share_of: o.share_of.as_deref() })
+                    .collect()
+            }),
+            owner_counts: &d.owner_counts,
+            foreign_party_nodes: &d.foreign_party_nodes,
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Fenced checkpoints: per item, a small blob stored next to its lock, which only the item's current holder can write.
+//!
+//! The blob of item `<item>` lives in the persistent node `<path>/checkpoints/<item>` (`<item>` is the item's lock
+//! node name). Its data is a one-line header, `zkp-checkpoint 1 <token> <writer>\n`, then the user's bytes: the
+//! writer's [`FencingToken`] (in decimal) and member name travel with the data, so a reader knows who wrote it and
+//! under which ownership. kazoo members ignore the `checkpoints` node.
+//!
+//! [`CheckpointWriter`] says why the fence holds.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, MultiWriteError};
+
+use crate::error::{is_transient, session_end};
+use crate::party::{PERSISTENT, Paths, retry_transient};
+use crate::{Error, FencingToken, Item};
+
+/// The largest checkpoint accepted by a save, in bytes (512 KiB): ZooKeeper keeps every node in memory and sends it
+/// whole, and refuses packets over `jute.maxbuffer` (1 MiB by default), so checkpoints are meant to be small (an
+/// offset, a cursor, a token), not data.
+pub const MAX_CHECKPOINT_SIZE: usize = 512 * 1024;
+
+/// The header's first word and format version.
+const MAGIC: &str = "zkp-checkpoint 1";
+
+/// How often a save goes round when the checkpoint node appears or disappears under it (only someone deleting the
+/// node by hand, over and over, makes it go round more than twice).
+const MAX_ROUNDS: usize = 5;
+
+static CHECKPOINT_NODE: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
+
+/// A checkpoint as read by [`SetPartitioner::load_checkpoint`](crate::SetPartitioner::load_checkpoint).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Checkpoint {
+    /// The bytes the writer saved.
+    pub data: Vec<u8>,
+    /// The writer's fencing token for the item when it saved (its lock node's creation zxid).
+    pub token: FencingToken,
+    /// The writer's member name.
+    pub writer: String,
+    /// When it was saved (the checkpoint node's modification time, by the ZooKeeper server's clock).
+    pub saved: SystemTime,
+    /// How many saves the node has seen since it was created, minus one (its ZooKeeper data version).
+    pub version: i32,
+}
+
+/// Where a partitioner's checkpoints live, and the session that writes them. Shared by a handle's clones.
+#[derive(Clone, Debug)]
+pub(crate) struct Checkpoints {
+    client: Client,
+    /// The partition path.
+    path: String,
+    paths: Paths,
+    /// `<path>/checkpoints`.
+    dir: String,
+}
+
+impl Checkpoints {
+    pub(crate) fn new(client: Client, base: &str) -> Self {
+        Checkpoints { client, path: base.to_owned(), paths: Paths::new(base), dir: format!("{base}/checkpoints") }
+    }
+
+    /// The partition path.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `<path>/checkpoints/<item>`.
+    fn node(&self, item: &Item) -> String {
+        format!("{}/{}", self.dir, item.node_name())
+    }
+
+    /// A writer for `item`, held through the lock node `lock_node` (its name in the item's lock directory).
+    pub(crate) fn writer(
+        self: &Arc<Self>,
+        item: &Item,
+        lock_node: &str,
+        token: FencingToken,
+        member: Arc<str>,
+    ) -> CheckpointWriter {
+        CheckpointWriter {
+            store: self.clone(),
+            item: item.clone(),
+            node: self.node(item),
+            lock_node: format!("{}/{lock_node}", self.paths.lock_dir(&item.node_name())),
+            token,
+            member,
+        }
+    }
+
+    /// Reads `item`'s checkpoint, if any.
+    pub(crate) async fn load(&self, item: &Item) -> Result<Option<Checkpoint>, Error> {
+        let node = self.node(item);
+        let (blob, stat) = match retry_transient(|| self.client.get_data(&node)).await {
+            Ok(read) => read,
+            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(err) => return Err(Error::zk("get_data", node, err)),
+        };
+        let corrupt = |reason: &str| Error::CheckpointCorrupt {
+            item: item.node_name(),
+            path: node.clone(),
+            reason: reason.to_owned(),
+        };
+        let newline = blob.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
+        let header = std::str::from_utf8(&blob[..newline]).map_err(|_| corrupt("the header is not UTF-8"))?;
+        let rest = header.strip_prefix(MAGIC).and_then(|rest| rest.strip_prefix(' ')).ok_or_else(|| {
+            corrupt("the header does not start with \"zkp-checkpoint 1\" (not written by this crate, or by a newer version)")
+        })?;
+        let (token, writer) = rest.split_once(' ').ok_or_else(|| corrupt("the header has no writer"))?;
+        let token: i64 = token.parse().map_err(|_| corrupt("the header's token is not a number"))?;
+        Ok(Some(Checkpoint {
+            data: blob[newline + 1..].to_vec(),
+            token: FencingToken::new(token),
+            writer: writer.to_owned(),
+            saved: SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)),
+            version: stat.version,
+        }))
+    }
+}
+
+/// Saves checkpoints of one item for as long as this member holds it, through the lock node it held when the writer
+/// was made: made by [`SetPartitioner::checkpoint_writer`](crate::SetPartitioner::checkpoint_writer).
+///
+/// A worker task that processes one item can keep its writer: once the member lets the item go (a rebalance, a
+/// release, the end of its session), every save fails with [`Error::CheckpointFenced`], even if the task does not
+/// notice the change, and even if the same member takes the item again later (that is a new lock node, so a new
+/// writer). Cheap to clone.
+/// # Why one check makes the write safe
+///
+/// A save is one `multi`: `check` that our lock node for the item exists (any version), and `setData` on the
+/// checkpoint node (or `create` it, the first time). ZooKeeper applies a `multi` atomically at one point of its total
+/// order, and rejects it whole if any operation fails, so the write happens only if our lock node exists at that
+/// point. That our lock node exists means we hold the item:
+///
+/// 1. The partitioner lists an item (and hands out its lock node) only after a listing of the item's lock directory
+///    showed our contender `N` as the lowest: every contender with a smaller sequence number was gone by then.
+/// 2. A contender lower than `N` cannot appear later. Sequence numbers in a directory come from the directory's
+///    counter, which only increases, so every contender created after `N` sorts after it; and a deleted contender
+///    never comes back (a sequential create never reuses a number in a directory, the directory is never deleted
+///    while it has children, and each contender's name starts with its creator's random 128-bit prefix).
+/// 3. So while `N` exists it stays the lowest contender: it holds the lock. `N` can only disappear: deleted when this
+///    member releases the item, or by ZooKeeper when this member's session ends.
+/// 4. `N` is ephemeral and its name is ours alone, so "`N` exists" also means "`N` belongs to our live session". A
+///    `multi` from a session that has ended is refused before any operation runs.
+///
+/// A new owner can take the item only after `N` is gone, which comes after every write of ours that succeeded: its
+/// reads see our last checkpoint, and our later writes fail the check. That covers a paused old owner whose session
+/// expired (its lock node went with the session) and worker code still running after its member released the item
+/// (same live session, lock node deleted). Outside the protocol, and not covered: a node created by hand in the lock
+/// directory with a name that sorts before `N` (ZooKeeper lets anyone create any name), or writes to the checkpoint
+/// node that do not go through this check.
+#[derive(Clone, Debug)]
+pub struct CheckpointWriter {
+    store: Arc<Checkpoints>,
+    item: Item,
+    /// `<path>/checkpoints/<item>`.
+    node: String,
+    /// Our lock node's full path.
+    lock_node: String,
+    token: FencingToken,
+    member: Arc<str>,
+}
+
+impl CheckpointWriter {
+    /// The item.
+    pub fn item(&self) -> &Item {
+        &self.item
+    }
+
+    /// The fencing token of the ownership this writer belongs to (stored with every save).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The lock node whose existence every save checks.
+    pub fn lock_node(&self) -> &str {
+        &self.lock_node
+    }
+
+    /// Saves `data` as the item's checkpoint if, and only if, this member still holds the item through the same lock
+    /// node: one `multi` request that checks the lock node and sets the checkpoint node's data (see
+    /// [`CheckpointWriter`] for why that check suffices).
+    ///
+    /// The first save of an item creates its checkpoint node (two requests: the failed update, then a `multi` that
+    /// checks the lock node and creates the checkpoint node; a few more to create `<path>/checkpoints` the very
+    /// first time). Every later save is one request.
+    ///
+    /// # Errors
+    /// - [`Error::CheckpointTooLarge`] if `data` is longer than [`MAX_CHECKPOINT_SIZE`], before any request;
+    /// - [`Error::CheckpointFenced`] if the member no longer holds the item through this writer's lock node (released,
+    ///   or its session ended): nothing was written;
+    /// - [`Error::ZooKeeper`] if ZooKeeper refuses the write otherwise.
+    ///
+    /// A request lost with the connection is sent again (the check runs again with it). So after a connection loss, a
+    /// save can fail with [`Error::CheckpointFenced`] although its first attempt was applied, while the item was
+    /// still held.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that a dropped save may or may not have been applied; whatever was applied was
+    /// applied while the item was held.
+    pub async fn save(&self, data: &[u8]) -> Result<(), Error> {
+        if data.len() > MAX_CHECKPOINT_SIZE {
+            return Err(Error::CheckpointTooLarge {
+                item: self.item.node_name(),
+                size: data.len(),
+                limit: MAX_CHECKPOINT_SIZE,
+            });
+        }
+        let mut blob = format!("{MAGIC} {} {}\n", self.token.get(), self.member).into_bytes();
+        blob.extend_from_slice(data);
+        let client = &self.store.client;
+        let mut create = false;
+        for _ in 0..MAX_ROUNDS {
+            let (index, source) = match self.commit(&blob, create).await {
+                Ok(()) => {
+                    tracing::debug!(item = %self.item, bytes = data.len(), "checkpoint saved");
+                    return Ok(());
+                }
+                Err(MultiWriteError::OperationFailed { index, source }) => (Some(index), source),
+                Err(MultiWriteError::RequestFailed { source }) => (None, source),
+            };
+            match (index, source) {
+                (_, source) if session_end(&source).is_some() => return Err(self.fenced("its session has ended")),
+                (Some(0), zookeeper_client::Error::NoNode) => {
+                    return Err(self.fenced("its lock node is gone: the item was released, or its session ended"));
+                }
+                // The checkpoint node does not exist yet: create it.
+                (Some(1), zookeeper_client::Error::NoNode) if !create => create = true,
+                // `<path>/checkpoints` does not exist yet.
+                (Some(1), zookeeper_client::Error::NoNode) => {
+                    retry_transient(|| client.mkdir(&self.store.dir, &PERSISTENT))
+                        .await
+                        .map_err(|err| Error::zk("mkdir", self.store.dir.as_str(), err))?;
+                }
+                // Created meanwhile (by another save of ours): update it.
+                (Some(1), zookeeper_client::Error::NodeExists) if create => create = false,
+                (_, source) => {
+                    let op = if create { "multi check+create" } else { "multi check+set_data" };
+                    return Err(Error::zk(op, self.node.as_str(), source));
+                }
+            }
+        }
+        Err(Error::zk("multi check+set_data", self.node.as_str(), zookeeper_client::Error::NoNode))
+    }
+
+    /// One `multi`: check our lock node, then set (or create) the checkpoint node. Sent again while it is lost with
+    /// the connection; the client fails it for good once the session ends.
+    async fn commit(&self, blob: &[u8], create: bool) -> Result<(), MultiWriteError> {
+        let client = &self.store.client;
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let mut writer = client.new_multi_writer();
+            writer.add_check_version(&self.lock_node, -1)?;
+            if create {
+                writer.add_create(&self.node, blob, &CHECKPOINT_NODE)?;
+            } else {
+                writer.add_set_data(&self.node, blob, None)?;
+            }
+            match writer.commit().await {
+                Err(MultiWriteError::RequestFailed { source }) if is_transient(&source) => {
+                    tracing::warn!(error = %source, item = %self.item, "retrying a checkpoint save lost with the connection");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                result => return result.map(drop),
+            }
+        }
+    }
+
+    fn fenced(&self, reason: &str) -> Error {
+        Error::CheckpointFenced {
+            item: self.item.node_name(),
+            lock_node: self.lock_node.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! `describe()` and `examples/inspect.rs` on a real ZooKeeper: Rust and kazoo members, orphaned lock nodes and
+//! contended items, compared with the lock nodes as an independent reader sees them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::counting::{CountingProxy, op};
+use common::kazoo::KazooWorker;
+use common::members::{Member, TIME_BOUNDARY, auto_release, ints};
+use common::{Ctx, timing, wait_for};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use zk_partitioner::zookeeper_client::Client;
+use zk_partitioner::{DescribeOptions, Description, Error, Item, KazooStride, describe, describe_with};
+
+const PATH: &str = "/partitioner";
+
+/// One contender as read by hand: node name, session, creation zxid.
+type RawNode = (String, i64, i64);
+
+/// Every lock directory under `PATH` and its kazoo contenders in sequence order, read node by node (no `multi`):
+/// the reference `describe` is compared with.
+async fn raw_locks(observer: &Client) -> BTreeMap<String, Vec<RawNode>> {
+    let locks = format!("{PATH}/locks");
+    let mut all = BTreeMap::new();
+    for dir in observer.list_children(&locks).await.expect("list the lock directories") {
+        let dir_path = format!("{locks}/{dir}");
+        let mut children: Vec<String> = observer
+            .list_children(&dir_path)
+            .await
+            .expect("list a lock directory")
+            .into_iter()
+            .filter(|c| c.rsplit_once("__lock__").is_some_and(|(_, seq)| seq.len() == 10))
+            .collect();
+        children.sort_by(|a, b| a.rsplit("__lock__").next().cmp(&b.rsplit("__lock__").next()));
+        let mut nodes = Vec::new();
+        for child in children {
+            if let Ok(Some(stat)) = observer.check_stat(&format!("{dir_path}/{child}")).await {
+                nodes.push((child, stat.ephemeral_owner, stat.czxid));
+            }
+        }
+        all.insert(dir, nodes);
+    }
+    all
+}
+
+/// Whether `description` says exactly what the lock nodes say: each directory's owner and queue, node by node.
+fn matches_lock_nodes(description: &Description, raw: &BTreeMap<String, Vec<RawNode>>) -> Result<(), String> {
+    let described: BTreeMap<String, Vec<RawNode>> = description
+        .items
+        .iter()
+        .filter(|item| item.has_lock_dir)
+        .map(|item| {
+            let nodes =
+                item.owner.iter().chain(&item.waiting).map(|c| (c.node.clone(), c.session, c.token.get())).collect();
+            (item.item.clone(), nodes)
+        })
+        .collect();
+    if &described == raw { Ok(()) } else { Err(format!("describe says {described:?}, the lock nodes {raw:?}")) }
+}
+
+/// Describes until the description matches the lock nodes read right after it and satisfies `condition` (members
+/// move: kazoo re-creates a waiting contender every max_reaction_time, so a pair of reads may straddle a change).
+async fn described_when(
+    ctx: &Ctx,
+    what: &str,
+    options: impl Fn() -> DescribeOptions<'static>,
+    condition: impl Fn(&Description) -> Result<(), String>,
+) -> Description {
+    wait_for(what, timing(Duration::from_secs(30)), || async {
+        let description = describe_with(&ctx.observer, PATH, options()).await.map_err(|err| err.to_string())?;
+        condition(&description)?;
+        matches_lock_nodes(&description, &raw_locks(&ctx.observer).await)?;
+        Ok(description)
+    })
+    .await
+}
+
+/// Creates a lock contender for `item` from `client`, a session with no party node: an orphan.
+async fn orphan_contender(client: &Client, item: &str, data: &str) -> String {
+    let dir = format!("{PATH}/locks/{item}");
+    client.mkdir(&dir, &common::persistent()).await.expect("mkdir the lock directory");
+    let prefix = format!("{dir}/{}__lock__", "0123456789abcdef".repeat(2));
+    let (_, sequence) =
+        client.create(&prefix, data.as_bytes(), &common::ephemeral_sequential()).await.expect("create the orphan");
+    format!("{prefix}{sequence}")
+}
+
+fn leak<T>(value: T) -> &'static T {
+    Box::leak(Box::new(value))
+}
+
+#[tokio::test]
+async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
+    // given: a session without a party node holds item 11 before anyone joins (an orphan that blocks the item)
+    let ctx = Ctx::new().await;
+    let items: &'static [Item] = leak(ints(12));
+    let blocker = ctx.client().await;
+    let held = ctx.hold_locks(&blocker, PATH, &[Item::from(11)]).await;
+    // and two Rust members and a kazoo member divide the items (kazoo's stride over k1 < r1-.. < r2-..: r2 gets 11)
+    let r1 = ctx.member("r1", items.to_vec()).await;
+    let r2 = ctx.member("r2", items.to_vec()).await;
+    let _workers = (auto_release(&r1.partitioner), auto_release(&r2.partitioner));
+    let k1 = KazooWorker::start(&ctx, PATH, "k1", items, TIME_BOUNDARY).await;
+    let member_sessions = |d: &Description| d.members.iter().map(|m| m.session).collect::<Vec<_>>();
+
+    // when: the party is stable, with r2 queued behind the orphan on item 11
+    let d = described_when(
+        &ctx,
+        "every item owned, r2 waiting behind the orphan on item 11",
+        || DescribeOptions::new().items(items),
+        |d| {
+            let sessions = member_sessions(d);
+            let settled = d.members.len() == 3
+                && d.items.len() == 12
+                && d.items.iter().take(11).all(|i| i.owner.as_ref().is_some_and(|o| sessions.contains(&o.session)))
+                && d.item("11").is_some_and(|i| i.waiting.len() == 1)
+                && d.contended().count() == 1;
+            if settled { Ok(()) } else { Err(format!("{d:#?}")) }
+        },
+    )
+    .await;
+
+    // then: the members are the three processes, each with its identifier and session
+    let kazoo = k1.view();
+    let r1_name = r1.partitioner.member().to_string();
+    let r2_name = r2.partitioner.member().to_string();
+    let members: Vec<(&str, &str, i64)> =
+        d.members.iter().map(|m| (m.name.as_str(), m.identifier.as_str(), m.session)).collect();
+    assert_eq!(
+        members,
+        [("k1", "k1", kazoo.session), (&*r1_name, "r1", r1.session()), (&*r2_name, "r2", r2.session())]
+    );
+    let counts: Vec<(usize, usize)> = d.members.iter().map(|m| (m.items, m.waiting)).collect();
+    assert_eq!(counts, [(4, 0), (4, 0), (3, 1)]);
+    // and item 11 is held by the orphan, with r2 waiting behind it
+    let eleven = d.item("11").unwrap();
+    let owner = eleven.owner.as_ref().unwrap();
+    assert_eq!((owner.session, owner.orphan), (blocker.session_id().0, true));
+    assert_eq!((eleven.waiting[0].session, eleven.waiting[0].member.as_str()), (r2.session(), &*r2_name));
+    assert_eq!(d.orphans.len(), 1);
+    assert_eq!((d.orphans[0].item.as_str(), d.orphans[0].holds), ("11", true));
+    assert!(d.unowned.is_empty());
+    assert_eq!(
+        d.owner_counts,
+        BTreeMap::from([
+            (format!("{:#x}", blocker.session_id().0), 1), // an orphan whose node carries no name
+            ("k1".into(), 4),
+            (r1_name.clone(), 4),
+            (r2_name.clone(), 3)
+        ])
+    );
+    // and every owner's token is its lock node's creation zxid (matches_lock_nodes compared them node by node), and
+    // every member's contender is named after its party node, kazoo's too (kazoo writes no data into lock nodes)
+    assert!(d.items.iter().all(|i| i.owner.as_ref().is_some_and(|o| o.token.get() > 0)));
+    for info in &d.items {
+        for contender in info.owner.iter().chain(&info.waiting).filter(|c| !c.orphan) {
+            let member = d.members.iter().find(|m| m.session == contender.session).expect("a member");
+            assert_eq!(contender.member, member.name);
+        }
+    }
+
+    // when: the blocker lets go, then a ghost session queues behind item 0's owner and holds a directory of its own
+    ctx.release_locks(&blocker, held).await;
+    let ghost = ctx.client().await;
+    orphan_contender(&ghost, "extra", "ghost").await;
+    let ghost_waiting = orphan_contender(&ghost, "0", "ghost").await;
+    let expected: &'static [Item] = leak(ints(13)); // 12 never had a lock directory
+    let d = described_when(
+        &ctx,
+        "every item owned by a member, the ghost waiting on 0 and holding 'extra'",
+        || DescribeOptions::new().items(expected),
+        |d| {
+            let sessions = member_sessions(d);
+            let settled =
+                d.items.iter().take(12).all(|i| i.owner.as_ref().is_some_and(|o| sessions.contains(&o.session)))
+                    && d.members.iter().all(|m| m.waiting == 0)
+                    && d.orphans.len() == 2;
+            if settled { Ok(()) } else { Err(format!("{d:#?}")) }
+        },
+    )
+    .await;
+
+    // then: the unowned item is the expected one without a directory; the orphans are the ghost's two nodes
+    assert_eq!(d.unowned, ["12"]);
+    assert!(!d.item("12").unwrap().has_lock_dir);
+    let names: Vec<&str> = d.items.iter().map(|i| i.item.as_str()).collect();
+    assert_eq!(names.last(), Some(&"extra"), "integers first, numerically, then strings: {names:?}");
+    let orphans: Vec<(&str, bool, &str)> =
+        d.orphans.iter().map(|o| (o.item.as_str(), o.holds, o.contender.member.as_str())).collect();
+    assert_eq!(orphans, [("0", false, "ghost"), ("extra", true, "ghost")]);
+    assert!(ghost_waiting.ends_with(&d.item("0").unwrap().waiting[0].node));
+    assert_eq!(d.contended().map(|i| i.item.as_str()).collect::<Vec<_>>(), ["0"]);
+    assert_eq!(d.owner_counts, BTreeMap::from([("ghost".into(), 1), ("k1".into(), 4), (r1_name, 4), (r2_name, 4)]));
+    assert_eq!(d.imbalance(), Some(1.0));
+    assert_eq!(d.outside_share, None);
+
+    // and with the members' function over their items, nobody holds anything outside its share
+    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().items(items).partition_fn(&KazooStride))
+        .await
+        .unwrap();
+    assert_eq!(d.outside_share, Some(Vec::new()));
+    // while a function that gives everything to k1 says which items the others hold
+    let k1_takes_all =
+        |me: &str, _: &[String], items: &[Item]| -> Vec<Item> { if me == "k1" { items.to_vec() } else { Vec::new() } };
+    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().items(items).partition_fn(&k1_takes_all))
+        .await
+        .unwrap();
+    let outside = d.outside_share.unwrap();
+    assert_eq!(outside.len(), 8, "{outside:?}");
+    assert!(outside.iter().all(|o| o.holder != "k1" && o.share_of.as_deref() == Some("k1")));
+    drop(k1);
+}
+
+#[tokio::test]
+async fn a_missing_path_is_a_clear_error() {
+    let ctx = Ctx::new().await;
+    assert_eq!(describe(&ctx.observer, "/nowhere").await, Err(Error::PathNotFound { path: "/nowhere".into() }));
+    assert_eq!(
+        describe(&ctx.observer, "/nowhere").await.unwrap_err().to_string(),
+        "partition path /nowhere does not exist"
+    );
+    assert!(matches!(describe(&ctx.observer, "relative").await, Err(Error::InvalidConfig { field: "path", .. })));
+    // A path without party or locks yet is an empty partition, not an error.
+    ctx.observer.create("/empty", b"", &common::persistent()).await.unwrap();
+    let d = describe_with(&ctx.observer, "/empty", DescribeOptions::new().items(&ints(2))).await.unwrap();
+    assert!(d.members.is_empty());
+    assert_eq!(d.unowned, ["0", "1"]);
+    assert_eq!(d.imbalance(), None);
+}
+
+/// The `inspect` example, built as `cargo build --example inspect` builds it (next to this test's binary). Off the
+/// test's runtime: a build blocking it for seconds would suspend the sessions of the test's members.
+async fn inspect_binary() -> std::path::PathBuf {
+    tokio::task::spawn_blocking(build_inspect).await.expect("building the inspect example")
+}
+
+fn build_inspect() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
+    let mut build = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build.args(["build", "--quiet", "--example", "inspect"]).current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|name| name == "release") {
+        build.arg("--release");
+    }
+    let status = build.status().expect("run cargo build --example inspect");
+    assert!(status.success(), "cargo build --example inspect failed");
+    profile_dir.join("examples").join("inspect")
+}
+
+/// Runs `inspect` with `args` to completion: (exit code, stdout, stderr).
+async fn inspect(args: &[&str]) -> (i32, String, String) {
+    let output =
+        tokio::process::Command::new(inspect_binary().await).args(args).output().await.expect("run examples/inspect");
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).expect("UTF-8 output");
+    (output.status.code().unwrap_or(-1), text(output.stdout), text(output.stderr))
+}
+
+#[tokio::test]
+async fn the_inspect_command_prints_a_table_json_and_changes() {
+    // given: the command, built
+    inspect_binary().await;
+    // and one member holding four items, and an orphan queued behind it on item 2
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let items = ints(4);
+    let member: Member = ctx.member("solo", items.clone()).await;
+    member.wait_items(&items, timing(Duration::from_secs(10))).await;
+    let name = member.partitioner.member().to_string();
+    let ghost = ctx.client().await;
+    orphan_contender(&ghost, "2", "ghost").await;
+
+    // when: an operator runs the table
+    let (code, table, stderr) = inspect(&["--connect", &connect, "--path", PATH, "--items", "0,1,2,3,4"]).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    // then: the member with its count, the unowned item, the contended item and the orphan are there
+    println!("{table}");
+    assert!(table.starts_with(&format!(
+        "partition {PATH}: 1 members, 5 items (4 owned, 1 unowned, 1 contended), 1 orphaned lock nodes\n"
+    )));
+    let session = format!("{:#x}", member.session());
+    let member_row = table.lines().find(|line| line.trim_start().starts_with(&name)).expect("a row for the member");
+    let cells: Vec<&str> = member_row.split_whitespace().collect();
+    assert_eq!((cells[1], cells[2], cells[cells.len() - 2], cells[cells.len() - 1]), ("solo", &*session, "4", "0"));
+    assert!(table.contains("imbalance: 1.00 (most 4, mean 4.0 items per member)"), "{table}");
+    assert!(table.contains("\nUNOWNED (1)\n  4\n"), "{table}");
+    let ghost_session = format!("{:#x}", ghost.session_id().0);
+    assert!(table.contains(&format!("{name} ({session})")), "{table}");
+    assert!(table.contains(&format!("ghost ({ghost_session}, orphan)")), "{table}");
+    let orphan_row = table.lines().skip_while(|l| !l.starts_with("ORPHANS (1)")).nth(2).expect("an orphan row");
+    assert_eq!(orphan_row.split_whitespace().take(4).collect::<Vec<_>>(), ["2", "ghost", &*ghost_session, "waits"]);
+
+    // when: the same as JSON
+    let (code, json, _) = inspect(&["--connect", &connect, "--path", PATH, "--json", "--partition", "stride"]).await;
+    assert_eq!(code, 0);
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("one JSON document");
+    // then: the same facts, as data
+    assert_eq!(doc["path"], PATH);
+    assert_eq!(doc["members"][0]["name"], name.as_str());
+    assert_eq!(doc["members"][0]["session"], session.as_str());
+    assert_eq!(doc["members"][0]["items"], 4);
+    assert_eq!(doc["contended"], serde_json::json!(["2"]));
+    assert_eq!(doc["orphans"][0]["member"], "ghost");
+    assert_eq!(doc["orphans"][0]["holds"], false);
+    assert_eq!(doc["outside_share"], serde_json::json!([]));
+    assert_eq!(doc["owner_counts"][&name], 4);
+    let token = member.partitioner.fencing_token(&Item::from(1));
+    let token = token.unwrap_or_else(|| panic!("no token: {:?}", member.partitioner.snapshot())).get();
+    let one = doc["items"].as_array().unwrap().iter().find(|i| i["item"] == "1").expect("item 1");
+    assert_eq!(one["owner"]["token"], token);
+
+    // when: the ghost goes (it would hold item 2 once the member lets go of it), the command watches, and a second
+    // member joins
+    drop(ghost);
+    let mut watcher = tokio::process::Command::new(inspect_binary().await)
+        .args(["--connect", &connect, "--path", PATH, "--json", "--watch"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn inspect --watch");
+    let mut lines = BufReader::new(watcher.stdout.take().unwrap()).lines();
+    let deadline = timing(Duration::from_secs(20));
+    let mut next_doc = async || -> serde_json::Value {
+        let line = tokio::time::timeout(deadline, lines.next_line()).await.expect("a line in time").unwrap().unwrap();
+        serde_json::from_str(&line).expect("one JSON document per line")
+    };
+    assert_eq!(next_doc().await["members"].as_array().unwrap().len(), 1);
+    let _worker = auto_release(&member.partitioner);
+    let second = ctx.member("second", items.clone()).await;
+    let _second_worker = auto_release(&second.partitioner);
+    // then: it prints again, until it shows both members sharing the items
+    let started = Instant::now();
+    loop {
+        let doc = next_doc().await;
+        let members = doc["members"].as_array().unwrap();
+        if members.len() == 2 && members.iter().all(|m| m["items"] == 2) {
+            break;
+        }
+        assert!(started.elapsed() < deadline, "no document with two members holding 2 items each: {doc}");
+    }
+    watcher.kill().await.unwrap();
+
+    // and a missing path fails with a clear message and status 1
+    let (code, _, stderr) = inspect(&["--connect", &connect, "--path", "/nowhere"]).await;
+    assert_eq!((code, stderr.trim()), (1, "inspect: partition path /nowhere does not exist"));
+    // and --help shows every flag with its default
+    let (code, help, _) = inspect(&["--help"]).await;
+    assert_eq!(code, 0);
+    for flag in ["--connect", "--path", "--json", "--watch", "--items", "--partition", "--limit", "--session-timeout"] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+    assert_eq!(help.matches("[default: ").count(), 8, "{help}");
+}
+
+/// `describe` of 10,000 items held by 4 members: time and requests (BENCHMARKS.md, "describe"). Run with
+/// `cargo test --release --test describe -- --ignored --nocapture describe_10000`.
+#[tokio::test]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn describe_10000_items() {
+    const ITEMS: usize = 10_000;
+    const MEMBERS: usize = 4;
+    let ctx = Ctx::new().await;
+    // given: 4 sessions with party nodes hold 10,000 lock directories between them, kazoo-style (made with multis)
+    let mut holders = Vec::new();
+    for m in 0..MEMBERS {
+        let client = ctx.client().await;
+        client.mkdir(&format!("{PATH}/party"), &common::persistent()).await.unwrap();
+        let node = format!("{PATH}/party/{}-m{m}", "ab".repeat(16));
+        client.create(&node, format!("m{m}").as_bytes(), &common::ephemeral()).await.unwrap();
+        holders.push(client);
+    }
+    ctx.observer.mkdir(&format!("{PATH}/locks"), &common::persistent()).await.unwrap();
+    for chunk in (0..ITEMS).collect::<Vec<_>>().chunks(500) {
+        let mut writer = ctx.observer.new_multi_writer();
+        for item in chunk {
+            writer.add_create(&format!("{PATH}/locks/{item}"), b"", &common::persistent()).unwrap();
+        }
+        writer.commit().await.unwrap();
+    }
+    for (m, client) in holders.iter().enumerate() {
+        let mine: Vec<usize> = (m..ITEMS).step_by(MEMBERS).collect();
+        for chunk in mine.chunks(500) {
+            let mut writer = client.new_multi_writer();
+            for item in chunk {
+                let prefix = format!("{PATH}/locks/{item}/{}__lock__", "cd".repeat(16));
+                writer.add_create(&prefix, format!("m{m}").as_bytes(), &common::ephemeral_sequential()).unwrap();
+            }
+            writer.commit().await.unwrap();
+        }
+    }
+    // when: an observer behind a counting proxy describes it once, to count the requests
+    let proxy = CountingProxy::start(ctx.addr).await;
+    let counted = common::connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(6)).await;
+    proxy.take();
+    describe(&counted, PATH).await.unwrap();
+    let ops = proxy.take();
+    // and a direct observer (no proxy hop in the timing) describes it ten times
+    let observer = ctx.client().await;
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let d = describe(&observer, PATH).await.unwrap();
+        times.push(started.elapsed());
+        // then: everything is there
+        assert_eq!((d.members.len(), d.items.len(), d.unowned.len()), (MEMBERS, ITEMS, 0));
+        assert!(d.members.iter().all(|m| m.items == ITEMS / MEMBERS));
+    }
+    let count = |code: i32| ops.iter().filter(|&&op| op == code).count();
+    times.sort();
+    println!(
+        "describe of {ITEMS} items, {MEMBERS} members: min {:?}, median {:?}, max {:?} over 10 calls; {} requests per \
+         call: {} multi reads, {} get_children, {} exists, {} sync",
+        times[0],
+        times[5],
+        times[9],
+        ops.len(),
+        count(op::MULTI_READ),
+        count(op::GET_CHILDREN),
+        count(op::EXISTS),
+        count(op::SYNC),
+    );
+    assert_eq!(ops.len(), 45);
+    // and how the concurrency bound matters (the default is 8)
+    for concurrency in [1, 2, 4, 8, 16] {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            describe_with(&observer, PATH, DescribeOptions::new().concurrency(concurrency)).await.unwrap();
+            times.push(started.elapsed());
+        }
+        times.sort();
+        println!("concurrency {concurrency:>2}: min {:?}, median {:?}", times[0], times[2]);
+    }
+}
