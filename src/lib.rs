@@ -104,6 +104,7 @@
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod connect;
 mod decision;
 mod driver;
 mod error;
@@ -118,6 +119,7 @@ mod policy;
 mod sim;
 mod state;
 
+pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
 pub use error::Error;
 pub use item::Item;
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
