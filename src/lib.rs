@@ -103,6 +103,7 @@
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
 mod decision;
@@ -118,6 +119,9 @@ mod policy;
 #[cfg(test)]
 mod sim;
 mod state;
+#[cfg(all(feature = "testing", unix))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
+pub mod testing;
 
 pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
 pub use error::Error;
