@@ -5,38 +5,66 @@
 //! Rust and Python workers can share one party), without kazoo's known bugs, and with requests pipelined on the
 //! session instead of sent one after another.
 //!
+//! # Install
+//!
+//! ```toml
+//! [dependencies]
+//! zk-partitioner = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "signal", "time"] }
+//! ```
+//!
+//! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
+//! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
+//! error. The `testing` feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against
+//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker).
+//!
 //! # The worker loop
 //!
-//! ```no_run
-//! # async fn dox() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use zk_partitioner::{PartitionState, SetPartitioner};
+//! Work on the items while the member is `Acquired`, stop when it is told to release, and leave cleanly on Ctrl-C:
 //!
-//! // One ZooKeeper session per member: a member's locks live and die with its session.
-//! let client = zookeeper_client::Client::connector()
-//!     .with_session_timeout(Duration::from_secs(10))
-//!     .connect("127.0.0.1:2181")
-//!     .await?;
-//! let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
-//!     .time_boundary(Duration::from_secs(5))
-//!     .build()
-//!     .await?;
-//! loop {
-//!     match partitioner.state() {
-//!         PartitionState::Failure => return Err(partitioner.failure().unwrap().into()),
-//!         PartitionState::Release => partitioner.release_set().await?,
-//!         PartitionState::Acquired => {
-//!             for queue in partitioner.items() {
-//!                 // Process `queue`; stop as soon as `partitioner.is_acquired()` turns false.
-//! #               let _ = queue;
+//! ```no_run
+//! use std::time::Duration;
+//! use zk_partitioner::{Item, PartitionState, SetPartitioner};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // One ZooKeeper session per member: a member's locks live and die with its session.
+//!     let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
+//!     let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
+//!         .time_boundary(Duration::from_secs(5))
+//!         .build()
+//!         .await?;
+//!     let mut changes = partitioner.subscribe();
+//!     let mut work: Option<tokio::task::JoinHandle<()>> = None;
+//!     loop {
+//!         let snapshot = changes.borrow_and_update().clone();
+//!         match snapshot.state {
+//!             PartitionState::Acquired => work = Some(tokio::spawn(process(snapshot.items.to_vec()))),
+//!             PartitionState::Release => {
+//!                 if let Some(work) = work.take() {
+//!                     work.abort(); // stop processing first, then give the items up
+//!                 }
+//!                 partitioner.release_set().await?;
 //!             }
+//!             PartitionState::Allocating => {}
+//!             // Session lost, or an error that cannot be retried: start over with a new client and partitioner.
+//!             PartitionState::Failure => return Err(snapshot.cause.map_or_else(|| "failed".into(), Into::into)),
 //!         }
-//!         PartitionState::Allocating => {
-//!             partitioner.wait_for_acquire(Duration::from_secs(30)).await;
+//!         tokio::select! {
+//!             changed = changes.changed() => changed?, // sleeps until the next transition
+//!             _ = tokio::signal::ctrl_c() => {
+//!                 partitioner.finish().await; // releases the locks and leaves the party now
+//!                 return Ok(());
+//!             }
 //!         }
 //!     }
 //! }
-//! # }
+//!
+//! async fn process(items: Vec<Item>) {
+//!     for item in items {
+//!         println!("working on {item}");
+//!     }
+//! }
 //! ```
 //!
 //! # States
@@ -84,22 +112,12 @@
 //!   inside the task publishes `Failure` ([`Error::Internal`]) and deletes the member's nodes; a task gone without
 //!   publishing `Failure` (its runtime shut down) reads as `Failure` ([`Error::Stopped`]).
 //!
-//! `RELIABILITY.md` says how each guarantee is tested: the decision table row by row, a deterministic simulation of
-//! every mode combination under seeded faults, and real faults on a real ZooKeeper.
+//! [`RELIABILITY.md`] says how each guarantee is tested: the decision table row by row, a deterministic simulation of
+//! every mode combination under seeded faults, and real faults on a real ZooKeeper. How the crate is built (one
+//! background task per partitioner around a sans-IO decision core) is in the [README].
 //!
-//! # Architecture, one concept per module
-//!
-//! - `decision`: every decision, as one sans-IO state machine (events in: the session's state, party changes, request
-//!   replies, commands, the time; actions out: requests, publications, acknowledgements). No client, no Tokio, no
-//!   clock inside, so the same code runs under a deterministic simulation and against ZooKeeper. Its module docs
-//!   give the whole behaviour, for every combination of [`Rebalance`] and [`SessionPolicy`], as one table.
-//!   `decision::debounce` is the `time_boundary` wait, `decision::contention` who holds a lock.
-//! - `driver`: the background task, one `select!` loop that performs the core's actions and feeds back their
-//!   results; it decides nothing.
-//! - `partitioner` (the handle and its builder), `state` ([`PartitionState`], [`Snapshot`], [`FencingToken`]),
-//!   `policy` ([`SessionPolicy`], [`Rebalance`]), `party` (member nodes), `locks` (lock requests on the wire),
-//!   `partition_fn` ([`PartitionFn`], [`KazooStride`], [`Rendezvous`]), `item` ([`Item`]), `names` (path and name
-//!   validation), `error` ([`Error`]).
+//! [`RELIABILITY.md`]: https://github.com/zk-partitioner/zk-partitioner/blob/main/RELIABILITY.md
+//! [README]: https://github.com/zk-partitioner/zk-partitioner#how-it-is-built
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]

@@ -25,7 +25,7 @@
 //! - **Waits.** [`wait_for`] and [`wait_until`] poll a condition under a deadline and panic naming what did not
 //!   happen; [`wait_snapshot`] wakes on a partitioner's transitions; every deadline goes through [`timing`]
 //!   (`ZK_TEST_TIME_SCALE=2` doubles them on a slow machine).
-//! - **Safety.** [`check_exclusive`] and [`check_stable`] over members' [`Snapshot`](crate::Snapshot)s;
+//! - **Safety.** [`check_exclusive`] and [`check_stable`] over members' [`Snapshot`]s;
 //!   [`read_holders`] reads who really holds each item's lock; [`SafetyChecker`] samples both continuously while
 //!   faults happen.
 //!
