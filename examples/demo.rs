@@ -27,11 +27,24 @@ struct Member {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match demo().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("demo: {err}"); // Display, not the Debug that returning the error from main would print
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [] => {
             println!("starting ZooKeeper in Docker (zk_partitioner::testing) ...");
+            // Finds, pulls or builds the image first, so that a machine without one gets a message, not a panic.
+            let image = testing::ensure_image().await.map_err(|err| format!("cannot start ZooKeeper: {err}"))?;
+            println!("image {image}");
             let server = OwnedServer::launch().await;
             let outcome = run(&server.endpoint()).await;
             // Removes the container now, before the process exits.

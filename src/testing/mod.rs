@@ -29,6 +29,9 @@
 //!   [`read_holders`] reads who really holds each item's lock; [`SafetyChecker`] samples both continuously while
 //!   faults happen.
 //!
+//! Unix only (the proxy shuts sockets down through duplicated file descriptors; the container watchdog is a shell
+//! loop), with Docker reachable at `DOCKER_HOST` or the default socket, and the `docker` CLI for the watchdog.
+//!
 //! Every server runs with `tickTime=200` (session timeouts from 400 ms to 60 s), unlimited connections per client
 //! address and every four-letter word enabled. Helpers that set up the test panic with one line naming the cause
 //! and the fix, as test code should.
