@@ -1,44 +1,68 @@
 //! The recipe at work: members join and leave a party over a dozen items, and the assignment follows.
 //!
 //! ```text
-//! cargo run --example demo                          # starts ZooKeeper in Docker from $ZOOKEEPER_IMAGE
+//! cargo run --example demo                          # starts a throwaway ZooKeeper in Docker, removed at the end
 //! cargo run --example demo -- --connect 127.0.0.1:2181
 //! ```
+//!
+//! Without `--connect` it starts ZooKeeper in a container with the crate's test kit (`zk_partitioner::testing`):
+//! from `ZOOKEEPER_IMAGE` if set, else from the official `zookeeper:3.9` image or the locally built
+//! `zk-partitioner/zookeeper:3.8`, pulling or building one if neither is present (once; progress on stderr).
 //!
 //! Each member is a separate ZooKeeper session running kazoo's worker loop (release when told to). The demo prints
 //! who owns what each time the party settles, and checks that the owners form a disjoint cover of the items.
 
-#[allow(unused_imports)]
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use zk_partitioner::zookeeper_client::Client;
+use zk_partitioner::testing::{self, OwnedServer};
 use zk_partitioner::{Item, PartitionState, SetPartitioner};
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(500);
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 struct Member {
     name: &'static str,
     partitioner: SetPartitioner,
-    _worker: common::members::AbortOnDrop,
+    worker: tokio::task::JoinHandle<()>,
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let connect = match args.as_slice() {
-        [] => {
-            println!("starting ZooKeeper in Docker (image from $ZOOKEEPER_IMAGE) ...");
-            common::server().await.connect_string()
+async fn main() -> std::process::ExitCode {
+    match demo().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("demo: {err}"); // Display, not the Debug that returning the error from main would print
+            std::process::ExitCode::FAILURE
         }
-        [flag, endpoint] if flag == "--connect" => endpoint.clone(),
-        _ => return Err("usage: demo [--connect HOST:PORT]".into()),
-    };
-    let namespace = common::namespace(&connect).await;
-    let cluster = format!("{connect}{namespace}");
+    }
+}
+
+async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => {
+            println!("starting ZooKeeper in Docker (zk_partitioner::testing) ...");
+            // Finds, pulls or builds the image first, so that a machine without one gets a message, not a panic.
+            let image = testing::ensure_image().await.map_err(|err| format!("cannot start ZooKeeper: {err}"))?;
+            println!("image {image}");
+            let server = OwnedServer::launch().await;
+            let outcome = run(&server.endpoint()).await;
+            // Removes the container now, before the process exits.
+            drop(server);
+            outcome
+        }
+        [flag, endpoint] if flag == "--connect" => run(endpoint).await,
+        [flag] if flag == "--help" || flag == "-h" => {
+            println!("usage: demo [--connect HOST:PORT]   (without --connect: a throwaway ZooKeeper in Docker)");
+            Ok(())
+        }
+        _ => Err("usage: demo [--connect HOST:PORT]".into()),
+    }
+}
+
+async fn run(connect: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let namespace = testing::namespace(connect).await;
+    let cluster = testing::with_chroot(connect, &namespace);
     println!("ZooKeeper at {connect}; partitioning 12 items under {namespace}/queues\n");
     let items: Vec<Item> = (0..12).map(|i| Item::from(format!("queue-{i:02}"))).collect();
     let started = Instant::now();
@@ -50,13 +74,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let leaving = members.remove(1);
     leaving.partitioner.finish().await;
+    leaving.worker.abort();
     settle(&members, &items, started, &format!("{} left (finish)", leaving.name)).await?;
     members.push(join(&cluster, "delta", &items).await?);
     settle(&members, &items, started, "delta joined").await?;
     for member in &members {
         member.partitioner.finish().await;
+        member.worker.abort();
     }
-    let observer = Client::connector().with_session_timeout(Duration::from_secs(6)).connect(&cluster).await?;
+    let observer = zk_partitioner::connect(&cluster, SESSION_TIMEOUT).await?;
     let left = observer.list_children("/queues/party").await?.len();
     let mut locks = 0;
     for item in &items {
@@ -70,41 +96,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn join(cluster: &str, name: &'static str, items: &[Item]) -> Result<Member, Box<dyn std::error::Error>> {
-    let client = Client::connector().with_session_timeout(Duration::from_secs(6)).connect(cluster).await?;
+    let client = zk_partitioner::connect(cluster, SESSION_TIMEOUT).await?;
     let partitioner = SetPartitioner::builder(client, "/queues", items.to_vec())
         .identifier(name)
         .time_boundary(TIME_BOUNDARY)
         .build()
         .await?;
-    let worker = common::members::auto_release(&partitioner);
-    Ok(Member { name, partitioner, _worker: worker })
+    let worker = tokio::spawn(worker_loop(partitioner.clone()));
+    Ok(Member { name, partitioner, worker })
 }
 
-/// Waits until every member holds its share of the same party, then prints the assignment.
+/// kazoo's worker loop, without the work: release when told to, until the partitioner fails or finishes.
+async fn worker_loop(partitioner: SetPartitioner) {
+    let mut changes = partitioner.subscribe();
+    loop {
+        let state = changes.borrow_and_update().state;
+        match state {
+            PartitionState::Release => {
+                let _ = partitioner.release_set().await;
+            }
+            PartitionState::Failure => return,
+            PartitionState::Acquired | PartitionState::Allocating => {}
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits until every member holds its share of the same party (the test kit's `check_stable`), then prints the
+/// assignment.
 async fn settle(members: &[Member], items: &[Item], started: Instant, event: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let snapshots: Vec<_> = members.iter().map(|m| m.partitioner.snapshot()).collect();
-        if snapshots.iter().all(|s| s.state == PartitionState::Acquired && s.members.len() == members.len()) {
-            println!("[{:>5.1}s] {event}", started.elapsed().as_secs_f64());
-            let mut owned = BTreeSet::new();
-            for (member, snapshot) in members.iter().zip(&snapshots) {
-                let list: Vec<String> = snapshot.items.iter().map(Item::to_string).collect();
-                println!("          {:<8} {:<22} {}", member.name, snapshot.member, list.join(" "));
-                for item in snapshot.items.iter() {
-                    if !owned.insert(item.clone()) {
-                        return Err(format!("{item} is owned twice"));
-                    }
+        match testing::check_stable(&snapshots, items) {
+            Ok(()) => {
+                println!("[{:>5.1}s] {event}", started.elapsed().as_secs_f64());
+                for (member, snapshot) in members.iter().zip(&snapshots) {
+                    let list: Vec<String> = snapshot.items.iter().map(Item::to_string).collect();
+                    println!("          {:<8} {:<22} {}", member.name, snapshot.member, list.join(" "));
                 }
+                return Ok(());
             }
-            if owned.len() != items.len() {
-                return Err(format!("only {} of {} items are owned", owned.len(), items.len()));
+            Err(not_yet) if Instant::now() > deadline => {
+                return Err(format!("the party did not settle after {event}: {not_yet}"));
             }
-            return Ok(());
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
-        if Instant::now() > deadline {
-            return Err(format!("the party did not settle after {event}: {snapshots:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

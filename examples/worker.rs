@@ -1,14 +1,13 @@
 //! kazoo's documented worker loop as a command-line program.
 //!
 //! ```text
-//! cargo run --example worker -- --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE)
-//!     [--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS]
-//!     [--session-timeout SECS] [--partition stride|rendezvous] [--rebalance eager|incremental]
-//!     [--session-policy standard|session-aware] [--static-membership [--max-identity-wait SECS]] [--json]
+//! cargo run --example worker -- --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d,e --json
+//! cargo run --example worker -- --help          # every flag and its default
 //! ```
 //!
-//! The defaults are kazoo's: `--partition stride` ([`KazooStride`]), `--rebalance eager`, `--session-policy standard`.
-//! `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the same partition function.
+//! The defaults are kazoo's: `--partition stride` ([`KazooStride`]), `--rebalance eager`, `--session-policy
+//! standard`, `--time-boundary 30`. `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the
+//! same partition function.
 //!
 //! `--static-membership` ([`Builder::static_membership`](zk_partitioner::Builder::static_membership)) makes the
 //! member's name its `--identifier` (required with it, unique in the party), so a worker restarted with the same
@@ -16,145 +15,138 @@
 //! crashed and its session has not expired yet), it waits for it to go, up to `--max-identity-wait` (default: twice
 //! the session timeout), and exits 1 if it outlives that.
 //!
-//! Prints every state change (one JSON object per line with `--json`: `ts`, `state`, `member`, `session` (the
-//! ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` (the items it may process
-//! now: those held when ACQUIRED, and under `--rebalance incremental` the kept ones while the party changes), `revoked`
-//! (the items to stop, in RELEASE), `suspended` (true while a session-aware member waits for its connection) and
-//! `cause` on FAILURE). On SIGINT or SIGTERM it calls `finish()` and exits 0; on FAILURE it exits 1 with the cause.
+//! Prints every state change on stdout, one JSON object per line with `--json`: `ts`, `state`, `member`, `session`
+//! (the ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` (the items it may
+//! process now: those held when ACQUIRED, and under `--rebalance incremental` the kept ones while the party changes),
+//! `revoked` (the items to stop, in RELEASE), `suspended` (true while a session-aware member waits for its
+//! connection), `cause` on FAILURE, and `finished: true` on the last line of a clean exit (the partitioner's state
+//! is then FAILURE with cause `partitioner finished`: `finish()` was called, every lock and the party node are gone).
+//!
+//! Logs (the library's, through `tracing`) go to stderr, filtered by `RUST_LOG` (default `info`). On SIGINT
+//! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE it exits 1 with the cause; on bad arguments 2.
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::{ArgGroup, Parser, ValueEnum};
 use futures::StreamExt;
+use serde_json::{Map, Value, json};
 use zk_partitioner::{
     Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
 };
 
+/// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
+#[derive(Debug, Parser)]
+#[command(name = "worker", group(ArgGroup::new("item-source").required(true).args(["items", "items_file"])))]
 struct Args {
+    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot]
+    #[arg(long, value_name = "HOST:PORT[,...]")]
     connect: String,
+    /// The partitioner's path (created if missing)
+    #[arg(long, value_name = "PATH")]
     path: String,
-    items: Vec<Item>,
+    /// The items to divide, comma-separated
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
+    items: Vec<String>,
+    /// Read the items from a file, one per line (blank lines ignored)
+    #[arg(long, value_name = "FILE")]
+    items_file: Option<std::path::PathBuf>,
+    /// Treat the items as integers (as kazoo's `range(n)`), not strings
+    #[arg(long)]
+    int_items: bool,
+    /// This member's identifier [default: <hostname>-<pid>]
+    #[arg(long, value_name = "ID")]
     identifier: Option<String>,
+    /// Seconds the party must be unchanged before the items are divided
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds)]
     time_boundary: Duration,
+    /// kazoo's max_reaction_time: here, the pause before retrying a request lost with the connection
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = seconds)]
     max_reaction_time: Duration,
+    /// ZooKeeper session timeout, in seconds (a crashed member's items wait this long)
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
     session_timeout: Duration,
-    rendezvous: bool,
-    rebalance: Rebalance,
-    session_policy: SessionPolicy,
+    /// Seconds to keep trying to open a session before exiting with the reason (refused, unreachable...)
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    connect_timeout: Duration,
+    /// Partition function
+    #[arg(long, value_enum, default_value_t = Partition::Stride)]
+    partition: Partition,
+    /// What a party change does: eager (everyone stops everything) or incremental (only moved items stop)
+    #[arg(long, value_enum, default_value_t = RebalanceArg::Eager)]
+    rebalance: RebalanceArg,
+    /// What a suspended connection does: standard (release everything) or session-aware (pause, keep the items)
+    #[arg(long, value_enum, default_value_t = SessionPolicyArg::Standard)]
+    session_policy: SessionPolicyArg,
+    /// The member's name is its --identifier, so a restart gets the same items back
+    #[arg(long, requires = "identifier")]
     static_membership: bool,
+    /// With --static-membership: seconds to wait for an older node with this identifier to go [default: twice the
+    /// session timeout]
+    #[arg(long, value_name = "SECS", requires = "static_membership", value_parser = seconds)]
     max_identity_wait: Option<Duration>,
+    /// Print one JSON object per state change instead of a line of text
+    #[arg(long)]
     json: bool,
 }
 
-const USAGE: &str = "usage: worker --connect HOST:PORT[,...] --path /p (--items a,b,c | --items-file FILE) \
-[--int-items] [--identifier ID] [--time-boundary SECS] [--max-reaction-time SECS] [--session-timeout SECS] \
-[--partition stride|rendezvous] [--rebalance eager|incremental] [--session-policy standard|session-aware] \
-[--static-membership [--max-identity-wait SECS]] [--json]";
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
-    let (mut connect, mut path, mut raw_items, mut identifier) = (None, None, None, None);
-    let (mut time_boundary, mut max_reaction_time, mut session_timeout) = (30.0, 1.0, 10.0);
-    let (mut json, mut int_items, mut rendezvous, mut static_membership) = (false, false, false, false);
-    let mut max_identity_wait = None;
-    let (mut rebalance, mut session_policy) = (Rebalance::Eager, SessionPolicy::Standard);
-    let seconds = |flag: &str, value: Option<String>| -> Result<f64, String> {
-        let value = value.ok_or(format!("{flag} needs a value"))?;
-        match value.parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 && s < 86400.0 => Ok(s),
-            _ => Err(format!("{flag} takes a number of seconds between 0 and 86400, not {value:?}")),
-        }
-    };
-    while let Some(flag) = args.next() {
-        match flag.as_str() {
-            "--connect" => connect = args.next(),
-            "--path" => path = args.next(),
-            "--items" => {
-                raw_items = Some(args.next().ok_or("--items needs a value")?.split(',').map(str::to_owned).collect())
-            }
-            "--items-file" => {
-                let file = args.next().ok_or("--items-file needs a value")?;
-                let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {file}: {e}"))?;
-                raw_items = Some(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect());
-            }
-            "--int-items" => int_items = true,
-            "--identifier" => identifier = args.next(),
-            "--time-boundary" => time_boundary = seconds(&flag, args.next())?,
-            "--max-reaction-time" => max_reaction_time = seconds(&flag, args.next())?,
-            "--session-timeout" => session_timeout = seconds(&flag, args.next())?,
-            "--partition" => {
-                rendezvous = choose(&flag, args.next(), &[("stride", false), ("rendezvous", true)])?;
-            }
-            "--rebalance" => {
-                rebalance = choose(
-                    &flag,
-                    args.next(),
-                    &[("eager", Rebalance::Eager), ("incremental", Rebalance::Incremental)],
-                )?;
-            }
-            "--session-policy" => {
-                let policies = [("standard", SessionPolicy::Standard), ("session-aware", SessionPolicy::SessionAware)];
-                session_policy = choose(&flag, args.next(), &policies)?;
-            }
-            "--static-membership" => static_membership = true,
-            "--max-identity-wait" => max_identity_wait = Some(Duration::from_secs_f64(seconds(&flag, args.next())?)),
-            "--json" => json = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    let raw_items: Vec<String> = raw_items.ok_or(format!("--items or --items-file is required\n{USAGE}"))?;
-    if static_membership && identifier.is_none() {
-        return Err(format!(
-            "--static-membership needs --identifier (unique in the party, kept across restarts)\n{USAGE}"
-        ));
-    }
-    if max_identity_wait.is_some() && !static_membership {
-        return Err(format!("--max-identity-wait applies only with --static-membership\n{USAGE}"));
-    }
-    let items = if int_items {
-        raw_items
-            .iter()
-            .map(|s| s.trim().parse::<i64>().map(Item::from).map_err(|_| format!("{s:?} is not an integer")))
-            .collect::<Result<_, _>>()?
-    } else {
-        raw_items.into_iter().map(Item::from).collect()
-    };
-    Ok(Args {
-        connect: connect.ok_or(format!("--connect is required\n{USAGE}"))?,
-        path: path.ok_or(format!("--path is required\n{USAGE}"))?,
-        items,
-        identifier,
-        time_boundary: Duration::from_secs_f64(time_boundary),
-        max_reaction_time: Duration::from_secs_f64(max_reaction_time),
-        session_timeout: Duration::from_secs_f64(session_timeout),
-        rendezvous,
-        rebalance,
-        session_policy,
-        static_membership,
-        max_identity_wait,
-        json,
-    })
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Partition {
+    /// kazoo's stride (KazooStride)
+    Stride,
+    /// Rendezvous hashing with a 1.05 load cap: a join or leave moves few items
+    Rendezvous,
 }
 
-/// The value given to `flag`, one of `choices` (by name).
-fn choose<T: Copy>(flag: &str, value: Option<String>, choices: &[(&str, T)]) -> Result<T, String> {
-    let value = value.ok_or(format!("{flag} needs a value"))?;
-    choices.iter().find(|(name, _)| *name == value).map(|&(_, choice)| choice).ok_or_else(|| {
-        let names: Vec<&str> = choices.iter().map(|&(name, _)| name).collect();
-        format!("{flag} takes {}, not {value:?}", names.join(" or "))
-    })
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RebalanceArg {
+    Eager,
+    Incremental,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SessionPolicyArg {
+    Standard,
+    SessionAware,
+}
+
+/// A number of seconds between 0 and 86400, exclusive.
+fn seconds(value: &str) -> Result<Duration, String> {
+    match value.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 86400.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("a number of seconds between 0 and 86400 is expected, not {value:?}")),
+    }
+}
+
+impl Args {
+    fn items(&self) -> Result<Vec<Item>, String> {
+        let raw: Vec<String> = match &self.items_file {
+            Some(file) => std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?
+                .lines()
+                .filter(|line| !line.trim().is_empty())
+                .map(str::to_owned)
+                .collect(),
+            None => self.items.clone(),
+        };
+        if self.int_items {
+            raw.iter()
+                .map(|s| s.trim().parse::<i64>().map(Item::from).map_err(|_| format!("{s:?} is not an integer")))
+                .collect()
+        } else {
+            Ok(raw.into_iter().map(Item::from).collect())
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    // `--help` prints to stdout and exits 0; bad arguments print the usage to stderr and exit 2.
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     match run(args).await {
         Ok(code) => code,
         Err(message) => {
@@ -164,45 +156,47 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+async fn stop_signal() -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let client = zk_partitioner::zookeeper_client::Client::connector()
-        .with_session_timeout(args.session_timeout)
-        .connect(&args.connect)
-        .await
-        .map_err(|e| format!("cannot connect to {}: {e}", args.connect))?;
-    let session = client.session_id().0;
-    let mut builder = SetPartitioner::builder(client, args.path, args.items)
-        .time_boundary(args.time_boundary)
-        .max_reaction_time(args.max_reaction_time)
-        .rebalance(args.rebalance)
-        .session_policy(args.session_policy);
-    builder = if args.rendezvous {
-        builder.partition_func(Rendezvous::default())
-    } else {
-        builder.partition_func(KazooStride)
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = sigterm.recv() => Ok(()),
+    }
+}
+
+async fn run(args: Args) -> Result<ExitCode, String> {
+    let items = args.items()?;
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    // A signal while connecting or joining ends the process at once: `build()` is cancel safe (a party node it may
+    // have created is deleted).
+    let joined = tokio::select! {
+        result = stop.as_mut() => {
+            result?;
+            tracing::info!("stopped before joining the party");
+            return Ok(ExitCode::SUCCESS);
+        }
+        joined = join(&args, items) => joined?,
     };
-    if let Some(identifier) = args.identifier {
-        builder = builder.identifier(identifier);
-    }
-    if args.static_membership {
-        builder = builder.static_membership(true);
-    }
-    if let Some(limit) = args.max_identity_wait {
-        builder = builder.max_identity_wait(limit);
-    }
-    let partitioner = builder.build().await.map_err(|e| e.to_string())?;
+    let (partitioner, session) = joined;
     let mut changes = partitioner.changes();
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
+            result = stop.as_mut() => {
+                result?;
+                break;
+            }
             snapshot = changes.next() => {
                 let Some(snapshot) = snapshot else { break };
                 print_snapshot(&snapshot, session, args.json);
                 match snapshot.state {
-                    PartitionState::Failure => return Ok(ExitCode::FAILURE),
+                    PartitionState::Failure => {
+                        let cause = snapshot.cause.map(|c| c.to_string()).unwrap_or_default();
+                        eprintln!("worker: the partitioner failed: {cause}");
+                        return Ok(ExitCode::FAILURE);
+                    }
                     // Stop working on `snapshot.revoked` (everything, unless incremental), then let them go. Under
                     // `--rebalance incremental`, `snapshot.items` (the kept items) stay in work meanwhile.
                     PartitionState::Release => {
@@ -217,34 +211,79 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             }
         }
     }
+    // Leave cleanly: release every lock, delete the party node, stop the task.
     partitioner.finish().await;
     print_snapshot(&partitioner.snapshot(), session, args.json);
     Ok(ExitCode::SUCCESS)
 }
 
+/// Connects and joins the party; returns the partitioner and its session id.
+async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), String> {
+    let connector = zk_partitioner::zookeeper_client::Client::connector().with_session_timeout(args.session_timeout);
+    let client = zk_partitioner::connect_with(connector, &args.connect, args.connect_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let session = client.session_id().0;
+    let mut builder = SetPartitioner::builder(client, args.path.clone(), items)
+        .time_boundary(args.time_boundary)
+        .max_reaction_time(args.max_reaction_time)
+        .rebalance(match args.rebalance {
+            RebalanceArg::Eager => Rebalance::Eager,
+            RebalanceArg::Incremental => Rebalance::Incremental,
+        })
+        .session_policy(match args.session_policy {
+            SessionPolicyArg::Standard => SessionPolicy::Standard,
+            SessionPolicyArg::SessionAware => SessionPolicy::SessionAware,
+        });
+    builder = match args.partition {
+        Partition::Stride => builder.partition_func(KazooStride),
+        Partition::Rendezvous => builder.partition_func(Rendezvous::default()),
+    };
+    if let Some(identifier) = &args.identifier {
+        builder = builder.identifier(identifier.clone());
+    }
+    if args.static_membership {
+        builder = builder.static_membership(true);
+    }
+    if let Some(limit) = args.max_identity_wait {
+        builder = builder.max_identity_wait(limit);
+    }
+    let partitioner = builder.build().await.map_err(|e| e.to_string())?;
+    Ok((partitioner, session))
+}
+
+/// Whether `snapshot` is the end of a clean `finish()`.
+fn finished(snapshot: &Snapshot) -> bool {
+    snapshot.state == PartitionState::Failure && matches!(snapshot.cause, Some(zk_partitioner::Error::Finished))
+}
+
 fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
-    let items: Vec<String> = snapshot.items.iter().map(item_json).collect();
     if json {
-        let mut line = format!(
-            r#"{{"ts":{ts:.6},"state":"{}","member":{},"session":{session},"generation":{},"items":[{}]"#,
-            snapshot.state,
-            json_string(&snapshot.member),
-            snapshot.generation,
-            items.join(",")
-        );
+        let mut line = Map::new();
+        line.insert("ts".into(), json!((ts * 1e6).round() / 1e6));
+        line.insert("state".into(), json!(snapshot.state.to_string()));
+        line.insert("member".into(), json!(&*snapshot.member));
+        line.insert("session".into(), json!(session));
+        line.insert("generation".into(), json!(snapshot.generation));
+        line.insert("items".into(), Value::Array(snapshot.items.iter().map(item_json).collect()));
         if !snapshot.revoked.is_empty() {
-            let revoked: Vec<String> = snapshot.revoked.iter().map(item_json).collect();
-            line.push_str(&format!(r#","revoked":[{}]"#, revoked.join(",")));
+            line.insert("revoked".into(), Value::Array(snapshot.revoked.iter().map(item_json).collect()));
         }
         if snapshot.suspended {
-            line.push_str(r#","suspended":true"#);
+            line.insert("suspended".into(), json!(true));
         }
         if let Some(cause) = &snapshot.cause {
-            line.push_str(&format!(r#","cause":{}"#, json_string(&cause.to_string())));
+            line.insert("cause".into(), json!(cause.to_string()));
         }
-        println!("{line}}}");
+        if finished(snapshot) {
+            line.insert("finished".into(), json!(true));
+        }
+        println!("{}", Value::Object(line));
+    } else if finished(snapshot) {
+        println!("{ts:.3} {} FINISHED (finish(): locks released, party left)", snapshot.member);
     } else {
+        let items: Vec<String> = snapshot.items.iter().map(Item::to_string).collect();
         let revoked: Vec<String> = snapshot.revoked.iter().map(Item::to_string).collect();
         let revoked = if revoked.is_empty() { String::new() } else { format!(" revoked [{}]", revoked.join(", ")) };
         let suspended = if snapshot.suspended { " (suspended)" } else { "" };
@@ -253,24 +292,9 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
     }
 }
 
-fn item_json(item: &Item) -> String {
+fn item_json(item: &Item) -> Value {
     match item {
-        Item::Int(i) => i.to_string(),
-        Item::Str(s) => json_string(s),
+        Item::Int(i) => json!(i),
+        Item::Str(s) => json!(s),
     }
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

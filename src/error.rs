@@ -21,7 +21,7 @@ pub enum Error {
     },
 
     /// An item cannot be used as a lock node name, or collides with another item.
-    #[error("invalid item {item:?}: {reason}")]
+    #[error("invalid item {}: {reason}", shown(item))]
     InvalidItem {
         /// The item's rendering (its lock node name).
         item: String,
@@ -30,7 +30,7 @@ pub enum Error {
     },
 
     /// A ZooKeeper request failed in a way this crate does not retry.
-    #[error("zookeeper {op} {path}: {source}")]
+    #[error("zookeeper {op} {}: {source}", shown_path(path))]
     ZooKeeper {
         /// The request, e.g. `create` or `get_children`.
         op: &'static str,
@@ -69,8 +69,10 @@ pub enum Error {
     /// Also the [`Failure`](crate::PartitionState::Failure) cause of a static member whose party node was deleted
     /// (by an operator) and whose identifier another process took meanwhile: it does not join a second time.
     #[error(
-        "static identifier {identifier:?} is in use by party node {node} of session {session:#x} (waited {waited:?}): \
-         another live member has this identifier, or a crashed predecessor's session has not expired yet"
+        "static identifier {} is in use by party node {} of session {session:#x} (waited {waited:?}): another live \
+         member has this identifier, or a crashed predecessor's session has not expired yet",
+        shown(identifier),
+        shown_path(node)
     )]
     IdentifierInUse {
         /// The identifier.
@@ -115,6 +117,29 @@ pub enum Error {
     EmptyItemSet {
         /// The set's node.
         path: String,
+    },
+
+    /// [`connect`](crate::connect) opened no session within its connect timeout. The reason says, for each server
+    /// of the connect string, what went wrong: the host name does not resolve, the connection was refused (nothing
+    /// listens there), the server is unreachable (no answer), or it accepted connections but opened no session.
+    #[error("cannot connect to ZooKeeper at {}: {reason}", shown_path(cluster))]
+    Connect {
+        /// The connect string, as given.
+        cluster: String,
+        /// What went wrong, per server.
+        reason: String,
+    },
+
+    /// The chroot of the connect string (`host:port/chroot`) does not exist on the server. ZooKeeper does not create
+    /// it: create the node first, or leave the chroot out and give the partitioner a longer path.
+    #[error(
+        "the chroot {} of the connect string does not exist: create that node first (ZooKeeper does not create \
+         chroots), or leave it out of the connect string",
+        shown_path(chroot)
+    )]
+    ChrootMissing {
+        /// The chroot path.
+        chroot: String,
     },
 
     /// [`SetPartitioner::finish`](crate::SetPartitioner::finish) was called.
@@ -201,6 +226,33 @@ impl Error {
     }
 }
 
+/// How many characters of a name (item, identifier) an error message shows.
+const SHOWN_NAME: usize = 64;
+/// How many characters of a path or connect string an error message shows.
+const SHOWN_PATH: usize = 128;
+
+/// `text` for an error message: quoted and escaped as Rust writes strings, and cut after 64 characters with its
+/// length in bytes (`"aaaa…" (2000 bytes)`), so a mistaken 2,000-byte item does not flood the log.
+pub(crate) fn shown(text: &str) -> String {
+    match cut(text, SHOWN_NAME) {
+        None => format!("{text:?}"),
+        Some(head) => format!("{head:?}… ({} bytes)", text.len()),
+    }
+}
+
+/// A path or connect string for an error message: as is, cut after 128 characters with its length in bytes.
+pub(crate) fn shown_path(text: &str) -> String {
+    match cut(text, SHOWN_PATH) {
+        None => text.to_string(),
+        Some(head) => format!("{head}… ({} bytes)", text.len()),
+    }
+}
+
+/// The first `max` characters of `text`, if it has more.
+fn cut(text: &str, max: usize) -> Option<&str> {
+    text.char_indices().nth(max).map(|(end, _)| &text[..end])
+}
+
 /// The session state a client error implies, when the error means the session is over.
 pub(crate) fn session_end(err: &zookeeper_client::Error) -> Option<SessionState> {
     use zookeeper_client::Error as E;
@@ -217,4 +269,23 @@ pub(crate) fn session_end(err: &zookeeper_client::Error) -> Option<SessionState>
 pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
     use zookeeper_client::Error as E;
     matches!(err, E::ConnectionLoss | E::Custom(_) | E::Throttled | E::Timeout | E::NoHosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_cut_in_messages() {
+        let long = "x".repeat(2000);
+        let err = Error::InvalidItem { item: long.clone(), reason: "is 2000 bytes long".into() };
+        let message = err.to_string();
+        assert_eq!(message, format!("invalid item \"{}\"… (2000 bytes): is 2000 bytes long", "x".repeat(64)));
+        assert_eq!(shown("queue-1"), "\"queue-1\"");
+        assert_eq!(shown(&"é".repeat(65)), format!("\"{}\"… (130 bytes)", "é".repeat(64)));
+        let path = format!("/p/locks/{long}");
+        let err = Error::zk("create", path.as_str(), zookeeper_client::Error::NoNode);
+        assert!(err.to_string().ends_with("… (2009 bytes): node not exists"), "{err}");
+        assert!(err.to_string().len() < 200, "{err}");
+    }
 }

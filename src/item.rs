@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use crate::Error;
+use crate::error::shown;
 use crate::names::check_node_name;
 
 /// One element of the set being partitioned.
@@ -40,6 +41,14 @@ impl Item {
         match self {
             Item::Int(_) => "integer",
             Item::Str(_) => "string",
+        }
+    }
+
+    /// The item for a message: `the integer 7`, `the string "7"` (cut when long).
+    fn described(&self) -> String {
+        match self {
+            Item::Int(i) => format!("the integer {i}"),
+            Item::Str(s) => format!("the string {}", shown(s)),
         }
     }
 }
@@ -124,9 +133,10 @@ pub(crate) fn validate_items(items: Vec<Item>, require_one_kind: bool) -> Result
         return Err(Error::InvalidItem {
             item: last.to_string(),
             reason: format!(
-                "is a {} while {first:?} is a {}: the default partition function sorts items like Python, which \
-                 cannot compare integers with strings",
+                "is a {} while {} is an {}: the default partition function sorts items like Python, which cannot \
+                 compare integers with strings (use one kind, or another partition function)",
                 last.kind(),
+                first.described(),
                 first.kind()
             ),
         });
@@ -141,7 +151,11 @@ pub(crate) fn validate_items(items: Vec<Item>, require_one_kind: bool) -> Result
     if let Some(pair) = names.windows(2).find(|pair| pair[0].0 == pair[1].0) {
         return Err(Error::InvalidItem {
             item: pair[0].0.clone(),
-            reason: format!("{:?} and {:?} render to the same lock node name", pair[0].1, pair[1].1),
+            reason: format!(
+                "{} and {} render to the same lock node name",
+                pair[0].1.described(),
+                pair[1].1.described()
+            ),
         });
     }
     Ok(items)
@@ -174,12 +188,30 @@ mod tests {
     fn rejects_colliding_renderings() {
         let err = validate_items(vec![Item::from(1), Item::from("1")], false).unwrap_err();
         assert!(matches!(err, Error::InvalidItem { ref item, .. } if item == "1"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "invalid item \"1\": the integer 1 and the string \"1\" render to the same lock node name"
+        );
     }
 
     #[test]
     fn rejects_mixed_kinds_when_asked() {
-        assert!(validate_items(vec![Item::from(1), Item::from("a")], true).is_err());
+        let err = validate_items(vec![Item::from(1), Item::from("a")], true).unwrap_err();
+        assert!(
+            err.to_string().starts_with("invalid item \"a\": is a string while the integer 1 is an integer"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("Int("), "{err}");
         assert!(validate_items(vec![Item::from(1), Item::from("a")], false).is_ok());
+    }
+
+    #[test]
+    fn a_long_item_is_cut_in_its_error() {
+        let long = "q".repeat(2000);
+        let err = validate_items(vec![Item::from(long.as_str())], true).unwrap_err();
+        let message = err.to_string();
+        assert!(message.starts_with(&format!("invalid item \"{}\"… (2000 bytes): is 2000 bytes long", "q".repeat(64))));
+        assert!(message.len() < 200, "{message}");
     }
 
     #[test]

@@ -29,8 +29,9 @@ use zookeeper_client::{Client, MultiWriteError, OneshotWatcher};
 
 use crate::decision::SetRead;
 use crate::error::is_transient;
+use crate::error::shown;
 use crate::item::validate_items;
-use crate::names::{check_base_path, shorten};
+use crate::names::check_base_path;
 use crate::party::PERSISTENT;
 use crate::{Error, Item};
 
@@ -112,7 +113,7 @@ impl Header {
     fn parse(data: &[u8]) -> Result<Header, String> {
         let text = std::str::from_utf8(data).map_err(|_| "its data is not UTF-8".to_owned())?;
         let rest = text.trim().strip_prefix(MAGIC).ok_or_else(|| {
-            format!("its data {:?} does not start with {MAGIC:?} (not written by this crate?)", shorten(text))
+            format!("its data {} does not start with {MAGIC:?} (not written by this crate?)", shown(text))
         })?;
         let (mut kind, mut ready) = (None, None);
         for word in rest.split_whitespace() {
@@ -121,12 +122,12 @@ impl Header {
                 Some(("kind", "str")) => kind = Some(Kind::Str),
                 Some(("state", "ready")) => ready = Some(true),
                 Some(("state", "updating")) => ready = Some(false),
-                _ => return Err(format!("its data has an unknown field {:?}", shorten(word))),
+                _ => return Err(format!("its data has an unknown field {}", shown(word))),
             }
         }
         match (kind, ready) {
             (Some(kind), Some(ready)) => Ok(Header { kind, ready }),
-            _ => Err(format!("its data {:?} lacks kind= or state=", shorten(text))),
+            _ => Err(format!("its data {} lacks kind= or state=", shown(text))),
         }
     }
 
@@ -286,7 +287,7 @@ impl ItemSet {
         self.update(None, |current| {
             if let Some(missing) = removed.iter().find(|item| !current.contains(*item)) {
                 return Err(Error::InvalidItem {
-                    item: shorten(&missing.to_string()),
+                    item: missing.to_string(),
                     reason: "is not in the shared item set, so it cannot be removed".into(),
                 });
             }
@@ -546,7 +547,7 @@ pub(crate) async fn read_watched(
         tracing::warn!(
             node,
             skipped = skipped.len(),
-            first = %shorten(&skipped[0]),
+            first = %shown(&skipped[0]),
             "children of the shared item set that are not items of its kind are ignored"
         );
     }

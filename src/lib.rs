@@ -5,38 +5,66 @@
 //! Rust and Python workers can share one party), without kazoo's known bugs, and with requests pipelined on the
 //! session instead of sent one after another.
 //!
+//! # Install
+//!
+//! ```toml
+//! [dependencies]
+//! zk-partitioner = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "signal", "time"] }
+//! ```
+//!
+//! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
+//! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
+//! error. The `testing` feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against
+//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker).
+//!
 //! # The worker loop
 //!
-//! ```no_run
-//! # async fn dox() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use zk_partitioner::{PartitionState, SetPartitioner};
+//! Work on the items while the member is `Acquired`, stop when it is told to release, and leave cleanly on Ctrl-C:
 //!
-//! // One ZooKeeper session per member: a member's locks live and die with its session.
-//! let client = zookeeper_client::Client::connector()
-//!     .with_session_timeout(Duration::from_secs(10))
-//!     .connect("127.0.0.1:2181")
-//!     .await?;
-//! let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
-//!     .time_boundary(Duration::from_secs(5))
-//!     .build()
-//!     .await?;
-//! loop {
-//!     match partitioner.state() {
-//!         PartitionState::Failure => return Err(partitioner.failure().unwrap().into()),
-//!         PartitionState::Release => partitioner.release_set().await?,
-//!         PartitionState::Acquired => {
-//!             for queue in partitioner.items() {
-//!                 // Process `queue`; stop as soon as `partitioner.is_acquired()` turns false.
-//! #               let _ = queue;
+//! ```no_run
+//! use std::time::Duration;
+//! use zk_partitioner::{Item, PartitionState, SetPartitioner};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // One ZooKeeper session per member: a member's locks live and die with its session.
+//!     let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
+//!     let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
+//!         .time_boundary(Duration::from_secs(5))
+//!         .build()
+//!         .await?;
+//!     let mut changes = partitioner.subscribe();
+//!     let mut work: Option<tokio::task::JoinHandle<()>> = None;
+//!     loop {
+//!         let snapshot = changes.borrow_and_update().clone();
+//!         match snapshot.state {
+//!             PartitionState::Acquired => work = Some(tokio::spawn(process(snapshot.items.to_vec()))),
+//!             PartitionState::Release => {
+//!                 if let Some(work) = work.take() {
+//!                     work.abort(); // stop processing first, then give the items up
+//!                 }
+//!                 partitioner.release_set().await?;
 //!             }
+//!             PartitionState::Allocating => {}
+//!             // Session lost, or an error that cannot be retried: start over with a new client and partitioner.
+//!             PartitionState::Failure => return Err(snapshot.cause.map_or_else(|| "failed".into(), Into::into)),
 //!         }
-//!         PartitionState::Allocating => {
-//!             partitioner.wait_for_acquire(Duration::from_secs(30)).await;
+//!         tokio::select! {
+//!             changed = changes.changed() => changed?, // sleeps until the next transition
+//!             _ = tokio::signal::ctrl_c() => {
+//!                 partitioner.finish().await; // releases the locks and leaves the party now
+//!                 return Ok(());
+//!             }
 //!         }
 //!     }
 //! }
-//! # }
+//!
+//! async fn process(items: Vec<Item>) {
+//!     for item in items {
+//!         println!("working on {item}");
+//!     }
+//! }
 //! ```
 //!
 //! # States
@@ -55,28 +83,39 @@
 //! ```text
 //! <path>                                   persistent, empty
 //! <path>/party                             persistent, empty
-//! <path>/party/<32 hex>-<identifier>-<seq> ephemeral sequential, data = identifier   (one per member)
-//! <path>/party/<32 hex>-<identifier>       ephemeral, data = identifier              (a static member, as kazoo)
+//! <path>/party/<32 hex>-<identifier>-<seq> ephemeral sequential, data = identifier    (one per member)
+//!                                          + "\n" + announcement (see below)
+//! <path>/party/<32 hex>-<identifier>       ephemeral, same data                       (a static member, as kazoo)
 //! <path>/locks                             persistent, empty
 //! <path>/locks/<item>                      persistent, empty                          (one per item, kept)
 //! <path>/locks/<item>/<32 hex>__lock__<seq> ephemeral sequential, data = member name  (contenders; lowest holds)
 //! <path>/checkpoints/<item>                persistent, data = writer + token + bytes  (fenced checkpoints, if used)
+//! <path>/items                             persistent, data = kind and state          (the shared set, if used)
+//! <path>/items/<item>                      persistent, empty                          (one per item of it)
 //! ```
 //!
 //! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
 //! members, the identifier for kazoo's and for this crate's [static members](Builder::static_membership) (whose
 //! restarts, with the same identifier, are then no party change). Children of `<path>/party` that do not start with 32 lowercase hex digits and
 //! a dash are not member nodes and are ignored (kazoo would count them and leave their share unowned). The crate never
-//! deletes `<path>`, `party`, `locks` or lock directories: kazoo peers rely on them.
+//! deletes `<path>`, `party`, `locks` or the lock directories of a fixed set: kazoo peers rely on them (with a shared
+//! set, the directories of removed items are deleted once free).
+//!
+//! After the identifier, a member's party node data carries a line announcing its configuration:
+//! `zkp/1 set=<digest> fn=<fingerprint>` (`set=shared` with the shared set). Members compare the others' lines with
+//! their own and report a difference at once in [`Snapshot::disagreements`] (a rolling deploy that changed the item
+//! list would otherwise stall silently). kazoo reads party node names only; its members announce nothing and are not
+//! checked.
 //!
 //! # Guarantees
 //!
 //! - **Safety**: an item's lock is the lowest contender node in its directory, an ephemeral node of one session, so two
 //!   live sessions never hold the same item; a member lists an item as processable only while it holds the item's
 //!   lock, and stops listing everything as soon as its connection is suspended. Before deleting a lock it stops
-//!   listing the item. One limitation: a member does not watch its own lock nodes, so if an operator deletes one by
-//!   hand the member notices only at the next rebalance (a lock *directory* cannot be deleted while it has
-//!   contenders). Watching every held node would cost one watch and one request per item.
+//!   listing the item. Each held lock node is watched: if someone else deletes it (an operator, a tool), the member
+//!   stops listing the item as soon as ZooKeeper tells it (one watch notification), then takes it again by the normal
+//!   rules. Between the deletion and that notification another process may already take the item: the
+//!   [`FencingToken`] is what protects the data in that window.
 //! - **Liveness**: once the party is stable for `time_boundary` and every member has released what it no longer owns,
 //!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition
 //!   function).
@@ -85,8 +124,16 @@
 //!   inside the task publishes `Failure` ([`Error::Internal`]) and deletes the member's nodes; a task gone without
 //!   publishing `Failure` (its runtime shut down) reads as `Failure` ([`Error::Stopped`]).
 //!
-//! `RELIABILITY.md` says how each guarantee is tested: the decision table row by row, a deterministic simulation of
-//! every mode combination under seeded faults, and real faults on a real ZooKeeper.
+//! [`RELIABILITY.md`] says how each guarantee is tested: the decision table row by row, a deterministic simulation of
+//! every mode combination under seeded faults, and real faults on a real ZooKeeper. How the crate is built (one
+//! background task per partitioner around a sans-IO decision core) is in the [README].
+//!
+//! # A set that changes
+//!
+//! With [`Builder::shared_item_set`] the items live in ZooKeeper (`<path>/items`) instead of being fixed at build
+//! time: any process changes them with [`ItemSet`] (add, remove, replace, compare-and-set; atomic and versioned), and
+//! every member follows, through the same machinery as a party change. [`Snapshot::added`] and [`Snapshot::removed`]
+//! say what the latest change did.
 //!
 //! # Who owns what, checkpoints, metrics
 //!
@@ -104,26 +151,16 @@
 //!   expiries, recorded through the [`metrics`](https://docs.rs/metrics) facade for whatever exporter the application
 //!   installs. The module documents every name.
 //!
-//! # Architecture, one concept per module
-//!
-//! - `decision`: every decision, as one sans-IO state machine (events in: the session's state, party changes, request
-//!   replies, commands, the time; actions out: requests, publications, acknowledgements). No client, no Tokio, no
-//!   clock inside, so the same code runs under a deterministic simulation and against ZooKeeper. Its module docs
-//!   give the whole behaviour, for every combination of [`Rebalance`] and [`SessionPolicy`], as one table.
-//!   `decision::debounce` is the `time_boundary` wait, `decision::contention` who holds a lock.
-//! - `driver`: the background task, one `select!` loop that performs the core's actions and feeds back their
-//!   results; it decides nothing.
-//! - `partitioner` (the handle and its builder), `state` ([`PartitionState`], [`Snapshot`], [`FencingToken`]),
-//!   `policy` ([`SessionPolicy`], [`Rebalance`]), `party` (member nodes), `locks` (lock requests on the wire),
-//!   `partition_fn` ([`PartitionFn`], [`KazooStride`], [`Rendezvous`]), `item` ([`Item`]), `names` (path and name
-//!   validation), `error` ([`Error`]), `describe` ([`describe`], read-only), `checkpoint` ([`CheckpointWriter`]),
-//!   [`metrics`] (names, and what the driver records).
+//! [`RELIABILITY.md`]: https://github.com/zk-partitioner/zk-partitioner/blob/main/RELIABILITY.md
+//! [README]: https://github.com/zk-partitioner/zk-partitioner#how-it-is-built
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod agreement;
 mod checkpoint;
+mod connect;
 mod decision;
 mod describe;
 mod driver;
@@ -140,8 +177,12 @@ mod policy;
 #[cfg(test)]
 mod sim;
 mod state;
+#[cfg(all(feature = "testing", unix))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
+pub mod testing;
 
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
+pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
 pub use describe::{
     Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
 };

@@ -1,6 +1,7 @@
 //! Validation of the names this crate writes into ZooKeeper: the base path, node names, the identifier.
 
 use crate::Error;
+use crate::error::shown;
 
 /// The longest node name (item rendering or identifier) accepted, in bytes. ZooKeeper has no fixed limit, but every
 /// request carries the path, and names this long are a mistake rather than a design.
@@ -35,7 +36,7 @@ fn is_allowed_char(c: char) -> bool {
 /// Checks the partitioner's base path: absolute, not the root, no trailing slash, no empty or relative segments, and
 /// outside ZooKeeper's reserved `/zookeeper` subtree.
 pub(crate) fn check_base_path(path: &str) -> Result<(), Error> {
-    let fail = |reason: &str| Err(Error::config("path", format!("{path:?} {reason}")));
+    let fail = |reason: &str| Err(Error::config("path", format!("{} {reason}", shown(path))));
     if !path.starts_with('/') {
         return fail("is not absolute (it must start with '/')");
     }
@@ -50,7 +51,7 @@ pub(crate) fn check_base_path(path: &str) -> Result<(), Error> {
             return fail("has an empty segment (\"//\")");
         }
         if let Err(reason) = check_node_name(segment) {
-            return fail(&format!("has a segment {segment:?} that {reason}"));
+            return fail(&format!("has a segment {} that {reason}", shown(segment)));
         }
     }
     if path == "/zookeeper" || path.starts_with("/zookeeper/") {
@@ -61,18 +62,9 @@ pub(crate) fn check_base_path(path: &str) -> Result<(), Error> {
 
 /// Checks a member identifier: a valid node name fragment (it becomes part of the party node's name).
 pub(crate) fn check_identifier(identifier: &str) -> Result<(), Error> {
-    check_node_name(identifier)
-        .map_err(|reason| Error::config("identifier", format!("{identifier:?} {}", reason.replace("renders to", "is"))))
-}
-
-/// `text` for an error message: whole when short, else its first 64 characters and its length (a 2,000-byte name
-/// echoed whole drowns the message).
-pub(crate) fn shorten(text: &str) -> String {
-    const KEEP: usize = 64;
-    match text.char_indices().nth(KEEP) {
-        None => text.to_owned(),
-        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
-    }
+    check_node_name(identifier).map_err(|reason| {
+        Error::config("identifier", format!("{} {}", shown(identifier), reason.replace("renders to", "is")))
+    })
 }
 
 #[cfg(test)]

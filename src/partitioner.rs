@@ -73,6 +73,20 @@ impl fmt::Debug for Builder {
 impl Builder {
     /// The function deciding which items each member owns; default [`KazooStride`], kazoo's own. Every member of a
     /// party must use the same one.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{Rendezvous, SetPartitioner};
+    ///
+    /// // Rendezvous hashing moves few items when a member joins or leaves.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..100)
+    ///     .partition_func(Rendezvous::default())
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn partition_func(mut self, partition_fn: impl PartitionFn) -> Self {
         self.partition_fn = Some(Box::new(partition_fn));
         self
@@ -82,6 +96,20 @@ impl Builder {
     /// unique: the member's name adds the party node's sequence number. Under
     /// [`static_membership`](Builder::static_membership) it is required, must be unique in the party, and is the
     /// member's name.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::SetPartitioner;
+    ///
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .identifier("ingest-eu-1") // shown in the party node, the lock nodes' data and the logs
+    ///     .build()
+    ///     .await?;
+    /// assert!(partitioner.member().starts_with("ingest-eu-1-"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn identifier(mut self, identifier: impl Into<String>) -> Self {
         self.identifier = Some(identifier.into());
         self
@@ -89,6 +117,20 @@ impl Builder {
 
     /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every change
     /// restarts the wait.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::SetPartitioner;
+    ///
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .time_boundary(Duration::from_secs(5)) // members starting within 5 s of each other divide once
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn time_boundary(mut self, time_boundary: Duration) -> Self {
         self.time_boundary = time_boundary;
         self
@@ -97,6 +139,20 @@ impl Builder {
     /// kazoo's `max_reaction_time`, default 1 s. kazoo polls contended locks at this period to notice party changes;
     /// this crate reacts to changes through watches at once, and uses the value as the pause before retrying a
     /// request that was lost with the connection.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::SetPartitioner;
+    ///
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .max_reaction_time(Duration::from_millis(200))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_reaction_time(mut self, max_reaction_time: Duration) -> Self {
         self.max_reaction_time = max_reaction_time;
         self
@@ -105,18 +161,64 @@ impl Builder {
     /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach [`PartitionState::Acquired`] within
     /// this time, counted from entering [`PartitionState::Allocating`]. Off by default, as in kazoo; without it, a
     /// party that changes more often than `time_boundary` keeps every member allocating.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::{Error, PartitionState, SetPartitioner};
+    ///
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .max_allocation_time(Duration::from_secs(120))
+    ///     .build()
+    ///     .await?;
+    /// if partitioner.wait_for_acquire(Duration::from_secs(180)).await == PartitionState::Failure {
+    ///     assert!(matches!(partitioner.failure(), Some(Error::AllocationTimeout(_))));
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_allocation_time(mut self, limit: Duration) -> Self {
         self.max_allocation_time = Some(limit);
         self
     }
 
     /// How a suspended connection is handled; default [`SessionPolicy::Standard`] (kazoo's: release everything).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{SessionPolicy, SetPartitioner};
+    ///
+    /// // A connection stall shorter than the session timeout pauses the worker but moves no item.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .session_policy(SessionPolicy::SessionAware)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn session_policy(mut self, policy: SessionPolicy) -> Self {
         self.session_policy = policy;
         self
     }
 
     /// What happens when the party changes; default [`Rebalance::Eager`] (kazoo's: everyone stops everything).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
+    ///
+    /// // Only the items that move stop (they are in `revoked()` in Release); the others keep being processed.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..1000)
+    ///     .partition_func(Rendezvous::default())
+    ///     .rebalance(Rebalance::Incremental)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn rebalance(mut self, rebalance: Rebalance) -> Self {
         self.rebalance = rebalance;
         self
@@ -150,7 +252,7 @@ impl Builder {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn dox(client: zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
     /// use std::time::Duration;
     /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
     ///
@@ -177,6 +279,27 @@ impl Builder {
     /// Default: twice the client's negotiated session timeout (`Client::session_timeout()`), enough for a crashed
     /// predecessor that used the same session timeout to expire. A predecessor with a longer session timeout needs a
     /// longer wait. Setting it without static membership is a configuration error.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::{Error, SetPartitioner};
+    ///
+    /// // The previous process of this pod may have crashed with a 30 s session: wait for it up to a minute.
+    /// let built = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .identifier("worker-3")
+    ///     .static_membership(true)
+    ///     .max_identity_wait(Duration::from_secs(60))
+    ///     .build()
+    ///     .await;
+    /// if let Err(Error::IdentifierInUse { node, .. }) = &built {
+    ///     eprintln!("another live process is worker-3 (party node {node})");
+    /// }
+    /// let partitioner = built?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_identity_wait(mut self, limit: Duration) -> Self {
         self.max_identity_wait = Some(limit);
         self
@@ -233,6 +356,19 @@ impl Builder {
     /// Cancel safe: if the future is dropped after the party node may have been created, a background task deletes
     /// it (found by its unique prefix), so no phantom member is left holding a share nobody locks. Dropping it while
     /// a static member waits for its identifier leaves nothing behind.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox() -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::SetPartitioner;
+    ///
+    /// let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"]).build().await?;
+    /// # drop(partitioner);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn build(self) -> Result<SetPartitioner, Error> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::config("runtime", "build() must run inside a Tokio runtime"))?;
@@ -411,28 +547,31 @@ fn default_identifier() -> String {
 /// node after `finish()`) while a handle exists.
 ///
 /// # Examples
-/// kazoo's worker loop:
+/// kazoo's worker loop, reading the state and waiting for each transition:
 /// ```no_run
 /// # async fn dox() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use zk_partitioner::{PartitionState, SetPartitioner};
 ///
-/// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
+/// let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
 /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
 ///     .build()
 ///     .await?;
+/// let mut changes = partitioner.subscribe();
 /// loop {
-///     match partitioner.state() {
-///         PartitionState::Failure => return Err(partitioner.snapshot().cause.unwrap().into()),
+///     let state = changes.borrow_and_update().state;
+///     match state {
+///         PartitionState::Failure => return Err(partitioner.failure().map_or_else(|| "failed".into(), Into::into)),
 ///         PartitionState::Release => partitioner.release_set().await?,
 ///         PartitionState::Acquired => {
 ///             for queue in partitioner.items() {
 ///                 // Work on `queue`, checking `partitioner.is_acquired()` between units of work.
-/// #               let _ = queue;
+///                 println!("working on {queue}");
 ///             }
 ///         }
-///         PartitionState::Allocating => drop(partitioner.wait_for_acquire(Duration::from_secs(30)).await),
+///         PartitionState::Allocating => {}
 ///     }
+///     changes.changed().await?; // sleep until the next transition
 /// }
 /// # }
 /// ```
@@ -461,6 +600,20 @@ impl SetPartitioner {
     /// client's chroot, if any).
     ///
     /// Give each member its own client: a member's locks are tied to its session.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox() -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::SetPartitioner;
+    ///
+    /// let client = zk_partitioner::connect("127.0.0.1:2181/apps", Duration::from_secs(10)).await?;
+    /// // Integers and strings are items; the lock nodes are /apps/work_queues/locks/0 .. /apps/work_queues/locks/99.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..100).build().await?;
+    /// # drop(partitioner);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder<I>(client: Client, path: impl Into<String>, items: I) -> Builder
     where
         I: IntoIterator,
@@ -500,26 +653,90 @@ impl SetPartitioner {
     }
 
     /// The current state.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::PartitionState;
+    ///
+    /// match partitioner.state() {
+    ///     PartitionState::Allocating => println!("waiting for the party to settle, or for locks"),
+    ///     PartitionState::Acquired => println!("processing {:?}", partitioner.items()),
+    ///     PartitionState::Release => partitioner.release_set().await?,
+    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.failure()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn state(&self) -> PartitionState {
         self.read(|s| s.state)
     }
 
     /// Whether the state is [`PartitionState::Allocating`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    ///
+    /// if partitioner.is_allocating() {
+    ///     partitioner.wait_for_acquire(Duration::from_secs(30)).await;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_allocating(&self) -> bool {
         self.state() == PartitionState::Allocating
     }
 
     /// Whether the state is [`PartitionState::Acquired`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// for item in partitioner.items() {
+    ///     if !partitioner.is_acquired() {
+    ///         break; // told to release: stop before the next unit of work
+    ///     }
+    ///     println!("working on {item}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_acquired(&self) -> bool {
         self.state() == PartitionState::Acquired
     }
 
     /// Whether the state is [`PartitionState::Release`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// if partitioner.is_release() {
+    ///     // Stop processing first: the items are someone else's once released.
+    ///     partitioner.release_set().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_release(&self) -> bool {
         self.state() == PartitionState::Release
     }
 
     /// Whether the state is [`PartitionState::Failure`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::Error;
+    ///
+    /// if partitioner.is_failed() {
+    ///     // Terminal: build a new partitioner (on a new client if the session was lost).
+    ///     return Err(partitioner.failure().unwrap_or(Error::Stopped));
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_failed(&self) -> bool {
         self.state() == PartitionState::Failure
     }
@@ -527,18 +744,55 @@ impl SetPartitioner {
     /// The items this member owns and may process, sorted: empty unless the state is [`PartitionState::Acquired`]
     /// (kazoo hands out the last set in every state; this crate does not), or, under
     /// [`Rebalance::Incremental`], the items it keeps while the party changes.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// let items = partitioner.items();
+    /// println!("{} items to process: {items:?}", items.len());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn items(&self) -> Vec<Item> {
         self.read(|s| s.items.to_vec())
     }
 
     /// In [`PartitionState::Release`], the items to stop processing before calling
     /// [`release_set`](SetPartitioner::release_set); empty otherwise.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// // Under Rebalance::Incremental, only the revoked items stop; items() keep being processed.
+    /// if partitioner.is_release() {
+    ///     for item in partitioner.revoked() {
+    ///         println!("stopping {item}");
+    ///     }
+    ///     partitioner.release_set().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn revoked(&self) -> Vec<Item> {
         self.read(|s| s.revoked.to_vec())
     }
 
     /// The fencing token of an item this member holds: `None` unless the state is
     /// [`PartitionState::Acquired`] and the item is one of [`items`](SetPartitioner::items). See [`FencingToken`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::Item;
+    ///
+    /// let item = Item::from("queue-1");
+    /// if let Some(token) = partitioner.fencing_token(&item) {
+    ///     // Store the token with every write; the store rejects writes with a token lower than the last one seen.
+    ///     println!("writing to {item} as owner #{}", token.get());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fencing_token(&self, item: &Item) -> Option<FencingToken> {
         self.read(|snapshot| {
             let index = snapshot.items.binary_search(item).ok()?;
@@ -645,12 +899,35 @@ impl SetPartitioner {
     }
 
     /// Why the partitioner failed, once it has.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::Error;
+    ///
+    /// match partitioner.failure() {
+    ///     None => println!("still running"),
+    ///     Some(Error::Finished) => println!("finish() was called"),
+    ///     Some(Error::SessionLost { .. }) => println!("session lost: reconnect and build a new partitioner"),
+    ///     Some(cause) => println!("failed: {cause}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn failure(&self) -> Option<Error> {
         self.read(|s| s.cause.clone())
     }
 
     /// This member's name in the party: `<identifier>-<sequence>`, or the identifier itself under
     /// [`Builder::static_membership`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// println!("this process is {} in the party", partitioner.member());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn member(&self) -> Arc<str> {
         self.snapshot.borrow().member.clone()
     }
@@ -662,6 +939,21 @@ impl SetPartitioner {
     }
 
     /// A copy of the latest published snapshot.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// let snapshot = partitioner.snapshot();
+    /// println!(
+    ///     "{} (generation {}): {} items, party of {}",
+    ///     snapshot.state,
+    ///     snapshot.generation,
+    ///     snapshot.items.len(),
+    ///     snapshot.members.len()
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn snapshot(&self) -> Snapshot {
         self.read(Snapshot::clone)
     }
@@ -669,6 +961,20 @@ impl SetPartitioner {
     /// A `watch` receiver of snapshots: `changed()` wakes on every transition. Like every `watch` receiver it may
     /// skip intermediate snapshots when several transitions happen before it looks;
     /// [`Snapshot::generation`] counts them.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) {
+    /// let mut changes = partitioner.subscribe();
+    /// loop {
+    ///     let snapshot = changes.borrow_and_update().clone();
+    ///     println!("{} with {} items", snapshot.state, snapshot.items.len());
+    ///     if changes.changed().await.is_err() {
+    ///         break; // the partitioner's task has stopped
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
         self.snapshot.clone()
     }
@@ -676,6 +982,19 @@ impl SetPartitioner {
     /// A stream of snapshots: the current one first, then one after each transition (intermediate snapshots may be
     /// skipped, as with [`subscribe`](SetPartitioner::subscribe)). It ends after the partitioner's task has stopped
     /// and the final snapshot was yielded.
+    ///
+    /// # Examples
+    /// With the `futures` crate's `StreamExt` (or `tokio-stream`'s):
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) {
+    /// use futures::StreamExt;
+    ///
+    /// let mut changes = partitioner.changes();
+    /// while let Some(snapshot) = changes.next().await {
+    ///     println!("{} (generation {})", snapshot.state, snapshot.generation);
+    /// }
+    /// # }
+    /// ```
     pub fn changes(&self) -> impl Stream<Item = Snapshot> + Send + Unpin + 'static {
         let mut receiver = self.snapshot.clone();
         receiver.mark_changed();
@@ -694,6 +1013,22 @@ impl SetPartitioner {
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::PartitionState;
+    ///
+    /// match partitioner.wait_for_acquire(Duration::from_secs(30)).await {
+    ///     PartitionState::Acquired => println!("processing {:?}", partitioner.items()),
+    ///     PartitionState::Allocating => println!("still allocating after 30 s"),
+    ///     PartitionState::Release => partitioner.release_set().await?,
+    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.failure()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn wait_for_acquire(&self, timeout: Duration) -> PartitionState {
         let mut receiver = self.snapshot.clone();
         let reached = tokio::time::timeout(timeout, receiver.wait_for(|s| s.state != PartitionState::Allocating))
@@ -717,6 +1052,19 @@ impl SetPartitioner {
     ///
     /// # Cancel safety
     /// The command is sent when the method is called; dropping the future only stops waiting for its completion.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::PartitionState;
+    ///
+    /// let mut changes = partitioner.subscribe();
+    /// changes.wait_for(|s| s.state == PartitionState::Release).await.ok();
+    /// // Stop processing every item, then:
+    /// partitioner.release_set().await?; // now Allocating again
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn release_set(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let (ack, done) = oneshot::channel();
         let sent = self.commands.send(Command::ReleaseSet(ack));
@@ -737,6 +1085,15 @@ impl SetPartitioner {
     ///
     /// # Cancel safety
     /// The command is sent when the method is called; dropping the future only stops waiting for its completion.
+    ///
+    /// # Examples
+    /// Leaving at once on Ctrl-C, rather than after a session timeout:
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) {
+    /// tokio::signal::ctrl_c().await.ok();
+    /// partitioner.finish().await; // the others take over its items after their time_boundary
+    /// # }
+    /// ```
     pub fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
         let (ack, done) = oneshot::channel();
         let sent = self.commands.send(Command::Finish(ack)).is_ok();

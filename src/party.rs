@@ -86,10 +86,16 @@ pub(crate) fn members(children: &[String]) -> (Vec<String>, Vec<&str>) {
     (names, foreign)
 }
 
-/// Creates the base path, `party` and `locks` (persistent, empty, open ACL, as kazoo's `ensure_path`).
+/// Creates the base path, `party` and `locks` (persistent, empty, open ACL, as kazoo's `ensure_path`). `mkdir -p`
+/// fails with `NoNode` only when the client's chroot is missing, which the error then names.
 pub(crate) async fn ensure_base(client: &Client, paths: &Paths) -> Result<(), Error> {
     for path in [&paths.party, &paths.locks] {
-        retry_transient(|| client.mkdir(path, &PERSISTENT)).await.map_err(|e| Error::zk("mkdir", path.as_str(), e))?;
+        retry_transient(|| client.mkdir(path, &PERSISTENT)).await.map_err(|e| match e {
+            zookeeper_client::Error::NoNode if client.path() != "/" => {
+                Error::ChrootMissing { chroot: client.path().to_string() }
+            }
+            e => Error::zk("mkdir", path.as_str(), e),
+        })?;
     }
     Ok(())
 }

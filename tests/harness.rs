@@ -1,5 +1,6 @@
-//! Tests of the integration-test harness itself (`tests/common`): the shared server and namespaces, the proxy (a short
-//! cut, a forced expiry), the 3-server ensemble, a server owned by one test, and the image check.
+//! Tests of the test kit itself (`zk_partitioner::testing`, through `tests/common`): the shared server and namespaces,
+//! the proxy (a short cut, a forced expiry, with and without the client), the 3-server ensemble, a server owned by one
+//! test, and the image check.
 //!
 //! `ZOOKEEPER_IMAGE=zk-partitioner/zookeeper:3.8 cargo test --test harness -- --nocapture` prints the timings.
 
@@ -9,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::{
     Ensemble, ImageRef, OwnedServer, Proxy, check_image, check_image_on, connect, ephemeral, ephemeral_sequential,
-    expire, four_letter, init_tracing, namespace, persistent, server, server_mode, session_listed, timing, wait_for,
-    wait_session_state, wait_until, with_chroot,
+    expire, four_letter, init_tracing, namespace, persistent, provide_image, server, server_mode, session_listed,
+    timing, wait_for, wait_session_state, wait_until, with_chroot,
 };
 use testcontainers::bollard::Docker;
 use testcontainers::bollard::errors::Error::DockerResponseServerError;
@@ -72,6 +73,33 @@ async fn expire_through_a_proxy_ends_the_session_and_its_ephemerals() {
     assert!(!proxy.is_cut());
     let again = connect(&with_chroot(&proxy, &ns), SECOND).await;
     assert_eq!(again.list_children("/").await.unwrap(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn expire_session_needs_only_the_session_id() {
+    init_tracing();
+    // given: a lock node of a victim behind a proxy, found from outside by its session (as for code under test)
+    let server = server().await;
+    let ns = namespace(server).await;
+    let proxy = Proxy::start(server.addr()).await;
+    let victim = connect(&with_chroot(&proxy, &ns), SECOND).await;
+    let observer = connect(&with_chroot(server, &ns), 4 * SECOND).await;
+    let items = [zk_partitioner::Item::from(7)];
+    victim.mkdir("/p/locks/7", &persistent()).await.unwrap();
+    victim.create("/p/locks/7/x__lock__", b"", &ephemeral_sequential()).await.unwrap();
+    let session = zk_partitioner::testing::sole_holder(&observer, "/p", &items).await.unwrap();
+    assert_eq!(session, victim.session_id().0);
+    let mut states = victim.state_watcher();
+    // when
+    let took = proxy.expire_session(session, timing(10 * SECOND)).await;
+    eprintln!("[harness] expire_session() of a 1 s session took {took:.2?}");
+    // then: the server forgot it, its lock is free, and the client learns it on reconnecting
+    assert!(!session_listed(server.addr(), victim.session_id()).await.unwrap());
+    let holders = zk_partitioner::testing::read_holders(&observer, "/p", &items).await.unwrap();
+    assert_eq!(holders["7"], zk_partitioner::testing::Holder::Free);
+    assert!(zk_partitioner::testing::sole_holder(&observer, "/p", &items).await.is_err());
+    wait_session_state(&mut states, SessionState::Expired, timing(5 * SECOND), "after expire_session").await;
+    assert!(!proxy.is_cut());
 }
 
 #[tokio::test]
@@ -216,23 +244,39 @@ async fn owned_server_restarts_with_its_data_and_sessions() {
 }
 
 #[tokio::test]
-async fn a_missing_image_fails_fast_with_the_fix() {
+async fn a_missing_image_is_named() {
     let image = ImageRef::parse("zk-partitioner/no-such-image:0");
     let started = Instant::now();
     let err = check_image(&image).await.unwrap_err();
     assert!(started.elapsed() < 5 * SECOND, "took {:?}", started.elapsed());
     eprintln!("[harness] missing image: {err}");
     assert!(err.contains("zk-partitioner/no-such-image:0"), "{err}");
-    assert!(err.contains("bash docker/zookeeper/build.sh"), "{err}");
-    assert!(err.contains("export ZOOKEEPER_IMAGE=zk-partitioner/zookeeper:3.8"), "{err}");
     assert!(!err.contains('\n'), "{err}");
-    // the configured image itself passes
-    check_image(&ImageRef::from_env()).await.unwrap();
+    // the image the kit chose for this process passes
+    let chosen = zk_partitioner::testing::ensure_image().await.unwrap();
+    check_image(&chosen).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_image_that_can_be_neither_pulled_nor_built_fails_fast_with_the_fix() {
+    // given: an image in a registry that cannot exist (`.invalid` never resolves), not one the build script makes
+    let image = ImageRef::parse("registry.invalid/zookeeper:0");
+    assert!(!image.is_buildable());
+    // when
+    let started = Instant::now();
+    let err = provide_image(Some(image)).await.unwrap_err();
+    // then: at once, naming the image, the pull's failure and the way out
+    assert!(started.elapsed() < 35 * SECOND, "took {:?}", started.elapsed());
+    eprintln!("[harness] unpullable image: {err}");
+    assert!(err.contains("registry.invalid/zookeeper:0"), "{err}");
+    assert!(err.contains("cannot be pulled"), "{err}");
+    assert!(err.contains("unset ZOOKEEPER_IMAGE"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
 }
 
 #[tokio::test]
 async fn an_unreachable_docker_engine_is_named() {
-    let err = check_image_on("unix:///nonexistent/docker.sock", &ImageRef::from_env()).await.unwrap_err();
+    let err = check_image_on("unix:///nonexistent/docker.sock", &ImageRef::parse(ImageRef::DEFAULT)).await.unwrap_err();
     eprintln!("[harness] no engine: {err}");
     assert!(err.starts_with("no Docker engine answers at unix:///nonexistent/docker.sock"), "{err}");
     assert!(err.contains("start dockerd"), "{err}");

@@ -6,6 +6,8 @@
 #
 # Idempotent: when the image already exists it prints so and exits 0. Needs root (debootstrap), Docker and access to
 # a Debian mirror (DEBIAN_MIRROR, default: the first one in this machine's apt sources, else deb.debian.org).
+# One build at a time per machine: it holds ${TMPDIR:-/tmp}/zk-partitioner-image.lock (flock), the lock the test kit
+# (zk_partitioner::testing) takes while it pulls or builds an image, so concurrent runs wait and then find the image.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,6 +19,14 @@ say() { printf '[zookeeper-image] %s\n' "$*" >&2; }
 if ! docker info >/dev/null 2>&1; then
     say "error: no Docker engine answers (is dockerd running, and may this user use it?)"
     exit 1
+fi
+lock=${TMPDIR:-/tmp}/zk-partitioner-image.lock
+if [ -z "${ZK_PARTITIONER_IMAGE_LOCK_HELD:-}" ] && command -v flock >/dev/null 2>&1; then
+    exec 9>>"$lock"
+    if ! flock -n 9; then
+        say "another process is getting a ZooKeeper image (it holds $lock); waiting for it"
+        flock 9
+    fi
 fi
 if docker image inspect "$image" >/dev/null 2>&1; then
     say "image $image already exists; nothing to build"

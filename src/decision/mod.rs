@@ -1631,7 +1631,7 @@ impl Core {
         let mut assigned = BTreeSet::new();
         for item in mine {
             let index = self.catalogue.index_in_set(&item).ok_or_else(|| Error::PartitionFn {
-                reason: format!("returned {}, which is not in the set", crate::names::shorten(&item.to_string())),
+                reason: format!("returned {}, which is not in the set", crate::error::shown(&item.to_string())),
             })?;
             if !assigned.insert(index) {
                 return Err(Error::PartitionFn { reason: "returned an item more than once".into() });

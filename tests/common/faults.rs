@@ -1,11 +1,10 @@
-//! Fault-injection helpers: members with their own session options, a background safety checker that samples claims
-//! against lock nodes while faults happen, scans of the nodes a session owns, convergence waits, party churn, a proxy
-//! that goes silent instead of closing connections, and which ensemble server a session is connected to.
+//! Fault-injection helpers: members with their own session options, the kit's safety checker over [`Member`]s, scans
+//! of the nodes a session owns, convergence waits, party churn, and which ensemble server a session is connected to.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zk_partitioner::zookeeper_client::{Client, Error as ZkError};
@@ -14,6 +13,9 @@ use zk_partitioner::{Item, PartitionState, Rebalance, Rendezvous, SessionPolicy,
 use super::ctx::SESSION_TIMEOUT;
 use super::members::{Member, Recorder, TIME_BOUNDARY};
 use super::{Proxy, four_letter, wait_for};
+
+#[allow(unused_imports)]
+pub use zk_partitioner::testing::{Checks, FreezingProxy, Holder};
 
 /// The partitioner path every fault test uses (relative to the test's chroot).
 pub const PATH: &str = "/partitioner";
@@ -86,49 +88,9 @@ pub async fn build_member(client: Client, identifier: &str, items: &[Item], opts
     Member { client, partitioner: builder.build().await.expect("build partitioner") }
 }
 
-/// Who holds an item's lock, as read by an observer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holder {
-    /// The session owning the lowest contender.
-    Session(i64),
-    /// No contender (or no lock directory).
-    Free,
-    /// The lowest contender went away between the listing and its stat: unknown.
-    Unknown,
-}
-
-/// The lowest kazoo contender among `children` (`..__lock__<10 digits>`).
-fn lowest_contender(children: &[String]) -> Option<&String> {
-    children
-        .iter()
-        .filter_map(|c| c.rsplit_once("__lock__").map(|(_, seq)| (seq, c)))
-        .filter(|(seq, _)| seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
-        .min()
-        .map(|(_, c)| c)
-}
-
-/// Reads who holds each item's lock, after a `sync` (so the read is at least as new as anything any session saw
-/// before the call, even through an ensemble follower). Items are read concurrently; each item's answer is a point
-/// in time (sequence numbers only grow, so a lowest contender that still exists at its stat is still the lowest).
+/// Reads who holds each item's lock under [`PATH`] (the kit's [`read_holders`](zk_partitioner::testing::read_holders)).
 pub async fn read_holders(observer: &Client, items: &[Item]) -> Result<BTreeMap<String, Holder>, ZkError> {
-    observer.sync("/").await?;
-    let reads = items.iter().map(|item| async move {
-        let dir = format!("{PATH}/locks/{item}");
-        let children = match observer.list_children(&dir).await {
-            Ok(children) => children,
-            Err(ZkError::NoNode) => return Ok((item.to_string(), Holder::Free)),
-            Err(err) => return Err(err),
-        };
-        let Some(lowest) = lowest_contender(&children) else {
-            return Ok((item.to_string(), Holder::Free));
-        };
-        let holder = match observer.check_stat(&format!("{dir}/{lowest}")).await? {
-            Some(stat) => Holder::Session(stat.ephemeral_owner),
-            None => Holder::Unknown,
-        };
-        Ok((item.to_string(), holder))
-    });
-    futures::future::try_join_all(reads).await.map(|pairs| pairs.into_iter().collect())
+    zk_partitioner::testing::read_holders(observer, PATH, items).await
 }
 
 /// Every party node and lock contender node (paths relative to the chroot) owned by `session`, after a `sync`.
@@ -235,52 +197,17 @@ pub async fn wait_converged(
     started.elapsed()
 }
 
-/// A member the checker watches: its partitioner and the session its locks must belong to.
-#[derive(Clone)]
-struct Watched {
-    session: i64,
-    partitioner: SetPartitioner,
-}
-
-/// What the checker saw.
-#[derive(Clone, Debug, Default)]
-pub struct Checks {
-    /// Samples where the lock read succeeded.
-    pub samples: u64,
-    /// Samples thrown away because the lock read failed (server down, connection lost).
-    pub unreadable: u64,
-    /// Claims (member, item) checked against a lock holder read while the member's generation did not change.
-    pub claims_checked: u64,
-    /// Each violation: when (since the checker started), and what.
-    pub violations: Vec<String>,
-}
-
-/// Samples, continuously and in the background, every watched member's claims against the lock nodes.
-///
-/// A claim is an item in a member's published [`Snapshot::items`] (the items its worker may process): only in
-/// ACQUIRED by default, also in RELEASE and ALLOCATING for the items a member keeps under
-/// [`Rebalance::Incremental`]. One sample: every member's snapshot, then (after a `sync`) every item's lock holder,
-/// then every member's snapshot again. A member whose generation did not change across the lock read claimed the
-/// same thing during the whole read, so a claim of an item whose lowest contender belongs to another session, or to
-/// nobody, or an item claimed by two such members, is a real violation at that instant; a member whose generation
-/// changed is skipped (read skew). Reads that fail (a server down) are counted and skipped.
-pub struct SafetyChecker {
-    members: Arc<Mutex<Vec<Watched>>>,
-    checks: Arc<Mutex<Checks>>,
-    stop: Arc<AtomicBool>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
+/// The kit's [`SafetyChecker`](zk_partitioner::testing::SafetyChecker) over [`PATH`], watching [`Member`]s.
+pub struct SafetyChecker(zk_partitioner::testing::SafetyChecker);
 
 impl SafetyChecker {
     /// Starts sampling with `observer` (a session of its own, chrooted like the members) over `items`.
     pub fn start(observer: Client, items: &[Item], members: &[&Member]) -> SafetyChecker {
-        let watched =
-            members.iter().map(|m| Watched { session: m.session(), partitioner: m.partitioner.clone() }).collect();
-        let members = Arc::new(Mutex::new(watched));
-        let checks = Arc::new(Mutex::new(Checks::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(sample_loop(observer, items.to_vec(), members.clone(), checks.clone(), stop.clone()));
-        SafetyChecker { members, checks, stop, task: Some(task) }
+        let checker = SafetyChecker(zk_partitioner::testing::SafetyChecker::start(observer, PATH, items));
+        for member in members {
+            checker.watch(member);
+        }
+        checker
     }
 
     /// Watches one more member from now on.
@@ -290,112 +217,22 @@ impl SafetyChecker {
 
     /// Watches `member` as if its locks had to belong to `session` (to test the checker itself).
     pub fn watch_as(&self, member: &Member, session: i64) {
-        let watched = Watched { session, partitioner: member.partitioner.clone() };
-        self.members.lock().unwrap().push(watched);
+        self.0.watch(&member.partitioner, session);
     }
 
     /// Stops sampling (after the sample in progress) and returns what was seen.
-    pub async fn stop(mut self) -> Checks {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(task) = self.task.take() {
-            task.await.expect("the safety checker panicked");
-        }
-        self.checks()
+    pub async fn stop(self) -> Checks {
+        self.0.stop().await
     }
 
     /// What was seen so far.
     pub fn checks(&self) -> Checks {
-        self.checks.lock().unwrap().clone()
+        self.0.checks()
     }
 
-    /// Waits until at least `min_claims` claims have been checked in all (so the check was not vacuous: call it once
-    /// members are ACQUIRED), stops sampling after the sample in progress, and asserts that no violation was seen.
-    /// Returns what was seen.
+    /// Waits until at least `min_claims` claims have been checked, stops, and asserts that no violation was seen.
     pub async fn assert_safe(self, min_claims: u64) -> Checks {
-        let checks = &self.checks;
-        let enough =
-            wait_for("the safety checker to check enough claims", super::timing(Duration::from_secs(10)), || {
-                let seen = checks.lock().unwrap().clone();
-                async move { if seen.claims_checked >= min_claims { Ok(()) } else { Err(format!("{seen:?}")) } }
-            });
-        enough.await;
-        let checks = self.stop().await;
-        assert!(checks.violations.is_empty(), "safety violations: {:#?}\n{checks:?}", checks.violations);
-        assert!(
-            checks.claims_checked >= min_claims,
-            "the safety checker checked only {} claims (wanted at least {min_claims}): {checks:?}",
-            checks.claims_checked
-        );
-        checks
-    }
-}
-
-impl Drop for SafetyChecker {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-async fn sample_loop(
-    observer: Client,
-    items: Vec<Item>,
-    members: Arc<Mutex<Vec<Watched>>>,
-    checks: Arc<Mutex<Checks>>,
-    stop: Arc<AtomicBool>,
-) {
-    let started = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
-        let watched = members.lock().unwrap().clone();
-        let before: Vec<Snapshot> = watched.iter().map(|w| w.partitioner.snapshot()).collect();
-        let read = tokio::time::timeout(Duration::from_secs(2), read_holders(&observer, &items)).await;
-        let after: Vec<Snapshot> = watched.iter().map(|w| w.partitioner.snapshot()).collect();
-        let holders = match read {
-            Ok(Ok(holders)) => holders,
-            Ok(Err(_)) | Err(_) => {
-                checks.lock().unwrap().unreadable += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let at = started.elapsed();
-        let mut found = Vec::new();
-        let mut claims = 0;
-        let mut claimed_by: BTreeMap<String, String> = BTreeMap::new();
-        for ((w, before), after) in watched.iter().zip(&before).zip(&after) {
-            if before.generation != after.generation || before.state == PartitionState::Failure {
-                continue;
-            }
-            for item in before.items.iter() {
-                let name = item.to_string();
-                claims += 1;
-                if let Some(other) = claimed_by.insert(name.clone(), before.member.to_string()) {
-                    found.push(format!("at {at:.2?}: {name} claimed by both {other} and {}", before.member));
-                }
-                match holders.get(&name).copied().unwrap_or(Holder::Unknown) {
-                    Holder::Session(owner) if owner == w.session => {}
-                    Holder::Session(owner) => found.push(format!(
-                        "at {at:.2?}: {} (session {:#x}) is {} with {name} (generation {}), whose lock is held by \
-                         session {owner:#x}",
-                        before.member, w.session, before.state, before.generation
-                    )),
-                    Holder::Free => found.push(format!(
-                        "at {at:.2?}: {} (session {:#x}) is {} with {name} (generation {}), which has no lock node \
-                         at all",
-                        before.member, w.session, before.state, before.generation
-                    )),
-                    Holder::Unknown => claims -= 1,
-                }
-            }
-        }
-        {
-            let mut checks = checks.lock().unwrap();
-            checks.samples += 1;
-            checks.claims_checked += claims;
-            checks.violations.extend(found);
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.0.assert_safe(min_claims).await
     }
 }
 
@@ -496,88 +333,4 @@ pub async fn recorded_states(recorder: &Recorder, partitioner: &SetPartitioner) 
     })
     .await;
     recorder.states()
-}
-
-/// A TCP proxy in front of one server that can black-hole its connections: [`freeze`](Self::freeze) stops
-/// forwarding bytes (connections stay open, nothing answers, as with a paused server or a silent network partition,
-/// so a client notices only through its own timeout); [`thaw`](Self::thaw) closes every connection made so far and
-/// forwards new ones again. Tasks are aborted on drop.
-pub struct FreezingProxy {
-    addr: SocketAddr,
-    frozen: Arc<tokio::sync::watch::Sender<bool>>,
-    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
-    accept: tokio::task::JoinHandle<()>,
-}
-
-impl FreezingProxy {
-    pub async fn start(upstream: SocketAddr) -> FreezingProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the proxy");
-        let addr = listener.local_addr().expect("the proxy's address");
-        let frozen = Arc::new(tokio::sync::watch::Sender::new(false));
-        let connections = Arc::new(Mutex::new(Vec::new()));
-        let (frozen_for_accept, registry) = (frozen.clone(), connections.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                let frozen = frozen_for_accept.subscribe();
-                let task = tokio::spawn(async move {
-                    let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
-                    let ((client_read, client_write), (server_read, server_write)) =
-                        (inbound.into_split(), outbound.into_split());
-                    tokio::join!(
-                        pump(client_read, server_write, frozen.clone()),
-                        pump(server_read, client_write, frozen)
-                    );
-                });
-                registry.lock().unwrap().push(task.abort_handle());
-            }
-        });
-        FreezingProxy { addr, frozen, connections, accept }
-    }
-
-    /// `127.0.0.1:PORT`: connect clients here (append a chroot as usual).
-    pub fn endpoint(&self) -> String {
-        self.addr.to_string()
-    }
-
-    /// Stops forwarding: every connection, old or new, goes silent.
-    pub fn freeze(&self) {
-        self.frozen.send_replace(true);
-    }
-
-    /// Closes every connection made so far and forwards new ones again.
-    pub fn thaw(&self) {
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-        self.frozen.send_replace(false);
-    }
-}
-
-impl Drop for FreezingProxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-    }
-}
-
-/// Copies `from` to `to`, holding what it read while frozen.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut frozen: tokio::sync::watch::Receiver<bool>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        let read = match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => read,
-        };
-        if frozen.wait_for(|frozen| !*frozen).await.is_err() || to.write_all(&buffer[..read]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
 }

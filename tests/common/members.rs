@@ -8,6 +8,8 @@ use futures::StreamExt;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
 
+pub use zk_partitioner::testing::wait_snapshot;
+
 /// The `time_boundary` the ported kazoo tests use.
 pub const TIME_BOUNDARY: Duration = Duration::from_millis(200);
 
@@ -39,22 +41,6 @@ impl Member {
             s.state == PartitionState::Acquired && *s.items == *items
         })
         .await;
-    }
-}
-
-/// Waits until a snapshot satisfies `condition`, without polling: the partitioner's watch channel wakes us on every
-/// transition. Panics naming `what` and the last snapshot seen.
-pub async fn wait_snapshot(
-    partitioner: &SetPartitioner,
-    what: &str,
-    deadline: Duration,
-    condition: impl FnMut(&Snapshot) -> bool,
-) -> Snapshot {
-    let mut receiver = partitioner.subscribe();
-    match tokio::time::timeout(deadline, receiver.wait_for(condition)).await {
-        Ok(Ok(snapshot)) => snapshot.clone(),
-        Ok(Err(_)) => panic!("partitioner task ended before {what}; last snapshot: {:?}", partitioner.snapshot()),
-        Err(_) => panic!("no {what} within {deadline:?}; last snapshot: {:?}", partitioner.snapshot()),
     }
 }
 

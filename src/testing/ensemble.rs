@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use testcontainers::{ContainerAsync, GenericImage};
 
-use super::docker::{HostPort, Spec, base_env, docker_name, ensure_image, log_tail, start_container};
+use super::docker::{HostPort, Spec, base_env, docker_name, log_tail, start_container};
+use super::image::ensure_image;
 use super::server::probe_session;
 use super::{Cluster, server_mode, timing, wait_for};
 
@@ -17,6 +18,9 @@ const READY_DEADLINE: Duration = Duration::from_secs(60);
 /// Three servers (ids 1, 2, 3; hostnames `zk1`..`zk3`) on their own Docker network, each client port on a fixed
 /// host port of 127.0.0.1 so a stopped and restarted server is back at the same endpoint. Servers are addressed by
 /// their ZooKeeper id, `1..=3`. Dropping the ensemble removes its containers and then its network.
+///
+/// Methods taking a server id panic if it is not in `1..=3`; the others panic, naming the server, when Docker
+/// refuses (as test set-up should).
 pub struct Ensemble {
     network: String,
     nodes: Vec<Node>,
@@ -28,12 +32,24 @@ struct Node {
     addr: SocketAddr,
 }
 
+impl std::fmt::Debug for Ensemble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ensemble")
+            .field("network", &self.network)
+            .field("servers", &self.nodes.iter().map(|node| (&node.name, node.addr)).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
 impl Ensemble {
     /// The number of servers.
     pub const SIZE: usize = 3;
 
     /// Starts the three servers and waits until each reports `Mode: leader` or `Mode: follower` and a session works
     /// through [`connect_string`](Self::connect_string).
+    ///
+    /// # Panics
+    /// With the cause and the servers' last log lines if the ensemble does not serve within 60 s.
     pub async fn launch() -> Ensemble {
         static COUNT: AtomicUsize = AtomicUsize::new(0);
         if let Err(err) = ensure_image().await {

@@ -1,8 +1,6 @@
-//! The ZooKeeper image (from `ZOOKEEPER_IMAGE`, checked locally, never pulled), container start-up, and the watchdog
-//! that removes this process' containers and networks once it exits.
+//! Container start-up, and the watchdog that removes this process' containers and networks once it exits.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -14,115 +12,27 @@ use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
+use super::image::{ImageRef, docker_host, ensure_image};
 use super::{random_u64, timing};
 
-/// The label carrying this process' [`token`] on every container the harness starts.
-pub const LABEL: &str = "zk-partitioner.harness";
-
-/// A Docker image reference split the way testcontainers wants it: `name` (with any registry host and port) and `tag`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ImageRef {
-    /// Repository, with any registry host and port: `zookeeper`, `host:5000/team/zookeeper`.
-    pub name: String,
-    /// Tag: `3.9`, `latest`.
-    pub tag: String,
-}
-
-impl ImageRef {
-    /// The environment variable naming the image.
-    pub const ENV: &'static str = "ZOOKEEPER_IMAGE";
-    /// The image used when [`Self::ENV`] is unset: the official one.
-    pub const DEFAULT: &'static str = "zookeeper:3.9";
-
-    /// Parses `[registry[:port]/]path[:tag]`; the tag defaults to `latest`. A colon before the last `/` belongs to
-    /// the registry (`host:5000/x` has no tag).
-    pub fn parse(reference: &str) -> ImageRef {
-        let reference = reference.trim();
-        let last_segment = reference.rfind('/').map_or(0, |slash| slash + 1);
-        match reference[last_segment..].rfind(':') {
-            Some(colon) => {
-                let colon = last_segment + colon;
-                ImageRef { name: reference[..colon].to_string(), tag: reference[colon + 1..].to_string() }
-            }
-            None => ImageRef { name: reference.to_string(), tag: "latest".to_string() },
-        }
-    }
-
-    /// The image named by `ZOOKEEPER_IMAGE`, else [`Self::DEFAULT`].
-    pub fn from_env() -> ImageRef {
-        match std::env::var(Self::ENV) {
-            Ok(value) if !value.trim().is_empty() => Self::parse(&value),
-            _ => Self::parse(Self::DEFAULT),
-        }
-    }
-}
-
-impl fmt::Display for ImageRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.name, self.tag)
-    }
-}
-
-/// The Docker host the harness talks to: `DOCKER_HOST`, else the default local socket (as bollard does).
-pub fn docker_host() -> String {
-    std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
-}
-
-/// Checks, without pulling anything, that `image` exists in the local Docker engine. `Err` is one line naming the
-/// cause and the fix.
-pub async fn check_image(image: &ImageRef) -> Result<(), String> {
-    check_image_on(&docker_host(), image).await
-}
-
-/// [`check_image`] against the engine at `docker_host` (e.g. `unix:///var/run/docker.sock`).
-pub async fn check_image_on(docker_host: &str, image: &ImageRef) -> Result<(), String> {
-    let unreachable = |cause: String| {
-        format!("no Docker engine answers at {docker_host} ({cause}); start dockerd, or point DOCKER_HOST at one")
-    };
-    let docker = Docker::connect_with_host(docker_host).map_err(|err| unreachable(err.to_string()))?;
-    let inspect = tokio::time::timeout(Duration::from_secs(10), docker.inspect_image(&image.to_string()))
-        .await
-        .map_err(|_| unreachable("no answer within 10 s".to_string()))?;
-    match inspect {
-        Ok(_) => Ok(()),
-        Err(testcontainers::bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-            Err(format!(
-                "ZooKeeper image {image} is not in the local Docker engine and the tests never pull; build it with \
-             `bash docker/zookeeper/build.sh` and `export {}=zk-partitioner/zookeeper:3.8` (or `docker pull {image}` \
-             where a registry is reachable)",
-                ImageRef::ENV
-            ))
-        }
-        Err(err) => Err(unreachable(err.to_string())),
-    }
-}
-
-/// The image from the environment once it has been checked (the check runs once per process when it succeeds).
-pub async fn ensure_image() -> Result<ImageRef, String> {
-    static CHECKED: OnceLock<ImageRef> = OnceLock::new();
-    if let Some(image) = CHECKED.get() {
-        return Ok(image.clone());
-    }
-    let image = ImageRef::from_env();
-    check_image(&image).await?;
-    Ok(CHECKED.get_or_init(|| image).clone())
-}
+/// The label carrying this process' [`token`] on every container the kit starts.
+pub(crate) const LABEL: &str = "zk-partitioner.harness";
 
 /// This process' harness token, `<pid>-<8 hex digits>`: in every container's [`LABEL`] and every container and
 /// network name (`zkp-<token>-...`).
-pub fn token() -> &'static str {
+pub(crate) fn token() -> &'static str {
     static TOKEN: OnceLock<String> = OnceLock::new();
     TOKEN.get_or_init(|| format!("{}-{:08x}", std::process::id(), random_u64() as u32))
 }
 
 /// The Docker name of the harness object `role` (container or network) of this process.
-pub fn docker_name(role: &str) -> String {
+pub(crate) fn docker_name(role: &str) -> String {
     format!("zkp-{}-{role}", token())
 }
 
 /// Starts (once per process) a detached `sh` that waits for this process to exit, however it exits, then removes
 /// every container labelled with our token and every network named `zkp-<token>-...`.
-pub fn ensure_watchdog() {
+pub(crate) fn ensure_watchdog() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
         let has_cli = std::env::var_os("PATH")
@@ -165,7 +75,7 @@ pub fn ensure_watchdog() {
 
 /// Where a container's client port 2181 goes on the host (always on 127.0.0.1).
 #[derive(Clone, Copy, Debug)]
-pub enum HostPort {
+pub(crate) enum HostPort {
     /// Any port Docker picks; it changes if the container is stopped and started again.
     Random,
     /// A free port picked now and kept for the container's life, so a restarted server is at the same endpoint.
@@ -173,7 +83,7 @@ pub enum HostPort {
 }
 
 /// What to start: the ZooKeeper image with `env`, named [`docker_name`]`(role)`.
-pub struct Spec<'a> {
+pub(crate) struct Spec<'a> {
     pub role: String,
     pub env: Vec<(&'static str, String)>,
     pub host_port: HostPort,
@@ -182,7 +92,7 @@ pub struct Spec<'a> {
 }
 
 /// A started ZooKeeper container (not necessarily serving yet) and its host port for 2181.
-pub struct Started {
+pub(crate) struct Started {
     pub container: ContainerAsync<GenericImage>,
     pub name: String,
     pub port: u16,
@@ -190,7 +100,7 @@ pub struct Started {
 
 /// Starts a container from the checked image. With [`HostPort::Fixed`] a port taken between picking and binding is
 /// retried twice with another one. A container that fails to start is removed.
-pub async fn start_container(spec: Spec<'_>) -> Result<Started, String> {
+pub(crate) async fn start_container(spec: Spec<'_>) -> Result<Started, String> {
     let image = ensure_image().await?;
     ensure_watchdog();
     let name = docker_name(&spec.role);
@@ -262,7 +172,7 @@ async fn try_start(
 /// `n` distinct ports that were free on 127.0.0.1 a moment ago. They are picked below the kernel's ephemeral range
 /// when it leaves room, so that neither outgoing connections nor Docker's random host ports (allocated upward from
 /// 32768) take one while its server is stopped.
-pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
@@ -290,7 +200,7 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
 }
 
 /// Force-removes a container (and its anonymous volumes) by name or id; a missing container is fine.
-pub async fn remove_container(name: &str) {
+pub(crate) async fn remove_container(name: &str) {
     if let Ok(docker) = Docker::connect_with_host(&docker_host()) {
         let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
         let _ = docker.remove_container(name, Some(options)).await;
@@ -298,7 +208,7 @@ pub async fn remove_container(name: &str) {
 }
 
 /// The last `lines` lines of a container's output (ZooKeeper logs to stderr), for failure messages.
-pub async fn log_tail(container: &ContainerAsync<GenericImage>, lines: usize) -> String {
+pub(crate) async fn log_tail(container: &ContainerAsync<GenericImage>, lines: usize) -> String {
     let mut output = container.stdout_to_vec().await.unwrap_or_default();
     output.extend(container.stderr_to_vec().await.unwrap_or_default());
     let text = String::from_utf8_lossy(&output);
@@ -307,7 +217,7 @@ pub async fn log_tail(container: &ContainerAsync<GenericImage>, lines: usize) ->
 }
 
 /// The server settings every harness server gets (single servers and ensemble members).
-pub fn base_env() -> Vec<(&'static str, String)> {
+pub(crate) fn base_env() -> Vec<(&'static str, String)> {
     vec![
         // Session timeouts are negotiated into [2, 20] ticks: 400 ms .. 60 s with the maximum below.
         ("ZOO_TICK_TIME", "200".to_string()),

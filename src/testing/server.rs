@@ -49,22 +49,30 @@ impl Cluster for ServerHandle {
     }
 }
 
-/// The standalone ZooKeeper shared by every test of this test binary, started on first use (about 3 s here) and
-/// removed after the process exits. Do not stop it; isolate tests with [`namespace`](super::namespace). Panics with
-/// one line naming the cause and the fix when there is no Docker engine or no image, in every test that calls it.
+/// The standalone ZooKeeper shared by every test of this test binary (every caller in the process gets the same
+/// one), started on first use (about 3 s once the image is there; see [`ensure_image`](super::ensure_image) for how
+/// the image is found) and removed after the process exits. Do not stop it; isolate tests with
+/// [`namespace`](super::namespace).
+///
+/// # Panics
+/// With one line naming the cause and the fix when there is no Docker engine or no image, in every test that calls
+/// it.
 pub async fn server() -> &'static ServerHandle {
     static SHARED: OnceLock<Result<ServerHandle, String>> = OnceLock::new();
     if SHARED.get().is_none() {
         // Blocks a pool thread, not this test's runtime, while the first caller starts the server.
-        tokio::task::spawn_blocking(|| {
+        let started = tokio::task::spawn_blocking(|| {
             SHARED.get_or_init(start_shared);
         })
-        .await
-        .expect("starting the shared ZooKeeper server");
+        .await;
+        if let Err(err) = started {
+            panic!("starting the shared ZooKeeper server: {err}");
+        }
     }
-    match SHARED.get().expect("initialised above") {
-        Ok(server) => server,
-        Err(err) => panic!("{err}"),
+    match SHARED.get() {
+        Some(Ok(server)) => server,
+        Some(Err(err)) => panic!("{err}"),
+        None => panic!("the shared ZooKeeper server was not started"),
     }
 }
 
@@ -122,7 +130,10 @@ async fn launch_standalone(role: &str, host_port: HostPort) -> Result<(Started, 
     Ok((started, started_at.elapsed()))
 }
 
-/// Tries to open (and then closes) a session at `endpoint` until one works, or returns the last error at `deadline`.
+/// Tries to open (and then closes) a session at `endpoint` until one works: a readiness probe.
+///
+/// # Errors
+/// The last attempt's error, once `deadline` has passed.
 pub async fn probe_session(endpoint: &str, deadline: Duration) -> Result<(), String> {
     let started = Instant::now();
     loop {
@@ -151,8 +162,17 @@ pub struct OwnedServer {
     addr: SocketAddr,
 }
 
+impl std::fmt::Debug for OwnedServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedServer").field("name", &self.name).field("addr", &self.addr).finish()
+    }
+}
+
 impl OwnedServer {
     /// Starts a server and waits until it accepts a session.
+    ///
+    /// # Panics
+    /// With the cause (no Docker engine, no image, the server did not start) if it does not serve within 60 s.
     pub async fn launch() -> OwnedServer {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -184,6 +204,9 @@ impl OwnedServer {
     }
 
     /// Stops the server (SIGTERM, SIGKILL after 5 s): its clients lose their connection at once.
+    ///
+    /// # Panics
+    /// If Docker cannot stop it.
     pub async fn stop(&self) {
         self.container
             .stop_with_timeout(Some(5))
@@ -192,6 +215,9 @@ impl OwnedServer {
     }
 
     /// Starts the stopped server again and waits until it serves (`srvr` says `Mode: standalone`).
+    ///
+    /// # Panics
+    /// If Docker cannot start it, or it does not serve within 60 s.
     pub async fn start(&self) {
         self.container.start().await.unwrap_or_else(|err| {
             panic!("cannot restart ZooKeeper container {} (was its host port {} taken?): {err}", self.name, self.addr)
@@ -207,22 +233,34 @@ impl OwnedServer {
     }
 
     /// Freezes the server's processes: connections stay open but nothing answers.
+    ///
+    /// # Panics
+    /// If Docker cannot pause it (see [`try_pause`](Self::try_pause)).
     pub async fn pause(&self) {
         self.container.pause().await.unwrap_or_else(|err| panic!("cannot pause {}: {err}", self.name));
     }
 
     /// [`pause`](Self::pause), returning Docker's error instead of panicking: on a loaded machine the cgroup freezer
     /// can time out ("OCI runtime pause failed: unable to freeze"), and the caller may want to retry.
+    ///
+    /// # Errors
+    /// Docker's error.
     pub async fn try_pause(&self) -> Result<(), String> {
         self.container.pause().await.map_err(|err| format!("cannot pause {}: {err}", self.name))
     }
 
     /// [`unpause`](Self::unpause), returning Docker's error instead of panicking (e.g. when the server is not paused).
+    ///
+    /// # Errors
+    /// Docker's error.
     pub async fn try_unpause(&self) -> Result<(), String> {
         self.container.unpause().await.map_err(|err| format!("cannot unpause {}: {err}", self.name))
     }
 
     /// Resumes a paused server.
+    ///
+    /// # Panics
+    /// If Docker cannot unpause it.
     pub async fn unpause(&self) {
         self.container.unpause().await.unwrap_or_else(|err| panic!("cannot unpause {}: {err}", self.name));
     }

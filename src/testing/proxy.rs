@@ -1,0 +1,376 @@
+//! TCP proxies in front of one ZooKeeper server, to cut a member's connection (and so expire its session), or to
+//! make it go silent, without touching anyone else's.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{AbortHandle, JoinHandle};
+use zookeeper_client::{Client, SessionId, SessionState};
+
+use super::{Cluster, session_listed, timing, wait_for};
+
+/// A TCP proxy on `127.0.0.1:<random port>` forwarding every connection to one upstream server. [`cut`](Self::cut)
+/// closes every live connection at once and closes each new one right after accepting it, until
+/// [`heal`](Self::heal). Must be created inside the test's runtime; its tasks are aborted on drop.
+///
+/// Give each member whose connection a test cuts its own proxy, and connect it through
+/// [`with_chroot`](super::with_chroot)`(&proxy, namespace)`.
+pub struct Proxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    shared: Arc<Mutex<State>>,
+    accept: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct State {
+    cut: bool,
+    next_id: u64,
+    connections: HashMap<u64, Connection>,
+}
+
+/// A relayed connection: duplicates of its sockets (to shut them down from `cut`, synchronously) and its task.
+struct Connection {
+    sockets: Vec<std::net::TcpStream>,
+    task: AbortHandle,
+}
+
+impl Connection {
+    fn close(&self) {
+        for socket in &self.sockets {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("addr", &self.addr)
+            .field("upstream", &self.upstream)
+            .field("cut", &self.is_cut())
+            .finish()
+    }
+}
+
+/// Binds a listener on a random port of 127.0.0.1, panicking with the cause if that is impossible.
+async fn bind_loopback() -> (TcpListener, SocketAddr) {
+    let bound = match TcpListener::bind("127.0.0.1:0").await {
+        Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
+        Err(err) => Err(err),
+    };
+    bound.unwrap_or_else(|err| panic!("cannot bind a proxy on 127.0.0.1: {err}"))
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` (e.g. [`ServerHandle::addr`](super::ServerHandle::addr)).
+    ///
+    /// # Panics
+    /// If no port of 127.0.0.1 can be bound.
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let (listener, addr) = bind_loopback().await;
+        let shared = Arc::new(Mutex::new(State::default()));
+        let accept = tokio::spawn(accept_loop(listener, upstream, shared.clone()));
+        Proxy { addr, upstream, shared, accept }
+    }
+
+    /// `127.0.0.1:PORT`: connect clients here (append a chroot as usual).
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The connect string: the endpoint.
+    pub fn connect_string(&self) -> String {
+        self.endpoint()
+    }
+
+    /// The proxy's own address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server behind the proxy.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// Closes every live connection now (both sides: the client sees end-of-stream, the server a closed connection)
+    /// and closes new ones right after accepting them, until [`heal`](Self::heal).
+    pub fn cut(&self) {
+        let connections = {
+            let mut state = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            state.cut = true;
+            std::mem::take(&mut state.connections)
+        };
+        for connection in connections.values() {
+            connection.close();
+        }
+    }
+
+    /// Forwards new connections again.
+    pub fn heal(&self) {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).cut = false;
+    }
+
+    /// Whether the proxy is cut.
+    pub fn is_cut(&self) -> bool {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).cut
+    }
+
+    /// [`cut`](Self::cut), wait `outage`, [`heal`](Self::heal): a connection loss of that length.
+    pub async fn cut_for(&self, outage: Duration) {
+        self.cut();
+        tokio::time::sleep(outage).await;
+        self.heal();
+    }
+
+    /// How many connections are being relayed now.
+    pub fn live_connections(&self) -> usize {
+        self.state().connections.len()
+    }
+
+    /// Expires `session` (its id as ZooKeeper stores it in `ephemeralOwner`, `client.session_id().0`), a session
+    /// connected through this proxy, for real, without its `Client`: cuts the proxy, waits until the server behind it
+    /// no longer lists the session (its `dump`; so the session's ephemeral nodes are gone), then heals the proxy. The client learns that its session expired when it reconnects, or on its own 7/5
+    /// of the session timeout after it last heard from the server. Returns how long it took.
+    ///
+    /// Use it on code under test that owns its client; the session can be read from ZooKeeper, e.g. with
+    /// [`sole_holder`](super::sole_holder). With the `Client` at hand, [`expire`] also waits until the client
+    /// reports `Expired`.
+    ///
+    /// # Panics
+    /// If the server still lists the session after `deadline` (a session longer than that, or not behind this proxy).
+    pub async fn expire_session(&self, session: i64, deadline: Duration) -> Duration {
+        let session = SessionId(session);
+        let started = Instant::now();
+        self.cut();
+        let upstream = self.upstream;
+        wait_for(&format!("the server at {upstream} to drop session {session}"), deadline, || async {
+            match session_listed(upstream, session).await {
+                Ok(false) => Ok(()),
+                Ok(true) => Err("`dump` still lists it".to_string()),
+                Err(err) => Err(err.to_string()),
+            }
+        })
+        .await;
+        self.heal();
+        started.elapsed()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Cluster for Proxy {
+    fn connect_string(&self) -> String {
+        self.endpoint()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        let connections = std::mem::take(&mut self.shared.lock().unwrap_or_else(PoisonError::into_inner).connections);
+        for connection in connections.values() {
+            connection.close();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Mutex<State>>) {
+    loop {
+        let inbound = match listener.accept().await {
+            Ok((inbound, _)) => inbound,
+            Err(err) => {
+                tracing::warn!("proxy to {upstream}: accept failed: {err}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let duplicate = match duplicate(&inbound) {
+            Ok(duplicate) => duplicate,
+            Err(err) => {
+                tracing::warn!("proxy to {upstream}: cannot duplicate a socket: {err}");
+                continue;
+            }
+        };
+        // Registering under the lock that `cut` takes: a connection is either refused here or closed by `cut`.
+        let mut state = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.cut {
+            let _ = duplicate.shutdown(Shutdown::Both);
+            continue;
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        let task = tokio::spawn(relay(id, inbound, upstream, shared.clone()));
+        state.connections.insert(id, Connection { sockets: vec![duplicate], task: task.abort_handle() });
+    }
+}
+
+async fn relay(id: u64, mut inbound: TcpStream, upstream: SocketAddr, shared: Arc<Mutex<State>>) {
+    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+        let registered = match duplicate(&outbound) {
+            Ok(duplicate) => match shared.lock().unwrap_or_else(PoisonError::into_inner).connections.get_mut(&id) {
+                Some(connection) => {
+                    connection.sockets.push(duplicate);
+                    true
+                }
+                None => false, // cut while connecting
+            },
+            Err(_) => false,
+        };
+        if registered {
+            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+        }
+    }
+    shared.lock().unwrap_or_else(PoisonError::into_inner).connections.remove(&id);
+}
+
+/// A second handle on the same socket, to shut it down while the relay task owns the original.
+fn duplicate(stream: &TcpStream) -> std::io::Result<std::net::TcpStream> {
+    Ok(std::net::TcpStream::from(stream.as_fd().try_clone_to_owned()?))
+}
+
+/// Expires `client`'s session for real, through the `proxy` it is connected through: cuts the proxy, waits until
+/// the client reports [`SessionState::Expired`] (it does so on its own 7/5 of the negotiated session timeout after
+/// it last heard from the server), and until the server behind the proxy no longer lists the session (its `dump`;
+/// so the session's ephemeral nodes are gone), then heals the proxy. Returns how long it took. Works with any
+/// upstream server: an ensemble's followers list global sessions too.
+///
+/// # Panics
+/// Naming what did not happen in time (within twice the session timeout plus 5 s, scaled by
+/// [`timing`](super::timing)).
+pub async fn expire(client: &Client, proxy: &Proxy) -> Duration {
+    let started = Instant::now();
+    let session = client.session_id();
+    let session_timeout = client.session_timeout();
+    let mut watcher = client.state_watcher();
+    let deadline = timing(session_timeout * 2 + Duration::from_secs(5));
+    proxy.cut();
+    loop {
+        match watcher.state() {
+            SessionState::Expired => break,
+            state if state.is_terminated() => panic!("session {session} ended as {state}, not Expired"),
+            _ => {}
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() || tokio::time::timeout(left, watcher.changed()).await.is_err() {
+            panic!(
+                "session {session} (timeout {session_timeout:?}) behind proxy {} did not report Expired within \
+                 {deadline:?} (is it connected through this proxy?); last state: {}",
+                proxy.endpoint(),
+                watcher.peek_state()
+            );
+        }
+    }
+    let upstream = proxy.upstream();
+    wait_for(&format!("the server at {upstream} to drop session {session}"), deadline, || async {
+        match session_listed(upstream, session).await {
+            Ok(false) => Ok(()),
+            Ok(true) => Err("`dump` still lists it".to_string()),
+            Err(err) => Err(err.to_string()),
+        }
+    })
+    .await;
+    proxy.heal();
+    started.elapsed()
+}
+
+/// A TCP proxy in front of one server that can black-hole its connections: [`freeze`](Self::freeze) stops
+/// forwarding bytes (connections stay open, nothing answers, as with a paused server or a silent network partition,
+/// so a client notices only through its own timeout); [`thaw`](Self::thaw) closes every connection made so far and
+/// forwards new ones again. Tasks are aborted on drop.
+pub struct FreezingProxy {
+    addr: SocketAddr,
+    frozen: Arc<tokio::sync::watch::Sender<bool>>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for FreezingProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FreezingProxy").field("addr", &self.addr).field("frozen", &*self.frozen.borrow()).finish()
+    }
+}
+
+impl FreezingProxy {
+    /// Starts a proxy to `upstream`, forwarding.
+    ///
+    /// # Panics
+    /// If no port of 127.0.0.1 can be bound.
+    pub async fn start(upstream: SocketAddr) -> FreezingProxy {
+        let (listener, addr) = bind_loopback().await;
+        let frozen = Arc::new(tokio::sync::watch::Sender::new(false));
+        let connections = Arc::new(Mutex::new(Vec::new()));
+        let (frozen_for_accept, registry) = (frozen.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let frozen = frozen_for_accept.subscribe();
+                let task = tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
+                    let ((client_read, client_write), (server_read, server_write)) =
+                        (inbound.into_split(), outbound.into_split());
+                    tokio::join!(
+                        pump(client_read, server_write, frozen.clone()),
+                        pump(server_read, client_write, frozen)
+                    );
+                });
+                registry.lock().unwrap_or_else(PoisonError::into_inner).push(task.abort_handle());
+            }
+        });
+        FreezingProxy { addr, frozen, connections, accept }
+    }
+
+    /// `127.0.0.1:PORT`: connect clients here (append a chroot as usual).
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Stops forwarding: every connection, old or new, goes silent.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Closes every connection made so far and forwards new ones again.
+    pub fn thaw(&self) {
+        for connection in self.connections.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            connection.abort();
+        }
+        self.frozen.send_replace(false);
+    }
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for connection in self.connections.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+/// Copies `from` to `to`, holding what it read while frozen.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        if frozen.wait_for(|frozen| !*frozen).await.is_err() || to.write_all(&buffer[..read]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
