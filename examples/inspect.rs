@@ -37,6 +37,11 @@ struct Args {
     #[arg(long)]
     path: String,
 
+    /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (needed to read nodes whose ACL
+    /// grants READ to that identity only)
+    #[arg(long, value_name = "SCHEME:CREDENTIALS")]
+    auth: Option<String>,
+
     /// Print one JSON document instead of tables (with --watch: one document per line, per change) [default: off]
     #[arg(long)]
     json: bool,
@@ -94,11 +99,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if !(args.session_timeout.is_finite() && args.session_timeout > 0.0) {
         return Err("--session-timeout must be a positive number of seconds".into());
     }
-    let client = Client::connector()
-        .with_session_timeout(Duration::from_secs_f64(args.session_timeout))
-        .connect(&args.connect)
-        .await
-        .map_err(|err| format!("cannot connect to {}: {err}", args.connect))?;
+    let mut connector = Client::connector().with_session_timeout(Duration::from_secs_f64(args.session_timeout));
+    if let Some(auth) = &args.auth {
+        let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
+        connector = connector.with_auth(scheme, credentials.as_bytes());
+    }
+    let client =
+        connector.connect(&args.connect).await.map_err(|err| format!("cannot connect to {}: {err}", args.connect))?;
     let items: Option<Vec<Item>> = args.items.as_ref().map(|names| parse_items(names));
     let partition_fn: Option<Box<dyn PartitionFn>> = match args.partition {
         Partition::None => None,

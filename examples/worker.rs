@@ -21,6 +21,14 @@
 //! `revoked` (the items to stop, in RELEASE), `suspended` (true while a session-aware member waits for its
 //! connection), `cause` on FAILURE, and `finished: true` on the last line of a clean exit (the partitioner's state
 //! is then FAILURE with cause `partitioner finished`: `finish()` was called, every lock and the party node are gone).
+//! Also, when they apply: `set_version`, `added` and `removed` (`--shared-set`: the version of the shared set the
+//! assignment follows and what its latest change did), `disagreements` (other members announcing another item set or
+//! partition function: the party may stall until one side is reconfigured), and `checkpoints` (`--checkpoints`: for
+//! each item taken now, how many owners have taken it, read from and written to its fenced checkpoint).
+//!
+//! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
+//! when it does not exist yet. Change it with the admin command: `cargo run --example item_set -- --connect .. --path
+//! /p add e,f` (or `remove`, `replace`, `show`).
 //!
 //! Logs (the library's, through `tracing`) go to stderr, filtered by `RUST_LOG` (default `info`). On SIGINT
 //! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE it exits 1 with the cause; on bad arguments 2.
@@ -37,7 +45,7 @@ use zk_partitioner::{
 
 /// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
 #[derive(Debug, Parser)]
-#[command(name = "worker", group(ArgGroup::new("item-source").required(true).args(["items", "items_file"])))]
+#[command(name = "worker", group(ArgGroup::new("item-source").args(["items", "items_file"])))]
 struct Args {
     /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot]
     #[arg(long, value_name = "HOST:PORT[,...]")]
@@ -85,6 +93,18 @@ struct Args {
     /// session timeout]
     #[arg(long, value_name = "SECS", requires = "static_membership", value_parser = seconds)]
     max_identity_wait: Option<Duration>,
+    /// Take the items from the shared item set in ZooKeeper (`<path>/items`) and follow its changes; --items or
+    /// --items-file seed it if it does not exist yet (change it with `cargo run --example item_set`)
+    #[arg(long)]
+    shared_set: bool,
+    /// Keep a fenced checkpoint per item (`<path>/checkpoints/<item>`): a count of the times the item was taken,
+    /// read and increased by each new owner, so a new owner resumes where the last one stopped
+    #[arg(long)]
+    checkpoints: bool,
+    /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD; every node the member creates is
+    /// then readable and writable by that identity only (creator-all)
+    #[arg(long, value_name = "SCHEME:CREDENTIALS")]
+    auth: Option<String>,
     /// Print one JSON object per state change instead of a line of text
     #[arg(long)]
     json: bool,
@@ -168,6 +188,11 @@ async fn stop_signal() -> Result<(), String> {
 
 async fn run(args: Args) -> Result<ExitCode, String> {
     let items = args.items()?;
+    if items.is_empty() && !args.shared_set {
+        use clap::CommandFactory;
+        let message = "one of --items or --items-file is required (or --shared-set with an existing set)";
+        Args::command().error(clap::error::ErrorKind::MissingRequiredArgument, message).exit();
+    }
     let stop = stop_signal();
     tokio::pin!(stop);
     // A signal while connecting or joining ends the process at once: `build()` is cancel safe (a party node it may
@@ -182,6 +207,8 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     };
     let (partitioner, session) = joined;
     let mut changes = partitioner.changes();
+    // With --checkpoints: the items whose checkpoint this member already counted, by fencing token.
+    let mut counted = std::collections::HashMap::new();
     loop {
         tokio::select! {
             result = stop.as_mut() => {
@@ -190,7 +217,12 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             }
             snapshot = changes.next() => {
                 let Some(snapshot) = snapshot else { break };
-                print_snapshot(&snapshot, session, args.json);
+                let resumed = if args.checkpoints && snapshot.state == PartitionState::Acquired {
+                    take_checkpoints(&partitioner, &snapshot, &mut counted).await
+                } else {
+                    Vec::new()
+                };
+                print_snapshot(&snapshot, session, args.json, &resumed);
                 match snapshot.state {
                     PartitionState::Failure => {
                         let cause = snapshot.cause.map(|c| c.to_string()).unwrap_or_default();
@@ -213,13 +245,18 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     }
     // Leave cleanly: release every lock, delete the party node, stop the task.
     partitioner.finish().await;
-    print_snapshot(&partitioner.snapshot(), session, args.json);
+    print_snapshot(&partitioner.snapshot(), session, args.json, &[]);
     Ok(ExitCode::SUCCESS)
 }
 
 /// Connects and joins the party; returns the partitioner and its session id.
 async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), String> {
-    let connector = zk_partitioner::zookeeper_client::Client::connector().with_session_timeout(args.session_timeout);
+    let mut connector =
+        zk_partitioner::zookeeper_client::Client::connector().with_session_timeout(args.session_timeout);
+    if let Some(auth) = &args.auth {
+        let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
+        connector = connector.with_auth(scheme, credentials.as_bytes());
+    }
     let client = zk_partitioner::connect_with(connector, &args.connect, args.connect_timeout)
         .await
         .map_err(|e| e.to_string())?;
@@ -248,6 +285,12 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), St
     if let Some(limit) = args.max_identity_wait {
         builder = builder.max_identity_wait(limit);
     }
+    if args.shared_set {
+        builder = builder.shared_item_set(true);
+    }
+    if args.auth.is_some() {
+        builder = builder.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
+    }
     let partitioner = builder.build().await.map_err(|e| e.to_string())?;
     Ok((partitioner, session))
 }
@@ -257,7 +300,39 @@ fn finished(snapshot: &Snapshot) -> bool {
     snapshot.state == PartitionState::Failure && matches!(snapshot.cause, Some(zk_partitioner::Error::Finished))
 }
 
-fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
+/// For each item newly held (by fencing token): reads its checkpoint (how many owners took it before), and saves one
+/// more with a fenced write. Returns `(item, count)` for the items counted now.
+async fn take_checkpoints(
+    partitioner: &SetPartitioner,
+    snapshot: &Snapshot,
+    counted: &mut std::collections::HashMap<Item, zk_partitioner::FencingToken>,
+) -> Vec<(Item, u64)> {
+    let mut resumed = Vec::new();
+    for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
+        if counted.get(item) == Some(token) {
+            continue;
+        }
+        let before = match partitioner.load_checkpoint(item).await {
+            Ok(Some(checkpoint)) => String::from_utf8_lossy(&checkpoint.data).parse::<u64>().unwrap_or(0),
+            Ok(None) => 0,
+            Err(err) => {
+                tracing::warn!(%item, %err, "cannot read the checkpoint");
+                continue;
+            }
+        };
+        match partitioner.save_checkpoint(item, (before + 1).to_string().as_bytes()).await {
+            Ok(()) => {
+                counted.insert(item.clone(), *token);
+                resumed.push((item.clone(), before + 1));
+            }
+            // The item moved meanwhile: its new owner counts it.
+            Err(err) => tracing::warn!(%item, %err, "checkpoint not saved"),
+        }
+    }
+    resumed
+}
+
+fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool, checkpoints: &[(Item, u64)]) {
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
     if json {
         let mut line = Map::new();
@@ -276,6 +351,23 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
         if let Some(cause) = &snapshot.cause {
             line.insert("cause".into(), json!(cause.to_string()));
         }
+        if let Some(version) = snapshot.set_version {
+            line.insert("set_version".into(), json!(version));
+        }
+        if !snapshot.added.is_empty() {
+            line.insert("added".into(), Value::Array(snapshot.added.iter().map(item_json).collect()));
+        }
+        if !snapshot.removed.is_empty() {
+            line.insert("removed".into(), Value::Array(snapshot.removed.iter().map(item_json).collect()));
+        }
+        if !snapshot.disagreements.is_empty() {
+            let all = snapshot.disagreements.iter().map(|d| json!(d.to_string())).collect();
+            line.insert("disagreements".into(), Value::Array(all));
+        }
+        if !checkpoints.is_empty() {
+            let counts = checkpoints.iter().map(|(item, count)| (item.to_string(), json!(count))).collect();
+            line.insert("checkpoints".into(), Value::Object(counts));
+        }
         if finished(snapshot) {
             line.insert("finished".into(), json!(true));
         }
@@ -289,6 +381,12 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool) {
         let suspended = if snapshot.suspended { " (suspended)" } else { "" };
         let cause = snapshot.cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default();
         println!("{ts:.3} {} {} [{}]{revoked}{suspended}{cause}", snapshot.member, snapshot.state, items.join(", "));
+        for disagreement in snapshot.disagreements.iter() {
+            println!("    warning: {disagreement}");
+        }
+        for (item, count) in checkpoints {
+            println!("    {item}: checkpoint {count} (taken {count} times)");
+        }
     }
 }
 

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, MultiWriteError};
+use zookeeper_client::{Client, MultiWriteError};
 
 use crate::error::{is_transient, session_end};
-use crate::party::{PERSISTENT, Paths, retry_transient};
+use crate::party::{Paths, retry_transient};
 use crate::{Error, FencingToken, Item};
 
 /// The largest checkpoint accepted by a save, in bytes (512 KiB): ZooKeeper keeps every node in memory and sends it
@@ -27,8 +27,6 @@ const MAGIC: &str = "zkp-checkpoint 1";
 /// How often a save goes round when the checkpoint node appears or disappears under it (only someone deleting the
 /// node by hand, over and over, makes it go round more than twice).
 const MAX_ROUNDS: usize = 5;
-
-static CHECKPOINT_NODE: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
 
 /// A checkpoint as read by [`SetPartitioner::load_checkpoint`](crate::SetPartitioner::load_checkpoint).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,8 +56,9 @@ pub(crate) struct Checkpoints {
 }
 
 impl Checkpoints {
-    pub(crate) fn new(client: Client, base: &str) -> Self {
-        Checkpoints { client, path: base.to_owned(), paths: Paths::new(base), dir: format!("{base}/checkpoints") }
+    /// The checkpoints of the partition whose nodes are `paths` (their ACL included).
+    pub(crate) fn new(client: Client, base: &str, paths: Paths) -> Self {
+        Checkpoints { client, path: base.to_owned(), paths, dir: format!("{base}/checkpoints") }
     }
 
     /// The partition path.
@@ -230,7 +229,8 @@ impl CheckpointWriter {
                 (Some(1), zookeeper_client::Error::NoNode) if !create => create = true,
                 // `<path>/checkpoints` does not exist yet.
                 (Some(1), zookeeper_client::Error::NoNode) => {
-                    retry_transient(|| client.mkdir(&self.store.dir, &PERSISTENT))
+                    let options = self.store.paths.acls.persistent();
+                    retry_transient(|| client.mkdir(&self.store.dir, &options))
                         .await
                         .map_err(|err| Error::zk("mkdir", self.store.dir.as_str(), err))?;
                 }
@@ -254,7 +254,7 @@ impl CheckpointWriter {
             let mut writer = client.new_multi_writer();
             writer.add_check_version(&self.lock_node, -1)?;
             if create {
-                writer.add_create(&self.node, blob, &CHECKPOINT_NODE)?;
+                writer.add_create(&self.node, blob, &self.store.paths.acls.persistent())?;
             } else {
                 writer.add_set_data(&self.node, blob, None)?;
             }

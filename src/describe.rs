@@ -3,7 +3,7 @@
 //!
 //! [`describe`] reads `<path>/party` and `<path>/locks` with any client, as an outsider: no membership, no write. It
 //! works on parties of this crate's members, kazoo's members, or both, because it reads kazoo's layout (see the crate
-//! docs): a member is a party node `<32 hex>-<name>` whose data is its identifier; an item's contenders are the
+//! docs): a member is a party node `<32 hex>-<name>` whose data starts with its identifier; an item's contenders are the
 //! `<32 hex>__lock__<sequence>` nodes in `<path>/locks/<item>`, and the lowest sequence holds the lock (kazoo's
 //! ordering, the same rule the partitioners use). A contender belongs to the member whose party node has the same
 //! session; this crate's members also write their name into their lock nodes, kazoo's write nothing.
@@ -126,7 +126,7 @@ pub struct MemberInfo {
     /// Its name: the party node's name after the first `-` (`<identifier>-<sequence>`, or the identifier for kazoo
     /// and static members).
     pub name: String,
-    /// Its identifier: the party node's data.
+    /// Its identifier: the first line of the party node's data.
     pub identifier: String,
     /// The party node's name under `<path>/party`.
     pub node: String,
@@ -369,7 +369,10 @@ async fn read_members(
         for ((node, name), result) in batch.into_iter().zip(results) {
             match result {
                 MultiReadResult::Data { data, stat } => {
-                    let identifier = String::from_utf8_lossy(&data).into_owned();
+                    // The identifier is the data's first line (this crate's members announce their configuration
+                    // on the next one).
+                    let text = String::from_utf8_lossy(&data);
+                    let identifier = text.split('\n').next().unwrap_or_default().to_owned();
                     members.push(RawMember { node, name, identifier, stat });
                 }
                 MultiReadResult::Error { err: zookeeper_client::Error::NoNode } => {}

@@ -286,7 +286,11 @@ impl Driver {
                 "state change"
             );
             if let Some(cause) = &p.cause {
-                tracing::warn!(%cause, "partitioner ended");
+                if matches!(cause, Error::Finished) {
+                    tracing::info!("partitioner finished: locks released, party left");
+                } else {
+                    tracing::warn!(%cause, "partitioner ended");
+                }
             }
             snapshot.state = p.state;
             snapshot.generation += 1;
@@ -368,7 +372,7 @@ impl Driver {
             Op::MakeDirs(items) => {
                 let dirs: Vec<String> = items.into_iter().map(dir).collect();
                 async move {
-                    let result = locks::make_dirs(&client, &dirs).await;
+                    let result = locks::make_dirs(&client, &dirs, &paths.acls).await;
                     reply(id, Reply::DirsMade(result.map_err(|err| classify("mkdir", &paths.locks, err))))
                 }
                 .boxed()
@@ -377,7 +381,7 @@ impl Driver {
                 let prefixes: Vec<String> =
                     contenders.into_iter().map(|(item, prefix)| format!("{}/{prefix}", dir(item))).collect();
                 async move {
-                    let result = locks::create_contenders(&client, &prefixes, data.as_bytes()).await;
+                    let result = locks::create_contenders(&client, &prefixes, data.as_bytes(), &paths.acls).await;
                     let result = result.map_err(|err| match err {
                         // Sequential names never collide: treat it as an unknown outcome, which a listing settles.
                         zookeeper_client::Error::NodeExists => ReqError::Transient,

@@ -29,6 +29,23 @@ pub enum Error {
         reason: String,
     },
 
+    /// ZooKeeper refused a request for lack of permission (`NoAuth`): the node's ACL does not grant this session's
+    /// authentication the permission the request needs. Never retried: authenticate the session (e.g.
+    /// `Connector::with_auth`) as the identity the nodes were created for, or fix the ACL (see
+    /// [`Builder::acls`](crate::Builder::acls)).
+    #[error(
+        "no permission to {op} {}: ZooKeeper answered NoAuth (the session's authentication lacks {permission})",
+        shown_path(path)
+    )]
+    PermissionDenied {
+        /// The request, e.g. `create`.
+        op: &'static str,
+        /// The node the request was about (for a create or a delete, the permission is checked on its parent).
+        path: String,
+        /// The permission that was missing, e.g. `CREATE on the parent node`.
+        permission: &'static str,
+    },
+
     /// A ZooKeeper request failed in a way this crate does not retry.
     #[error("zookeeper {op} {}: {source}", shown_path(path))]
     ZooKeeper {
@@ -215,6 +232,9 @@ impl Error {
     /// Wraps a client error with the request and node it concerns. A terminal session error becomes
     /// [`Error::SessionLost`], so the cause of a Failure reads the same whichever request saw it first.
     pub(crate) fn zk(op: &'static str, path: impl Into<String>, source: zookeeper_client::Error) -> Self {
+        if source == zookeeper_client::Error::NoAuth {
+            return Error::PermissionDenied { op, path: path.into(), permission: permission_for(op) };
+        }
         match session_end(&source) {
             Some(state) => Error::SessionLost { state },
             None => Error::ZooKeeper { op, path: path.into(), source },
@@ -223,6 +243,20 @@ impl Error {
 
     pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidConfig { field, reason: reason.into() }
+    }
+}
+
+/// The permission ZooKeeper checks for a request (`ZooDefs.Perms`): creating and deleting a node need CREATE and
+/// DELETE on its parent, writing data WRITE on the node, reading READ.
+fn permission_for(op: &str) -> &'static str {
+    if op.contains("create") || op == "mkdir" {
+        "CREATE on the parent node"
+    } else if op.contains("delete") {
+        "DELETE on the parent node"
+    } else if op.contains("set_data") || op.contains("check") || op == "multi" {
+        "WRITE (or CREATE/DELETE on a parent) for one of the operations"
+    } else {
+        "READ"
     }
 }
 

@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use zookeeper_client::{Client, MultiWriteError, OneshotWatcher};
 
+use crate::acl::NodeAcls;
 use crate::decision::SetRead;
 use crate::error::is_transient;
 use crate::error::shown;
 use crate::item::validate_items;
 use crate::names::check_base_path;
-use crate::party::PERSISTENT;
 use crate::{Error, Item};
 
 /// The first words of the set node's data.
@@ -72,6 +72,7 @@ pub struct ItemSet {
     client: Client,
     base: String,
     node: String,
+    acls: NodeAcls,
 }
 
 impl fmt::Debug for ItemSet {
@@ -174,7 +175,20 @@ impl ItemSet {
         let base = path.into();
         check_base_path(&base)?;
         let node = format!("{base}/items");
-        Ok(ItemSet { client, base, node })
+        Ok(ItemSet { client, base, node, acls: NodeAcls::default() })
+    }
+
+    /// Creates the nodes it makes (the set's node, its items, and `<path>` if missing) with this ACL instead of
+    /// kazoo's open one: use the partitioner's ([`Builder::acls`](crate::Builder::acls)). Nodes that exist keep
+    /// theirs.
+    pub fn with_acls(mut self, acls: zookeeper_client::Acls<'_>) -> Self {
+        self.acls = NodeAcls::new(&acls);
+        self
+    }
+
+    pub(crate) fn with_node_acls(mut self, acls: NodeAcls) -> Self {
+        self.acls = acls;
+        self
     }
 
     /// The path of the set's node, `<path>/items`.
@@ -242,7 +256,7 @@ impl ItemSet {
                 Err(Error::ItemSetMissing { .. }) => {}
                 Err(err) => return Err(err),
             }
-            if let Err(err) = self.client.mkdir(&self.base, &PERSISTENT).await
+            if let Err(err) = self.client.mkdir(&self.base, &self.acls.persistent()).await
                 && err != zookeeper_client::Error::NodeExists
             {
                 return Err(Error::zk("mkdir", self.base.as_str(), err));
@@ -409,18 +423,18 @@ impl ItemSet {
             let built = (|| {
                 match version {
                     Some(version) => writer.add_set_data(&self.node, header.as_bytes(), Some(to_i32(version)))?,
-                    None => writer.add_create(&self.node, header.as_bytes(), &PERSISTENT)?,
+                    None => writer.add_create(&self.node, header.as_bytes(), &self.acls.persistent())?,
                 }
                 if ops.is_empty() {
                     // Members watch children only: an update that changes the state alone (completing an
                     // interrupted one) creates and deletes a marker child, in the same multi, to wake them.
                     let touch = format!("{}/{TOUCH}", self.node);
-                    writer.add_create(&touch, b"", &PERSISTENT)?;
+                    writer.add_create(&touch, b"", &self.acls.persistent())?;
                     writer.add_delete(&touch, None)?;
                 }
                 for (path, create) in ops.iter() {
                     if *create {
-                        writer.add_create(path, b"", &PERSISTENT)?;
+                        writer.add_create(path, b"", &self.acls.persistent())?;
                     } else {
                         writer.add_delete(path, None)?;
                     }

@@ -158,6 +158,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acl;
 mod agreement;
 mod checkpoint;
 mod connect;

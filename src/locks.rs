@@ -8,18 +8,16 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, MultiReadResult, MultiWriteError, MultiWriteResult};
+use zookeeper_client::{Client, MultiReadResult, MultiWriteError, MultiWriteResult};
 
 use crate::Error;
+use crate::acl::NodeAcls;
 use crate::decision::sequence;
 use crate::error::{is_transient, session_end};
-use crate::party::PERSISTENT;
 
 /// Operations per `multi` request. Each is small (a path and a member name), so 500 stay far below ZooKeeper's 1 MB
 /// packet limit (`jute.maxbuffer`) while saving 499 round trips.
 pub(crate) const BATCH: usize = 500;
-
-static EPHEMERAL_SEQUENTIAL: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
 
 /// One of our contender nodes to delete: its directory, its unique prefix, and its name once known.
 #[derive(Debug, Clone)]
@@ -41,10 +39,11 @@ pub(crate) async fn create_contenders(
     client: &Client,
     prefixes: &[String],
     data: &[u8],
+    acls: &NodeAcls,
 ) -> Result<Vec<(String, i64)>, zookeeper_client::Error> {
     let mut writer = client.new_multi_writer();
     for prefix in prefixes {
-        writer.add_create(prefix, data, &EPHEMERAL_SEQUENTIAL)?;
+        writer.add_create(prefix, data, &acls.ephemeral_sequential())?;
     }
     let results = writer.commit().await.map_err(|err| match err {
         MultiWriteError::RequestFailed { source } | MultiWriteError::OperationFailed { source, .. } => source,
@@ -63,10 +62,14 @@ pub(crate) async fn create_contenders(
 
 /// Makes sure every directory exists: one `multi` when none does (the common case on a fresh path), else one
 /// `mkdir` each (which also recreates `<path>/locks` should an operator have removed it).
-pub(crate) async fn make_dirs(client: &Client, dirs: &[String]) -> Result<(), zookeeper_client::Error> {
+pub(crate) async fn make_dirs(
+    client: &Client,
+    dirs: &[String],
+    acls: &NodeAcls,
+) -> Result<(), zookeeper_client::Error> {
     let mut writer = client.new_multi_writer();
     for dir in dirs {
-        writer.add_create(dir, b"", &PERSISTENT)?;
+        writer.add_create(dir, b"", &acls.persistent())?;
     }
     match writer.commit().await {
         Ok(_) => return Ok(()),
@@ -77,7 +80,8 @@ pub(crate) async fn make_dirs(client: &Client, dirs: &[String]) -> Result<(), zo
         }
         Err(_) => {} // some exist already, or `<path>/locks` is missing: one by one
     }
-    let made = futures::future::join_all(dirs.iter().map(|dir| client.mkdir(dir, &PERSISTENT))).await;
+    let options = acls.persistent();
+    let made = futures::future::join_all(dirs.iter().map(|dir| client.mkdir(dir, &options))).await;
     made.into_iter()
         .find(|result| !matches!(result, Ok(()) | Err(zookeeper_client::Error::NodeExists)))
         .unwrap_or(Ok(()))
@@ -142,12 +146,15 @@ pub(crate) async fn wait_for(client: &Client, path: &str) -> Result<(), zookeepe
 
 /// Waits until our held lock node at `path` is deleted (or is found missing), keeping the watch through data changes.
 /// At most `registrations` watches are being registered at once: a member that just took 100,000 locks registers
-/// their watches in a stream, not in one burst. Once registered, a watch costs nothing until it fires.
+/// their watches in a stream, not in one burst. Once registered, a watch costs nothing until it fires (the client
+/// sets it again after a reconnection). A registration lost with the connection is sent again, after a pause, until
+/// the session ends: the only outcomes are "gone" and the end of the session.
 pub(crate) async fn wait_gone(
     client: &Client,
     path: &str,
     registrations: &tokio::sync::Semaphore,
 ) -> Result<(), zookeeper_client::Error> {
+    let mut pause = Duration::from_millis(50);
     loop {
         let watched = {
             // A closed semaphore is never closed here; without a permit, register anyway.
@@ -166,6 +173,10 @@ pub(crate) async fn wait_gone(
                 // Its data changed (someone wrote to our lock node): still ours, watch again.
             }
             Err(zookeeper_client::Error::NoNode) => return Ok(()),
+            Err(err) if is_transient(&err) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
             Err(err) => return Err(err),
         }
     }

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 use zookeeper_client::Client;
 
+use crate::acl::NodeAcls;
 use crate::agreement::Agreement;
 use crate::checkpoint::Checkpoints;
 use crate::decision::{Core, CoreConfig};
@@ -49,6 +50,7 @@ pub struct Builder {
     static_membership: bool,
     max_identity_wait: Option<Duration>,
     shared_item_set: bool,
+    acls: Option<NodeAcls>,
 }
 
 impl fmt::Debug for Builder {
@@ -66,6 +68,7 @@ impl fmt::Debug for Builder {
             .field("static_membership", &self.static_membership)
             .field("max_identity_wait", &self.max_identity_wait)
             .field("shared_item_set", &self.shared_item_set)
+            .field("acls", &self.acls)
             .finish()
     }
 }
@@ -305,6 +308,47 @@ impl Builder {
         self
     }
 
+    /// The ACL of every node this partitioner creates: `<path>`, `party`, `locks` and the lock directories if missing,
+    /// its party node and lock contenders, the shared item set's nodes, checkpoints. Default: kazoo's open ACL
+    /// (`world:anyone`, every permission), which lets **any client of the ZooKeeper ensemble** delete a member's
+    /// held lock node (another process can then take the item), add fake members to the party (stalling every
+    /// allocation), or rewrite the shared item set and checkpoints.
+    ///
+    /// On a shared ZooKeeper, authenticate every member's session with the same identity and create nodes
+    /// creator-all: only that identity can then touch them. Nodes that already exist keep their ACL (ZooKeeper sets
+    /// an ACL at creation): create the path with this option from the start, or fix the existing nodes with `setAcl`.
+    ///
+    /// A session that lacks a permission on an existing node fails with [`Error::PermissionDenied`], naming the node
+    /// and the permission: at [`build`](Builder::build) (which then leaves no node behind), or as the
+    /// [`Failure`](PartitionState::Failure) cause during allocation; it is never retried.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox() -> Result<(), zk_partitioner::Error> {
+    /// use std::time::Duration;
+    /// use zk_partitioner::SetPartitioner;
+    /// use zk_partitioner::zookeeper_client::{Acls, Client};
+    ///
+    /// // Every member authenticates as the same digest user...
+    /// let client = Client::connector()
+    ///     .with_session_timeout(Duration::from_secs(10))
+    ///     .with_auth("digest", b"workers:s3cret")
+    ///     .connect("127.0.0.1:2181")
+    ///     .await
+    ///     .expect("connect");
+    /// // ... and creates every node readable and writable by that user only.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
+    ///     .acls(Acls::creator_all())
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acls(mut self, acls: zookeeper_client::Acls<'_>) -> Self {
+        self.acls = Some(NodeAcls::new(&acls));
+        self
+    }
+
     /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`]) and follow its changes,
     /// instead of a set fixed at build time. Off by default (kazoo's fixed set).
     ///
@@ -402,14 +446,17 @@ impl Builder {
         }
         // A shared set is all of one kind (its node records which, so that members parse it alike).
         let items = validate_items(self.items, self.partition_fn.is_none() || self.shared_item_set)?;
-        let paths = Paths::new(&self.path);
+        let mut paths = Paths::new(&self.path);
+        if let Some(acls) = self.acls {
+            paths.acls = acls;
+        }
         let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
 
         let session = self.client.state_watcher();
-        let checkpoints = Arc::new(Checkpoints::new(self.client.clone(), &self.path));
+        let checkpoints = Arc::new(Checkpoints::new(self.client.clone(), &self.path, paths.clone()));
         party::ensure_base(&self.client, &paths).await?;
         let (items, item_set, set_version) = if self.shared_item_set {
-            let set = ItemSet::new(self.client.clone(), self.path.clone())?;
+            let set = ItemSet::new(self.client.clone(), self.path.clone())?.with_node_acls(paths.acls.clone());
             let read = if items.is_empty() { set.read().await? } else { set.create_if_missing(items).await?.0 };
             if read.updating {
                 tracing::warn!(
@@ -633,6 +680,7 @@ impl SetPartitioner {
             static_membership: false,
             max_identity_wait: None,
             shared_item_set: false,
+            acls: None,
         }
     }
 

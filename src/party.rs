@@ -13,26 +13,24 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Stat};
+use zookeeper_client::{Client, Stat};
 
 use crate::Error;
+use crate::acl::NodeAcls;
 use crate::error::is_transient;
-
-static EPHEMERAL_SEQUENTIAL: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-static EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-
-pub(crate) static PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
 
 /// The znode paths of one partitioner, relative to the client's chroot.
 #[derive(Clone, Debug)]
 pub(crate) struct Paths {
     pub party: String,
     pub locks: String,
+    /// The ACL of every node created under the path.
+    pub acls: NodeAcls,
 }
 
 impl Paths {
     pub fn new(base: &str) -> Self {
-        Paths { party: format!("{base}/party"), locks: format!("{base}/locks") }
+        Paths { party: format!("{base}/party"), locks: format!("{base}/locks"), acls: NodeAcls::default() }
     }
 
     /// The paths of the partitioner whose party node is `party`.
@@ -89,8 +87,9 @@ pub(crate) fn members(children: &[String]) -> (Vec<String>, Vec<&str>) {
 /// Creates the base path, `party` and `locks` (persistent, empty, open ACL, as kazoo's `ensure_path`). `mkdir -p`
 /// fails with `NoNode` only when the client's chroot is missing, which the error then names.
 pub(crate) async fn ensure_base(client: &Client, paths: &Paths) -> Result<(), Error> {
+    let options = paths.acls.persistent();
     for path in [&paths.party, &paths.locks] {
-        retry_transient(|| client.mkdir(path, &PERSISTENT)).await.map_err(|e| match e {
+        retry_transient(|| client.mkdir(path, &options)).await.map_err(|e| match e {
             zookeeper_client::Error::NoNode if client.path() != "/" => {
                 Error::ChrootMissing { chroot: client.path().to_string() }
             }
@@ -137,7 +136,7 @@ pub(crate) async fn join_with_prefix(
 ) -> Result<Membership, Error> {
     let path = format!("{}/{prefix}", paths.party);
     loop {
-        match client.create(&path, data.as_bytes(), &EPHEMERAL_SEQUENTIAL).await {
+        match client.create(&path, data.as_bytes(), &paths.acls.ephemeral_sequential()).await {
             Ok((_, sequence)) => return Ok(Membership::from_node(format!("{prefix}{sequence}"))),
             Err(err) if is_transient(&err) => {
                 // The create may have happened: our random prefix finds it if so.
@@ -213,7 +212,7 @@ pub(crate) async fn join_static(
             continue;
         }
         // 2. Take our place. A create replayed after a lost reply finds our own node (the hex makes it ours).
-        let created = match retry_transient(|| client.create(&path, data.as_bytes(), &EPHEMERAL)).await {
+        let created = match retry_transient(|| client.create(&path, data.as_bytes(), &paths.acls.ephemeral())).await {
             Ok((stat, _)) if !stat.is_invalid() => Some(stat.czxid),
             Ok(_) | Err(zookeeper_client::Error::NodeExists) => None,
             Err(err) => return Err(Error::zk("create", path, err)),

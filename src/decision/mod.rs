@@ -989,8 +989,11 @@ impl Core {
                             self.actions.push_back(Action::Ack(ack, Err(err.clone())));
                         }
                         if let Some(ending) = &mut self.ending {
-                            // Best effort while ending: the session is gone, and our nodes with it.
-                            ending.clean_up = false;
+                            // Best effort while ending. A lost session took our nodes with it; any other error still
+                            // lets us leave the party (the ephemerals go with the session in any case).
+                            if matches!(err, Error::SessionLost { .. }) {
+                                ending.clean_up = false;
+                            }
                         } else {
                             self.fail(err);
                         }
@@ -1093,7 +1096,19 @@ impl Core {
                     }
                 }
             }
-            Err(ReqError::Fatal(err)) => self.fail(err),
+            Err(ReqError::Fatal(err)) => {
+                // Refused for good (a `multi` is all or nothing): nothing was created, so there is nothing to delete
+                // (a lookup by prefix could itself be refused, e.g. without READ on the directory).
+                for item in items {
+                    if let Some(lock) = self.locks.get_mut(&item)
+                        && lock.step == Step::Creating(id)
+                    {
+                        lock.created = false;
+                        self.set_step(item, Step::Queued);
+                    }
+                }
+                self.fail(err);
+            }
         }
     }
 
@@ -1206,10 +1221,13 @@ impl Core {
             Ok(()) => {}
             // The session ended: its own event says so.
             Err(ReqError::Fatal(_)) => return,
-            // Not expected (the client keeps watches across reconnections); a listing settles where we stand.
+            // Not expected (the driver retries a registration lost with the connection): watch again. The lock stays
+            // held: moving it out of `held` here would hide it from a suspension's verification.
             Err(_) => {
-                if self.step_is(item, Step::Held) && self.ending.is_none() {
-                    self.send_lists(vec![item]);
+                let node_held =
+                    self.locks.get(&item).is_some_and(|l| l.step == Step::Held && l.node == Some(node.clone()));
+                if node_held && self.ending.is_none() {
+                    self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
                 }
                 return;
             }

@@ -40,6 +40,18 @@ pub fn require_kazoo() {
 impl KazooWorker {
     /// Starts a kazoo worker at `path` in the test's namespace, over integer `items`.
     pub async fn start(ctx: &Ctx, path: &str, identifier: &str, items: &[Item], time_boundary: Duration) -> Self {
+        Self::start_with(ctx, path, identifier, items, time_boundary, &[]).await
+    }
+
+    /// [`start`](KazooWorker::start) with more arguments for the script (e.g. `--auth USER:PASSWORD`).
+    pub async fn start_with(
+        ctx: &Ctx,
+        path: &str,
+        identifier: &str,
+        items: &[Item],
+        time_boundary: Duration,
+        extra: &[&str],
+    ) -> Self {
         require_kazoo();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kazoo/kazoo_worker.py");
         let items: Vec<String> = items.iter().map(Item::to_string).collect();
@@ -48,6 +60,7 @@ impl KazooWorker {
             .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", path])
             .args(["--items", &items.join(","), "--int-items", "--identifier", identifier])
             .args(["--time-boundary", &format!("{}", time_boundary.as_secs_f64()), "--session-timeout", "6"])
+            .args(extra)
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()

@@ -24,10 +24,17 @@ def main():
     parser.add_argument("--time-boundary", type=float, default=30)
     parser.add_argument("--max-reaction-time", type=float, default=1)
     parser.add_argument("--session-timeout", type=float, default=10)
+    parser.add_argument("--auth", help="digest USER:PASSWORD: authenticate, and create every node creator-all")
     args = parser.parse_args()
 
     items = [int(x) if args.int_items else x for x in args.items.split(",") if x != ""]
-    client = KazooClient(hosts=args.connect, timeout=args.session_timeout)
+    extra = {}
+    if args.auth:
+        from kazoo.security import make_digest_acl
+
+        user, password = args.auth.split(":", 1)
+        extra = {"auth_data": [("digest", args.auth)], "default_acl": [make_digest_acl(user, password, all=True)]}
+    client = KazooClient(hosts=args.connect, timeout=args.session_timeout, **extra)
     client.start(timeout=15)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -1,0 +1,243 @@
+//! The worker example as users run it. The shared item set: `worker --shared-set` members in separate processes, changed with the
+//! `item_set` admin command, under both rebalance modes; and the rolling deploy (`--items a,b,c` beside
+//! `--items b,c`), which both members report at once in their JSON. And `--checkpoints`: a worker resumes from the
+//! fenced checkpoint its predecessor wrote.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Ctx, timing, wait_for};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const PATH: &str = "/partitioner";
+
+/// An example binary beside this test's (`cargo test` builds the examples).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let path = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("examples").join(name)).expect("target");
+    assert!(path.exists(), "{} is missing: `cargo test` builds it (or `cargo build --example {name}`)", path.display());
+    path
+}
+
+/// A worker process and the last JSON line it printed.
+struct Worker {
+    child: Child,
+    last: Arc<Mutex<Value>>,
+    /// When it printed its first line (it has joined the party by then).
+    joined: Arc<Mutex<Option<tokio::time::Instant>>>,
+}
+
+impl Worker {
+    async fn start(ctx: &Ctx, identifier: &str, extra: &[&str]) -> Worker {
+        // Every worker here is given --time-boundary by its test.
+        let mut child = Command::new(example("worker"))
+            .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH])
+            .args(["--identifier", identifier, "--session-timeout", "6", "--json"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the worker example");
+        let last = Arc::new(Mutex::new(Value::Null));
+        let joined = Arc::new(Mutex::new(None));
+        let (sink, first) = (last.clone(), joined.clone());
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    first.lock().unwrap().get_or_insert_with(tokio::time::Instant::now);
+                    *sink.lock().unwrap() = value;
+                }
+            }
+        });
+        Worker { child, last, joined }
+    }
+
+    /// Waits until the worker has joined (printed its first line); returns when it did.
+    async fn wait_joined(&self) -> tokio::time::Instant {
+        wait_for("the worker to join", timing(Duration::from_secs(30)), || async {
+            self.joined.lock().unwrap().ok_or_else(|| "no line yet".to_string())
+        })
+        .await
+    }
+
+    /// SIGTERM: the worker calls `finish()` and exits 0.
+    async fn stop(mut self) {
+        let pid = self.child.id().expect("running");
+        std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+        let status = tokio::time::timeout(timing(Duration::from_secs(15)), self.child.wait()).await;
+        assert!(matches!(status, Ok(Ok(s)) if s.success()), "the worker did not exit cleanly: {status:?}");
+    }
+
+    fn last(&self) -> Value {
+        self.last.lock().unwrap().clone()
+    }
+}
+
+/// Runs the admin command; returns its stdout (it must succeed).
+async fn admin(ctx: &Ctx, args: &[&str]) -> String {
+    let output = Command::new(example("item_set"))
+        .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH, "--int-items"])
+        .args(args)
+        .output()
+        .await
+        .expect("run the item_set example");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "item_set {args:?}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+/// Waits until every worker printed ACQUIRED at `version` and their items are a disjoint cover of `expected`.
+async fn wait_cover(workers: &[&Worker], version: u64, expected: &[i64]) {
+    let expected: BTreeSet<i64> = expected.iter().copied().collect();
+    wait_for("every worker ACQUIRED over the new set", timing(Duration::from_secs(30)), || async {
+        let mut covered = BTreeSet::new();
+        for worker in workers {
+            let line = worker.last();
+            if line["state"] != "ACQUIRED" || line["set_version"] != version {
+                return Err(format!("a worker printed {line}"));
+            }
+            for item in line["items"].as_array().cloned().unwrap_or_default() {
+                if !covered.insert(item.as_i64().unwrap_or(-1)) {
+                    return Err(format!("{item} listed twice"));
+                }
+            }
+        }
+        if covered == expected { Ok(()) } else { Err(format!("covered {covered:?}")) }
+    })
+    .await;
+}
+
+fn version_of(admin_output: &str) -> u64 {
+    let json: Value = serde_json::from_str(admin_output.trim()).expect("item_set --json prints one JSON object");
+    json["version"].as_u64().expect("a version")
+}
+
+async fn processes_follow_the_set(rebalance: &str) {
+    let ctx = Ctx::new().await;
+    let shared = [
+        "--shared-set",
+        "--int-items",
+        "--partition",
+        "rendezvous",
+        "--rebalance",
+        rebalance,
+        "--time-boundary",
+        "0.5",
+    ];
+    let seed = [&shared[..], &["--items", "0,1,2,3,4,5"]].concat();
+    // The first worker seeds the set; the others start from it.
+    let a = Worker::start(&ctx, "a", &seed).await;
+    a.wait_joined().await;
+    let b = Worker::start(&ctx, "b", &shared).await;
+    let c = Worker::start(&ctx, "c", &shared).await;
+    let workers = [&a, &b, &c];
+    let version = version_of(&admin(&ctx, &["--json", "show"]).await);
+    wait_cover(&workers, version, &[0, 1, 2, 3, 4, 5]).await;
+
+    let version = version_of(&admin(&ctx, &["--json", "add", "6,7"]).await);
+    wait_cover(&workers, version, &[0, 1, 2, 3, 4, 5, 6, 7]).await;
+    for worker in workers {
+        assert_eq!(worker.last()["added"], serde_json::json!([6, 7]), "{}", worker.last());
+    }
+
+    let version = version_of(&admin(&ctx, &["--json", "remove", "0,7"]).await);
+    wait_cover(&workers, version, &[1, 2, 3, 4, 5, 6]).await;
+    for worker in workers {
+        assert_eq!(worker.last()["removed"], serde_json::json!([0, 7]), "{}", worker.last());
+    }
+    // The text form, as an operator reads it.
+    let shown = admin(&ctx, &["show"]).await;
+    assert!(shown.contains("6 items: 1,2,3,4,5,6"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_processes_follow_the_shared_set_incrementally() {
+    processes_follow_the_set("incremental").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_processes_follow_the_shared_set_eagerly() {
+    processes_follow_the_set("eager").await;
+}
+
+/// The rolling deploy, run as a user would: two workers with different `--items`. Both print the
+/// disagreement within time_boundary + 1 s, naming the other member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_with_different_items_print_the_disagreement() {
+    let ctx = Ctx::new().await;
+    let old = Worker::start(&ctx, "old", &["--items", "a,b,c", "--time-boundary", "1"]).await;
+    old.wait_joined().await;
+    let new = Worker::start(&ctx, "new", &["--items", "b,c", "--time-boundary", "1"]).await;
+    // From the moment the second member is in the party: within time_boundary (1 s) + 1 s.
+    let started = new.wait_joined().await;
+    for (worker, other) in [(&new, "old"), (&old, "new")] {
+        wait_for("the disagreement in the worker's JSON", timing(Duration::from_secs(2)), || async {
+            let line = worker.last();
+            let reported = line["disagreements"].as_array().cloned().unwrap_or_default();
+            match reported.iter().find(|d| d.as_str().is_some_and(|d| d.contains(other))) {
+                Some(d) if d.as_str().is_some_and(|d| d.contains("different item set")) => Ok(()),
+                _ => Err(format!("last line {line}")),
+            }
+        })
+        .await;
+    }
+    assert!(started.elapsed() <= timing(Duration::from_secs(2)), "reported after {:?}", started.elapsed());
+}
+
+/// Bad input through the admin command: a clear message and exit 1, nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_admin_command_refuses_bad_changes() {
+    let ctx = Ctx::new().await;
+    admin(&ctx, &["create", "1,2"]).await;
+    let run = |args: Vec<&'static str>| {
+        let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+        async move {
+            Command::new(example("item_set"))
+                .args(["--connect", &connect, "--path", PATH, "--int-items"])
+                .args(args)
+                .output()
+                .await
+                .expect("run item_set")
+        }
+    };
+    for (args, message) in [
+        (vec!["remove", "3"], "is not in the shared item set"),
+        (vec!["remove", "1,2"], "refusing to leave the shared item set"),
+        (vec!["replace", "5", "--if-version", "99"], "changed meanwhile"),
+    ] {
+        let output = run(args.clone()).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    let output = run(vec!["add", "x"]).await;
+    assert_eq!(output.status.code(), Some(1), "not an integer");
+    assert!(admin(&ctx, &["show"]).await.contains("2 items: 1,2"));
+}
+
+/// `--checkpoints`: each new owner reads the count its predecessor saved and saves one more, with fenced writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_resumes_from_its_predecessors_checkpoint() {
+    let ctx = Ctx::new().await;
+    let args = ["--items", "0,1", "--int-items", "--checkpoints", "--time-boundary", "0.3"];
+    let counts = |worker: &Worker, expected: u64| {
+        let line = worker.last();
+        let ok =
+            line["state"] == "ACQUIRED" && line["checkpoints"]["0"] == expected && line["checkpoints"]["1"] == expected;
+        if ok { Ok(()) } else { Err(format!("last line {line}")) }
+    };
+    let first = Worker::start(&ctx, "first", &args).await;
+    wait_for("the first owner's checkpoints", timing(Duration::from_secs(20)), || async { counts(&first, 1) }).await;
+    first.stop().await;
+    let second = Worker::start(&ctx, "second", &args).await;
+    wait_for("the second owner resuming", timing(Duration::from_secs(20)), || async { counts(&second, 2) }).await;
+}
