@@ -364,7 +364,7 @@ impl Builder {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn dox(client: zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
     /// use zk_partitioner::{Item, Rebalance, SetPartitioner};
     ///
     /// let partitioner = SetPartitioner::builder(client, "/shards", ["shard-1", "shard-2"])

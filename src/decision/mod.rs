@@ -33,6 +33,11 @@
 //! once released, its directory is deleted (and the first member of the party deletes those of removed items nobody
 //! held).
 //!
+//! Each held lock node is watched. If it is deleted while still ours (by someone else: we stop listing an item before
+//! deleting its lock ourselves), the item leaves the listing at once: under Eager as `Release` revoking everything
+//! (as any loss), under Incremental alone; it is then contended for again. During a suspension such a loss makes the
+//! verification fail.
+//!
 //! Every member announces its set (or "shared") and a fingerprint of its partition function in its party node; a
 //! party read that shows another announcement is published at once as a disagreement (a stall explained), without
 //! changing any decision.
