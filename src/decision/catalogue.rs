@@ -4,6 +4,9 @@
 //! that set. With the shared set in ZooKeeper items come and go: an item keeps its index for the life of the member
 //! (a removed item's lock may still be held, or be released later, under the same index), new items get the next
 //! indexes, and the set in force is the subset the latest usable read of the shared set listed.
+//!
+//! Indexing below cannot go out of bounds: every index the core holds was handed out by this catalogue, indexes are
+//! never taken back, and `in_set` grows with `items`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
