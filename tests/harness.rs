@@ -283,21 +283,6 @@ async fn an_unreachable_docker_engine_is_named() {
     assert!(!err.contains('\n'), "{err}");
 }
 
-#[test]
-fn image_references_parse() {
-    let parsed = |reference: &str| {
-        let image = ImageRef::parse(reference);
-        (image.name, image.tag)
-    };
-    let pair = |name: &str, tag: &str| (name.to_string(), tag.to_string());
-    assert_eq!(parsed("zookeeper:3.9"), pair("zookeeper", "3.9"));
-    assert_eq!(parsed("zookeeper"), pair("zookeeper", "latest"));
-    assert_eq!(parsed("zk-partitioner/zookeeper:3.8"), pair("zk-partitioner/zookeeper", "3.8"));
-    assert_eq!(parsed("host:5000/x:tag"), pair("host:5000/x", "tag"));
-    assert_eq!(parsed("host:5000/team/x"), pair("host:5000/team/x", "latest"));
-    assert_eq!(ImageRef::parse("host:5000/x:tag").to_string(), "host:5000/x:tag");
-}
-
 #[tokio::test]
 #[should_panic(expected = "timed out after")]
 async fn wait_until_names_what_it_waited_for() {

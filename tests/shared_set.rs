@@ -193,7 +193,12 @@ async fn a_member_joining_while_the_set_changes() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // c joins in the middle of the admin's changes.
+    wait_for("the admin halfway", timing(Duration::from_secs(10)), || async {
+        let read = set.read().await.map_err(|e| e.to_string())?;
+        if read.items.len() >= 12 { Ok(()) } else { Err(format!("{} items", read.items.len())) }
+    })
+    .await;
     let c = shared_member(&ctx, "c", &[], Rebalance::Incremental).await;
     admin.await.expect("admin");
     let items = wait_cover(&ctx, &[&a, &b, &c], &set).await;

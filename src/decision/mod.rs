@@ -406,8 +406,6 @@ pub(crate) struct Core {
 
     // The items.
     catalogue: Catalogue,
-    /// Whether the set comes from ZooKeeper.
-    shared: bool,
     set_read: Option<ReqId>,
     /// The latest read of the shared set is newer than the last change notification.
     set_fresh: bool,
@@ -484,7 +482,6 @@ impl Core {
             disagreements: Arc::from([]),
             assigned_set: catalogue.set().to_vec(),
             catalogue,
-            shared,
             set_read: None,
             set_fresh: !shared,
             set_in_force: SetInForce::default(),
@@ -556,6 +553,11 @@ impl Core {
     /// How many items have an index (indexes run from 0 to this, excluded).
     pub fn item_count(&self) -> usize {
         self.catalogue.len()
+    }
+
+    /// Whether the set comes from ZooKeeper (only a shared set has a version).
+    fn shared(&self) -> bool {
+        self.catalogue.version().is_some()
     }
 
     /// `indexes` as items.
@@ -878,7 +880,7 @@ impl Core {
     /// member of the party also clears the lock directories of removed items nobody holds.
     fn note_set_in_force(&mut self) {
         let generation = self.catalogue.generation();
-        if !self.shared || (self.set_in_force.version.is_some() && self.set_in_force.generation == generation) {
+        if !self.shared() || (self.set_in_force.version.is_some() && self.set_in_force.generation == generation) {
             return;
         }
         let change = self.catalogue.change_since(&self.assigned_set);
@@ -1477,7 +1479,7 @@ impl Core {
         if may_send && self.party_read.is_none() && !self.party_fresh && self.joining.is_none() {
             self.party_read = Some(self.request(Op::ReadParty, Pending::Party));
         }
-        if self.shared && may_send && self.set_read.is_none() && !self.set_fresh {
+        if self.shared() && may_send && self.set_read.is_none() && !self.set_fresh {
             self.set_read = Some(self.request(Op::ReadSet, Pending::ReadSet));
         }
         if let Some(suspension) = &self.suspension {

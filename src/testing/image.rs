@@ -360,7 +360,10 @@ mod tests {
         let pair = |name: &str, tag: &str| (name.to_string(), tag.to_string());
         assert_eq!(parsed("zookeeper:3.9"), pair("zookeeper", "3.9"));
         assert_eq!(parsed("zookeeper"), pair("zookeeper", "latest"));
+        assert_eq!(parsed("zk-partitioner/zookeeper:3.8"), pair("zk-partitioner/zookeeper", "3.8"));
         assert_eq!(parsed("host:5000/x:tag"), pair("host:5000/x", "tag"));
+        assert_eq!(parsed("host:5000/team/x"), pair("host:5000/team/x", "latest"));
+        assert_eq!(ImageRef::parse("host:5000/x:tag").to_string(), "host:5000/x:tag");
         assert!(ImageRef::parse("zk-partitioner/zookeeper:anything").is_buildable());
         assert!(!ImageRef::parse("zookeeper:3.9").is_buildable());
     }

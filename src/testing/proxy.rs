@@ -150,14 +150,7 @@ impl Proxy {
         let started = Instant::now();
         self.cut();
         let upstream = self.upstream;
-        wait_for(&format!("the server at {upstream} to drop session {session}"), deadline, || async {
-            match session_listed(upstream, session).await {
-                Ok(false) => Ok(()),
-                Ok(true) => Err("`dump` still lists it".to_string()),
-                Err(err) => Err(err.to_string()),
-            }
-        })
-        .await;
+        wait_dropped(upstream, session, deadline).await;
         self.heal();
         started.elapsed()
     }
@@ -232,6 +225,18 @@ async fn relay(id: u64, mut inbound: TcpStream, upstream: SocketAddr, shared: Ar
     shared.lock().unwrap_or_else(PoisonError::into_inner).connections.remove(&id);
 }
 
+/// Waits until the server at `upstream` no longer lists `session` (its `dump`): its ephemeral nodes are gone.
+async fn wait_dropped(upstream: SocketAddr, session: SessionId, deadline: Duration) {
+    wait_for(&format!("the server at {upstream} to drop session {session}"), deadline, || async {
+        match session_listed(upstream, session).await {
+            Ok(false) => Ok(()),
+            Ok(true) => Err("`dump` still lists it".to_string()),
+            Err(err) => Err(err.to_string()),
+        }
+    })
+    .await;
+}
+
 /// A second handle on the same socket, to shut it down while the relay task owns the original.
 fn duplicate(stream: &TcpStream) -> std::io::Result<std::net::TcpStream> {
     Ok(std::net::TcpStream::from(stream.as_fd().try_clone_to_owned()?))
@@ -270,14 +275,7 @@ pub async fn expire(client: &Client, proxy: &Proxy) -> Duration {
         }
     }
     let upstream = proxy.upstream();
-    wait_for(&format!("the server at {upstream} to drop session {session}"), deadline, || async {
-        match session_listed(upstream, session).await {
-            Ok(false) => Ok(()),
-            Ok(true) => Err("`dump` still lists it".to_string()),
-            Err(err) => Err(err.to_string()),
-        }
-    })
-    .await;
+    wait_dropped(upstream, session, deadline).await;
     proxy.heal();
     started.elapsed()
 }
