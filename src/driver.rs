@@ -246,6 +246,11 @@ impl Driver {
         let items = self.core.items_of(&indexes);
         let tokens = p.items.iter().map(|&(_, token)| token).collect();
         let revoked = self.core.items_of(&p.revoked);
+        // The core may learn of the session's end from any request's reply or watch (a held-lock watch, the set's)
+        // before the session watcher says so: count it from the cause, once (`session` ignores a second Expired).
+        if let Some(Error::SessionLost { state }) = &p.cause {
+            self.metrics.session(*state);
+        }
         let before = self.publisher.borrow().state;
         let revoked_before = self.publisher.borrow().revoked.clone();
         self.metrics.published((before, &revoked_before), (p.state, p.reason, items.len(), &revoked), now());
