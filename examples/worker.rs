@@ -34,13 +34,14 @@
 //! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE it exits 1 with the cause; on bad arguments 2.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{ArgGroup, Parser, ValueEnum};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use zk_partitioner::{
-    Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
+    Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
 };
 
 /// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
@@ -273,8 +274,8 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), St
             SessionPolicyArg::SessionAware => SessionPolicy::SessionAware,
         });
     builder = match args.partition {
-        Partition::Stride => builder.partition_func(KazooStride),
-        Partition::Rendezvous => builder.partition_func(Rendezvous::default()),
+        Partition::Stride => builder.partition_func(Timed(KazooStride)),
+        Partition::Rendezvous => builder.partition_func(Timed(Rendezvous::default())),
     };
     if let Some(identifier) = &args.identifier {
         builder = builder.identifier(identifier.clone());
@@ -332,6 +333,21 @@ async fn take_checkpoints(
     resumed
 }
 
+/// Microseconds spent in the partition function so far (the JSON's `partition_fn_ms`, which the scale benchmark reads).
+static PARTITION_FN_MICROS: AtomicU64 = AtomicU64::new(0);
+
+/// A partition function that adds the time of each call to [`PARTITION_FN_MICROS`].
+struct Timed<F>(F);
+
+impl<F: PartitionFn> PartitionFn for Timed<F> {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        let started = std::time::Instant::now();
+        let mine = self.0.partition(me, members, items);
+        PARTITION_FN_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        mine
+    }
+}
+
 fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool, checkpoints: &[(Item, u64)]) {
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
     if json {
@@ -341,6 +357,7 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool, checkpoints: &[
         line.insert("member".into(), json!(&*snapshot.member));
         line.insert("session".into(), json!(session));
         line.insert("generation".into(), json!(snapshot.generation));
+        line.insert("partition_fn_ms".into(), json!(PARTITION_FN_MICROS.load(Ordering::Relaxed) as f64 / 1000.0));
         line.insert("items".into(), Value::Array(snapshot.items.iter().map(item_json).collect()));
         if !snapshot.revoked.is_empty() {
             line.insert("revoked".into(), Value::Array(snapshot.revoked.iter().map(item_json).collect()));

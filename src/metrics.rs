@@ -13,6 +13,7 @@
 //! | [`zk_partitioner_lock_waits_total`](LOCK_WAITS) | counter | `path` | times one of the member's lock contenders had to wait behind another contender |
 //! | [`zk_partitioner_session_suspensions_total`](SESSION_SUSPENSIONS) | counter | `path` | connection losses of the member's ZooKeeper session (the session may survive them) |
 //! | [`zk_partitioner_session_expiries_total`](SESSION_EXPIRIES) | counter | `path` | the member's session expired (the partitioner then fails) |
+//! | [`zk_partitioner_partition_fn_seconds`](PARTITION_FN_SECONDS) | histogram | `path` | how long each call of the partition function took, in seconds |
 //!
 //! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `item_set_changed`
 //! (the [shared item set](crate::ItemSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
@@ -56,9 +57,21 @@ pub const SESSION_SUSPENSIONS: &str = "zk_partitioner_session_suspensions_total"
 /// Counter: the member's session expired (counted once; the partitioner then fails). Label `path`.
 pub const SESSION_EXPIRIES: &str = "zk_partitioner_session_expiries_total";
 
+/// Histogram: seconds each call of the partition function took (it runs on the partitioner's task, once per stable
+/// party or item set; the time is the member's CPU time in it). Label `path`.
+pub const PARTITION_FN_SECONDS: &str = "zk_partitioner_partition_fn_seconds";
+
 /// Every metric name, for exporters' allow lists and for tests.
-pub const NAMES: [&str; 7] =
-    [REBALANCES, ALLOCATION_SECONDS, ITEMS_HELD, ITEMS_REVOKED, LOCK_WAITS, SESSION_SUSPENSIONS, SESSION_EXPIRIES];
+pub const NAMES: [&str; 8] = [
+    REBALANCES,
+    ALLOCATION_SECONDS,
+    ITEMS_HELD,
+    ITEMS_REVOKED,
+    LOCK_WAITS,
+    SESSION_SUSPENSIONS,
+    SESSION_EXPIRIES,
+    PARTITION_FN_SECONDS,
+];
 
 /// The values of [`REBALANCES`]' `cause` label.
 pub const CAUSES: [&str; 6] = ["party_changed", "item_set_changed", "connection", "lock_lost", "release_set", "other"];
@@ -73,6 +86,23 @@ pub fn describe() {
     describe_counter!(LOCK_WAITS, Unit::Count, "Times a lock contender of the member waited behind another");
     describe_counter!(SESSION_SUSPENSIONS, Unit::Count, "Connection losses of the member's ZooKeeper session");
     describe_counter!(SESSION_EXPIRIES, Unit::Count, "Expiries of the member's ZooKeeper session");
+    describe_histogram!(PARTITION_FN_SECONDS, Unit::Seconds, "Time each call of the partition function took");
+}
+
+/// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].
+pub(crate) struct Timed {
+    pub(crate) inner: Box<dyn crate::PartitionFn>,
+    pub(crate) path: String,
+}
+
+impl crate::PartitionFn for Timed {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        let started = Instant::now();
+        let mine = self.inner.partition(me, members, items);
+        ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
+            .record(started.elapsed().as_secs_f64());
+        mine
+    }
 }
 
 /// The `cause` label of a rebalance, from the core's reason for the publication that left `ACQUIRED`.

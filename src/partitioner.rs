@@ -495,7 +495,7 @@ impl Builder {
                 items,
                 shared_set: set_version,
                 agreement,
-                partition_fn,
+                partition_fn: Box::new(crate::metrics::Timed { inner: partition_fn, path: self.path.clone() }),
                 time_boundary: self.time_boundary,
                 retry_delay: self.max_reaction_time,
                 max_allocation_time: self.max_allocation_time,

@@ -1,0 +1,241 @@
+//! What [`Rendezvous`](super::Rendezvous) remembers between calls: each item's best-ranked members, so that a party
+//! change costs work in proportion to the members that changed (one hash per item for a joiner), not items × members.
+//!
+//! The remembered list of an item is always a *prefix* of that item's true ranking among the live members (highest
+//! weight first, equal weights by name). The capped placement walks it; only an item whose whole prefix is full falls
+//! back to ranking every member, and its list is then refreshed. So the cached and the uncached assignment are the
+//! same, always (a unit test compares them over random joins and leaves).
+
+use super::{member_seed, weight};
+use crate::Item;
+
+/// Members remembered per item. With the default load factor, 100 members and 20,000 items, a join leaves 4 items
+/// whose walk runs past their 4 and must rank everyone (`a_join_costs_one_hash_per_item_and_fallbacks_are_rare`); more
+/// would cost memory (12 bytes per item each) for nothing.
+const KEPT: usize = 4;
+/// A party change larger than this share of the party rebuilds the ranking instead of patching it.
+const PATCH_LIMIT: f64 = 0.25;
+
+/// One item's best-ranked live members, best first: `(weight, member id)`.
+#[derive(Clone, Copy, Default)]
+struct Prefix {
+    len: u8,
+    weights: [u64; KEPT],
+    ids: [u32; KEPT],
+}
+
+impl Prefix {
+    fn entries(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.weights.iter().copied().zip(self.ids.iter().copied()).take(usize::from(self.len))
+    }
+
+    /// Puts `entry` at position `at`, shifting the rest down; the last entry falls off a full list.
+    fn insert(&mut self, at: usize, entry: (u64, u32)) {
+        let len = usize::from(self.len);
+        if at >= KEPT || at > len {
+            return;
+        }
+        let end = len.min(KEPT - 1);
+        self.weights.copy_within(at..end, at + 1);
+        self.ids.copy_within(at..end, at + 1);
+        self.weights[at] = entry.0;
+        self.ids[at] = entry.1;
+        self.len = (len + 1).min(KEPT) as u8;
+    }
+}
+
+pub(super) struct Ranking {
+    /// The items this ranking is for (a call with other items rebuilds it).
+    items: Vec<Item>,
+    /// Every item's node name, concatenated; item `i`'s ends at `ends[i]`.
+    names: Vec<u8>,
+    ends: Vec<usize>,
+    /// Members by id: name and hash seed; `None` once gone (ids are not reused until a rebuild).
+    members: Vec<Option<(String, u64)>>,
+    alive: usize,
+    prefixes: Vec<Prefix>,
+    /// Items whose walk fell back to ranking every member, over this ranking's life (for tests and tuning).
+    pub(super) fallbacks: usize,
+}
+
+impl Ranking {
+    /// Ranks every member for every item.
+    pub(super) fn build(members: &[String], items: &[Item]) -> Ranking {
+        let mut names = Vec::new();
+        let mut ends = Vec::with_capacity(items.len());
+        for item in items {
+            names.extend_from_slice(item.node_name().as_bytes());
+            ends.push(names.len());
+        }
+        let mut ranking = Ranking {
+            items: items.to_vec(),
+            names,
+            ends,
+            members: members.iter().map(|m| Some((m.clone(), member_seed(m)))).collect(),
+            alive: members.len(),
+            prefixes: vec![Prefix::default(); items.len()],
+            fallbacks: 0,
+        };
+        let ids: Vec<u32> = (0..members.len() as u32).collect();
+        let seeds: Vec<u64> = members.iter().map(|m| member_seed(m)).collect();
+        let mut weights = Vec::with_capacity(members.len());
+        for item in 0..items.len() {
+            ranking.rank_fully(item, &ids, &seeds, &mut weights);
+        }
+        ranking
+    }
+
+    /// Whether this ranking is for `items`.
+    pub(super) fn is_for(&self, items: &[Item]) -> bool {
+        self.items == items
+    }
+
+    /// Follows a party change: forgets who left and ranks who joined. `false` if the change is too large to patch
+    /// (the caller rebuilds).
+    pub(super) fn follow(&mut self, members: &[String]) -> bool {
+        let departed: Vec<u32> = (0..self.members.len() as u32)
+            .filter(|&id| self.name(id).is_some_and(|name| members.binary_search_by(|m| m.as_str().cmp(name)).is_err()))
+            .collect();
+        let joined: Vec<&String> =
+            members.iter().filter(|m| !self.members.iter().flatten().any(|(name, _)| name == *m)).collect();
+        if departed.is_empty() && joined.is_empty() {
+            return true;
+        }
+        if (departed.len() + joined.len()) as f64 > PATCH_LIMIT * members.len() as f64 + 1.0 {
+            return false;
+        }
+        for &id in &departed {
+            self.members[id as usize] = None;
+        }
+        self.alive -= departed.len();
+        if !departed.is_empty() {
+            let gone = |id: u32| departed.contains(&id);
+            for prefix in &mut self.prefixes {
+                let mut kept = Prefix::default();
+                for entry in prefix.entries().filter(|&(_, id)| !gone(id)) {
+                    kept.insert(usize::from(kept.len), entry);
+                }
+                *prefix = kept;
+            }
+        }
+        for name in joined {
+            let id = self.members.len() as u32;
+            let seed = member_seed(name);
+            self.members.push(Some((name.clone(), seed)));
+            for item in 0..self.items.len() {
+                let w = weight(seed, self.name_of(item));
+                // The list stays a prefix of the true ranking: the joiner goes in if it ranks above the last entry,
+                // or if the list held every live member (then it is the whole ranking, and the joiner has a place).
+                let prefix = &self.prefixes[item];
+                let complete = usize::from(prefix.len) == self.alive;
+                let place = prefix.entries().position(|e| self.above((w, id), e));
+                let at = match place {
+                    Some(at) => at,
+                    None if complete => usize::from(prefix.len),
+                    None => continue,
+                };
+                self.prefixes[item].insert(at, (w, id));
+            }
+            self.alive += 1;
+        }
+        true
+    }
+
+    /// The capped placement: each item, in order, goes to the best-ranked member with room. `members` is the sorted
+    /// party this ranking follows; the owners are indexes into it.
+    pub(super) fn place(&mut self, members: &[String], capacity: usize) -> Vec<usize> {
+        // Member id → index in `members`. After `build` or `follow` with `members`, the live ids are exactly
+        // `members`, and departed ids are in no prefix; `load.get` below keeps even a broken invariant from panicking.
+        let mut index = vec![usize::MAX; self.members.len()];
+        let mut ids = Vec::with_capacity(members.len());
+        for (id, member) in self.members.iter().enumerate() {
+            if let Some((name, _)) = member
+                && let Ok(at) = members.binary_search(name)
+            {
+                index[id] = at;
+            }
+        }
+        for member in members {
+            let id = self.members.iter().position(|m| m.as_ref().is_some_and(|(name, _)| name == member));
+            ids.extend(id.map(|id| id as u32));
+        }
+        let seeds: Vec<u64> = ids.iter().map(|&id| self.seed(id)).collect();
+        let mut weights = Vec::with_capacity(ids.len());
+        let mut load = vec![0usize; members.len()];
+        let mut owners = Vec::with_capacity(self.items.len());
+        for item in 0..self.items.len() {
+            let has_room = |id: u32| index.get(id as usize).and_then(|&m| load.get(m)).is_some_and(|&l| l < capacity);
+            let mut owner = self.prefixes[item].entries().map(|(_, id)| id).find(|&id| has_room(id));
+            if owner.is_none() {
+                // Every remembered member is full: rank them all, and remember the fresh prefix.
+                self.fallbacks += 1;
+                owner = self.best_with_room(item, &ids, has_room);
+                self.rank_fully(item, &ids, &seeds, &mut weights);
+            }
+            let owner = owner.and_then(|id| index.get(id as usize).copied()).filter(|&m| m < load.len());
+            // capacity × members ≥ items, so some member always has room; `members` is not empty (the caller checks).
+            let owner = owner.unwrap_or(0);
+            load[owner] += 1;
+            owners.push(owner);
+        }
+        owners
+    }
+
+    /// The best-ranked of `ids` for `item` that `has_room`.
+    fn best_with_room(&self, item: usize, ids: &[u32], has_room: impl Fn(u32) -> bool) -> Option<u32> {
+        let name = self.name_of(item);
+        let mut best: Option<(u64, u32)> = None;
+        for &id in ids {
+            if !has_room(id) {
+                continue;
+            }
+            let w = weight(self.seed(id), name);
+            if best.is_none_or(|b| self.above((w, id), b)) {
+                best = Some((w, id));
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    /// Remembers the true top `KEPT` of `ids` (every live member, in the party's order, with their `seeds`) for
+    /// `item`; `weights` is scratch space.
+    fn rank_fully(&mut self, item: usize, ids: &[u32], seeds: &[u64], weights: &mut Vec<u64>) {
+        let name = self.name_of(item);
+        // All weights first, in a tight loop the processor overlaps; then the best few.
+        super::weights(seeds, name, weights);
+        let mut prefix = Prefix::default();
+        // `ids` come in the party's (name) order, so an equal weight met later ranks below: plain comparisons of the
+        // weights give the order `above` defines. `floor`: the weight to beat to enter a full list.
+        let mut floor = 0;
+        for (&w, &id) in weights.iter().zip(ids) {
+            let len = usize::from(prefix.len);
+            if len == KEPT && w <= floor {
+                continue;
+            }
+            let at = prefix.weights[..len].iter().position(|&e| w > e).unwrap_or(len);
+            prefix.insert(at, (w, id));
+            floor = prefix.weights[usize::from(prefix.len) - 1];
+        }
+        self.prefixes[item] = prefix;
+    }
+
+    /// Whether `a` ranks above `b`: a higher weight, or (astronomically rare) the same weight and a smaller name,
+    /// which is the sorted party's order, as in the uncached placement.
+    fn above(&self, a: (u64, u32), b: (u64, u32)) -> bool {
+        a.0 > b.0 || (a.0 == b.0 && self.name(a.1) < self.name(b.1))
+    }
+
+    fn name(&self, id: u32) -> Option<&str> {
+        self.members.get(id as usize)?.as_ref().map(|(name, _)| name.as_str())
+    }
+
+    /// A member's hash seed (only live ids are ever asked for).
+    fn seed(&self, id: u32) -> u64 {
+        self.members.get(id as usize).and_then(Option::as_ref).map_or(0, |&(_, seed)| seed)
+    }
+
+    fn name_of(&self, item: usize) -> &[u8] {
+        let start = if item == 0 { 0 } else { self.ends[item - 1] };
+        &self.names[start..self.ends[item]]
+    }
+}
