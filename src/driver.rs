@@ -24,6 +24,12 @@ use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
 use crate::{Error, Snapshot};
 
+/// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED`, yet
+/// each is a request of its own: a hundred members registering a thousand each at once would queue 100,000 requests
+/// at one server. At 32 per member, a thousand take a few hundred milliseconds; a node deleted before its watch is
+/// registered is seen as gone by the registration itself.
+const HELD_WATCH_REGISTRATIONS: usize = 32;
+
 /// Requests from handles to the driver; each carries the channel its answer goes back on.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -39,8 +45,6 @@ pub(crate) struct Config {
     pub node_data: String,
     /// `<path>/items`, when the set is the shared one.
     pub set_node: Option<String>,
-    /// At most this many lock requests in flight at once (also the core's window).
-    pub window: usize,
     /// A rejoin creates a static member's node (`Builder::static_membership`).
     pub static_membership: bool,
 }
@@ -73,7 +77,7 @@ pub(crate) struct Driver {
     set_watch: Option<BoxFuture<'static, WatchedEvent>>,
     /// Each item's lock directory, by the core's item index (grown as the shared set brings new items).
     lock_dirs: Arc<Vec<String>>,
-    /// Bounds how many held-lock watches are being registered at once (the core's window).
+    /// Bounds how many held-lock watches are being registered at once ([`HELD_WATCH_REGISTRATIONS`]).
     held_watch_registrations: Arc<tokio::sync::Semaphore>,
     /// The set change the snapshot shows (items are looked up only when it changes).
     published_set: SetInForce,
@@ -97,7 +101,6 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
         publisher: Arc<watch::Sender<Snapshot>>,
     ) -> Self {
-        let window = config.window.max(1);
         let metrics = crate::metrics::DriverMetrics::new(&config.paths, now());
         Driver {
             client,
@@ -112,7 +115,7 @@ impl Driver {
             party_watch: None,
             set_watch: None,
             published_set: Default::default(),
-            held_watch_registrations: Arc::new(tokio::sync::Semaphore::new(window)),
+            held_watch_registrations: Arc::new(tokio::sync::Semaphore::new(HELD_WATCH_REGISTRATIONS)),
             lock_dirs: Arc::new(Vec::new()),
             agreements: Arc::new(Mutex::new(HashMap::new())),
             release_acks: HashMap::new(),
@@ -432,12 +435,11 @@ impl Driver {
                     .map(move |done| done.unwrap_or_else(|_| reply(id, Reply::Changed(Ok(())))))
                     .boxed()
             }
-            Op::Release { nodes, keep } => {
+            Op::Release { nodes, keep, window } => {
                 let nodes: Vec<NodeRef> =
                     nodes.into_iter().map(|c| NodeRef { dir: dir(c.item), prefix: c.prefix, node: c.node }).collect();
                 let kept: HashSet<String> =
                     keep.into_iter().map(|(item, prefix)| format!("{}/{prefix}", dir(item))).collect();
-                let window = self.config.window;
                 async move {
                     let count = nodes.len();
                     let mut result = locks::release_all(&client, nodes, window).await;

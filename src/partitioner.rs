@@ -513,7 +513,6 @@ impl Builder {
             paths,
             identifier,
             node_data,
-            window: DEFAULT_WINDOW,
             // A rejoin (the driver's `party::join`) must create the same kind of node as this first join.
             static_membership: self.static_membership,
         });

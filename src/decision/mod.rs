@@ -52,6 +52,7 @@
 //! watch the predecessor, held, with batching and an in-flight window.
 
 mod catalogue;
+mod congestion;
 mod contention;
 mod debounce;
 
@@ -60,6 +61,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use catalogue::Catalogue;
+use congestion::Window;
 pub(crate) use contention::{LOCK_MARK, Position, position, sequence};
 use debounce::Debounce;
 
@@ -86,7 +88,8 @@ pub(crate) struct CoreConfig {
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
     pub rebalance: Rebalance,
-    /// At most this many lock operations in flight (waits on a watch do not count).
+    /// At most this many lock operations in flight (waits on a watch do not count); the window adapts to the
+    /// server's latency below it ([`congestion`]).
     pub window: usize,
     /// Operations per `multi` request.
     pub batch: usize,
@@ -132,8 +135,8 @@ pub(crate) enum Op {
     /// Wait until this contender (in the item's directory) changes or goes.
     Watch { item: usize, node: String },
     /// Delete these contenders (found by prefix when the node is unknown), then sweep any node of our session under
-    /// `<path>/locks` that no tracked contender (`keep`, by prefix) accounts for.
-    Release { nodes: Vec<Contender>, keep: Vec<(usize, String)> },
+    /// `<path>/locks` that no tracked contender (`keep`, by prefix) accounts for; at most `window` deletes in flight.
+    Release { nodes: Vec<Contender>, keep: Vec<(usize, String)>, window: usize },
     /// `sync`, then check that each node still exists and belongs to our session.
     Verify(Vec<(usize, String)>),
     /// Leave the party: delete our party node.
@@ -213,6 +216,18 @@ pub(crate) enum Reply {
     DirsRemoved,
     /// The watched held lock node is gone.
     HeldGone(Result<(), ReqError>),
+}
+
+impl Reply {
+    /// Whether a lock request failed the way an overloaded server fails it (the window backs off).
+    fn failed(&self) -> bool {
+        match self {
+            Reply::DirsMade(result) => matches!(result, Err(ReqError::Transient)),
+            Reply::Created(result) => matches!(result, Err(ReqError::Transient)),
+            Reply::Listed(result) => matches!(result, Err(ReqError::Transient)),
+            _ => false,
+        }
+    }
 }
 
 /// A deliberately broken rule, for showing that the simulation's checker catches each bug of the old driver when it
@@ -434,7 +449,9 @@ pub(crate) struct Core {
     need_dirs: BTreeSet<usize>,
     delayed: BTreeSet<(Instant, usize)>,
     requests: HashMap<ReqId, Pending>,
+    /// Lock operations in flight (each item of a `Pending::Locks` counts one), kept within `window`.
     in_flight: usize,
+    window: Window,
     releases: HashMap<ReqId, Vec<AckId>>,
 
     // The worker.
@@ -462,7 +479,9 @@ impl Core {
         let shared = cfg.shared_set.is_some();
         let catalogue = Catalogue::new(std::mem::take(&mut cfg.items), cfg.shared_set);
         let deadline = cfg.max_allocation_time.map(|limit| now + limit);
-        let debounce = Debounce::new(cfg.time_boundary, now);
+        // The jitter's seed: the random bits the contender prefixes are made from.
+        let debounce = Debounce::new(cfg.time_boundary, now, (nonce >> 64) as u64 ^ nonce as u64);
+        let window = Window::new(cfg.batch, cfg.window);
         let mut core = Core {
             cfg,
             now,
@@ -499,6 +518,7 @@ impl Core {
             delayed: BTreeSet::new(),
             requests: HashMap::new(),
             in_flight: 0,
+            window,
             releases: HashMap::new(),
             shown: Shown {
                 state: PartitionState::Allocating,
@@ -647,6 +667,7 @@ impl Core {
         let id = self.next_id;
         if let Pending::Locks(items) = &pending {
             self.in_flight += items.len();
+            self.window.sent(id, self.now);
         }
         self.requests.insert(id, pending);
         self.actions.push_back(Action::Request(id, op));
@@ -656,6 +677,7 @@ impl Core {
     // ---- Session ----------------------------------------------------------------------------------------------
 
     fn on_suspended(&mut self) {
+        self.window.restart();
         let was_connected = std::mem::replace(&mut self.connected, false);
         if self.ending.is_some() || !was_connected {
             return;
@@ -948,6 +970,12 @@ impl Core {
     // ---- Replies ----------------------------------------------------------------------------------------------
 
     fn on_reply(&mut self, id: ReqId, reply: Reply) {
+        // Every lock request's latency is news about the server, even when its reply is no longer wanted.
+        let ops = match self.requests.get(&id) {
+            Some(Pending::Locks(items)) => items.len(),
+            _ => 0,
+        };
+        self.window.replied(id, ops, reply.failed(), self.now);
         let Some(pending) = self.requests.remove(&id) else {
             return; // abandoned
         };
@@ -1040,6 +1068,12 @@ impl Core {
         self.dirs_listed = true;
         for index in 0..self.catalogue.len() {
             self.dirs_known[index] = existing.contains(&self.catalogue.item(index).node_name());
+        }
+        // Items that waited for the listing and whose directory exists go straight to the queue.
+        let known: Vec<usize> = self.need_dirs.iter().copied().filter(|&item| self.dirs_known[item]).collect();
+        for item in known {
+            self.need_dirs.remove(&item);
+            self.queued.insert(item);
         }
     }
 
@@ -1390,18 +1424,24 @@ impl Core {
                 }
                 return;
             }
-            let (known, unknown): (Vec<usize>, Vec<usize>) =
-                std::mem::take(&mut self.need_dirs).into_iter().partition(|&item| self.dirs_known[item]);
-            for item in known {
-                self.queued.insert(item);
+            // As many as the window has room for, taken from the front: this runs after every event, and 100,000
+            // items may wait here on a fresh path, so it must not touch those it leaves (it once re-inserted them
+            // all each time: 11 s of a lone member's 100,000-item allocation).
+            let room = self.window.size().saturating_sub(self.in_flight);
+            let mut make = Vec::new();
+            while make.len() < room
+                && let Some(item) = self.need_dirs.pop_first()
+            {
+                if self.dirs_known[item] {
+                    self.queued.insert(item);
+                } else {
+                    make.push(item);
+                }
             }
-            let room = self.cfg.window.saturating_sub(self.in_flight);
-            let (now, later) = unknown.split_at(unknown.len().min(room));
-            self.need_dirs.extend(later.iter().copied());
-            self.send_make_dirs(now.to_vec());
+            self.send_make_dirs(make);
         }
-        while !self.queued.is_empty() && self.in_flight < self.cfg.window {
-            let room = (self.cfg.window - self.in_flight).min(self.cfg.batch.max(1));
+        while !self.queued.is_empty() && self.in_flight < self.window.size() {
+            let room = (self.window.size() - self.in_flight).min(self.cfg.batch.max(1));
             let batch: Vec<usize> = std::iter::from_fn(|| self.queued.pop_first()).take(room).collect();
             let mut contenders = Vec::with_capacity(batch.len());
             for &item in &batch {
@@ -1451,7 +1491,8 @@ impl Core {
         if !nodes.is_empty() {
             let keep = self.locks.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
             let gone = nodes.iter().map(|node| node.item).filter(|&item| !self.catalogue.contains(item)).collect();
-            let id = self.request(Op::Release { nodes, keep }, Pending::Release(gone));
+            let window = self.window.size();
+            let id = self.request(Op::Release { nodes, keep, window }, Pending::Release(gone));
             self.releases.insert(id, Vec::new());
         }
     }

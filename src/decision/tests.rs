@@ -9,6 +9,8 @@ use super::*;
 use crate::{KazooStride, Rebalance, SessionPolicy};
 
 const TB: Duration = Duration::from_millis(100);
+/// A quiet party's wait, with the longest jitter a member adds to it (a tenth of the boundary).
+const SETTLED: Duration = Duration::from_millis(110);
 
 /// A core for member `me` of a set of `items` integers, with a clock the test moves.
 struct Script {
@@ -120,7 +122,7 @@ impl Script {
     fn acquired(cfg: CoreConfig) -> Script {
         let mut s = Script::new(cfg);
         s.party(&["a-0000000000"]);
-        s.wait(TB);
+        s.wait(SETTLED);
         s.grant_locks();
         assert_eq!(s.last_state(), PartitionState::Acquired);
         s
@@ -144,7 +146,7 @@ fn allocation_waits_for_a_quiet_party_then_takes_every_lock() {
         s.seen.iter().all(|a| !matches!(a, Action::Request(_, Op::Create { .. }))),
         "the change did not restart it"
     );
-    s.wait(TB);
+    s.wait(SETTLED);
     s.grant_locks();
     let acquired = s.published().pop().expect("a publication");
     assert_eq!(acquired.state, PartitionState::Acquired);
@@ -186,7 +188,7 @@ fn incremental_party_change_keeps_what_stays_and_revokes_only_what_moves() {
     s.send(Event::PartyChanged);
     assert!(s.published().is_empty(), "nothing stops while the party settles");
     s.party(&["a-0000000000", "b-0000000001"]);
-    s.wait(TB);
+    s.wait(SETTLED);
     let release = s.published().pop().expect("Release");
     assert_eq!(release.state, PartitionState::Release);
     assert_eq!((listed(&release), release.revoked.clone()), (BTreeSet::from([0, 2]), vec![1, 3]));

@@ -659,7 +659,7 @@ impl World {
                 Ok(_) | Err(ZkErr::NoNode) => Reply::Changed(Ok(())),
                 Err(e) => Reply::Changed(Err(err(e))),
             },
-            Op::Release { nodes, keep } => {
+            Op::Release { nodes, keep, .. } => {
                 if !self.zk.is_alive(s) {
                     return Some(Reply::Released(Err(Error::SessionLost {
                         state: zookeeper_client::SessionState::Expired,
