@@ -372,11 +372,6 @@ impl Driver {
                 }
                 .boxed()
             }
-            Op::ListLockDirs => async move {
-                let result = client.list_children(&paths.locks).await;
-                reply(id, Reply::LockDirs(result.map_err(|err| classify("get_children", &paths.locks, err))))
-            }
-            .boxed(),
             Op::MakeDirs(items) => {
                 let dirs: Vec<String> = items.into_iter().map(dir).collect();
                 async move {

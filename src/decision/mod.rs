@@ -124,13 +124,11 @@ pub(crate) enum Op {
     ReadParty,
     /// Join the party again: our party node is gone.
     Join,
-    /// List `<path>/locks`: which lock directories exist.
-    ListLockDirs,
     /// Make sure these items' lock directories exist.
     MakeDirs(Vec<usize>),
     /// Create one contender per item (`<dir>/<prefix>`, ephemeral sequential, data = `data`), all in one `multi`.
     Create { contenders: Vec<(usize, String)>, data: Arc<str> },
-    /// List these items' lock directories in one read `multi`, each with our node's stat when its name is known.
+    /// List these items' lock directories in one read `multi`, each with our node's stat where a name is given.
     List(Vec<(usize, Option<String>)>),
     /// Wait until this contender (in the item's directory) changes or goes.
     Watch { item: usize, node: String },
@@ -196,8 +194,6 @@ pub(crate) enum Reply {
     Party(Result<PartyRead, ReqError>),
     /// Our new member name.
     Joined(Result<Arc<str>, ReqError>),
-    /// The names of the existing lock directories.
-    LockDirs(Result<Vec<String>, ReqError>),
     DirsMade(Result<(), ReqError>),
     /// Each created node's name and creation zxid (0 if the server did not say), in request order.
     Created(Result<Vec<(String, i64)>, ReqError>),
@@ -333,7 +329,6 @@ enum Retry {
 enum Pending {
     Party,
     Join,
-    LockDirs,
     /// Lock operations on these items (each counts once against the window).
     Locks(Vec<usize>),
     /// A watch (counts nothing against the window).
@@ -442,9 +437,10 @@ pub(crate) struct Core {
     want_is_target: bool,
     /// Items waiting for a create (their directory known).
     queued: BTreeSet<usize>,
+    /// Whether each item's lock directory is taken to exist. It is assumed, not listed: directories outlive
+    /// their locks, so after a party's first allocation they all exist, and listing `<path>/locks` would send
+    /// every member 100,000 names. A create that finds its directory missing (`NoNode`) makes it and retries.
     dirs_known: Vec<bool>,
-    dirs_listed: bool,
-    dirs_listing: Option<ReqId>,
     /// Items waiting for their directory to be made.
     need_dirs: BTreeSet<usize>,
     delayed: BTreeSet<(Instant, usize)>,
@@ -511,9 +507,7 @@ impl Core {
             want_grew: false,
             want_is_target: false,
             queued: BTreeSet::new(),
-            dirs_known: vec![false; count],
-            dirs_listed: false,
-            dirs_listing: None,
+            dirs_known: vec![true; count],
             need_dirs: BTreeSet::new(),
             delayed: BTreeSet::new(),
             requests: HashMap::new(),
@@ -999,10 +993,6 @@ impl Core {
                     Err(_) => self.back_off(),
                 }
             }
-            (Pending::LockDirs, Reply::LockDirs(result)) => {
-                self.dirs_listing = None;
-                self.on_lock_dirs(result);
-            }
             (Pending::Locks(items), Reply::DirsMade(result)) => self.on_dirs_made(id, items, result),
             (Pending::Locks(items), Reply::Created(result)) => self.on_created(id, items, result),
             (Pending::Locks(items), Reply::Listed(result)) => self.on_listed(id, items, result),
@@ -1054,26 +1044,6 @@ impl Core {
             (pending, reply) => {
                 self.fail(Error::Internal { reason: format!("reply {reply:?} to a {pending:?} request") });
             }
-        }
-    }
-
-    fn on_lock_dirs(&mut self, result: Result<Vec<String>, ReqError>) {
-        let existing: BTreeSet<String> = match result {
-            Ok(names) => names.into_iter().collect(),
-            // `<path>/locks` is gone: every directory is missing (making them recreates it).
-            Err(ReqError::NoNode) => BTreeSet::new(),
-            Err(ReqError::Transient) => return self.back_off(),
-            Err(ReqError::Fatal(err)) => return self.fail(err),
-        };
-        self.dirs_listed = true;
-        for index in 0..self.catalogue.len() {
-            self.dirs_known[index] = existing.contains(&self.catalogue.item(index).node_name());
-        }
-        // Items that waited for the listing and whose directory exists go straight to the queue.
-        let known: Vec<usize> = self.need_dirs.iter().copied().filter(|&item| self.dirs_known[item]).collect();
-        for item in known {
-            self.need_dirs.remove(&item);
-            self.queued.insert(item);
         }
     }
 
@@ -1378,7 +1348,10 @@ impl Core {
 
     fn send_lists(&mut self, items: Vec<usize>) {
         for chunk in items.chunks(self.cfg.batch.max(1)) {
-            let list = chunk.iter().map(|&item| (item, self.locks.get(&item).and_then(|l| l.node.clone()))).collect();
+            // Our node is read along only while its fencing token is unknown (servers before 3.8.2 send no stat for
+            // a create inside a multi): one read fewer per item and listing otherwise.
+            let unknown_token = |lock: &Lock| if lock.token == 0 { lock.node.clone() } else { None };
+            let list = chunk.iter().map(|&item| (item, self.locks.get(&item).and_then(unknown_token))).collect();
             let id = self.request(Op::List(list), Pending::Locks(chunk.to_vec()));
             for &item in chunk {
                 self.set_step(item, Step::Listing(id));
@@ -1418,12 +1391,6 @@ impl Core {
     /// Sends creates for queued items (and makes missing directories first), batched, within the window.
     fn send_queued(&mut self) {
         if !self.need_dirs.is_empty() {
-            if !self.dirs_listed {
-                if self.dirs_listing.is_none() && self.backoff_until.is_none() {
-                    self.dirs_listing = Some(self.request(Op::ListLockDirs, Pending::LockDirs));
-                }
-                return;
-            }
             // As many as the window has room for, taken from the front: this runs after every event, and 100,000
             // items may wait here on a fresh path, so it must not touch those it leaves (it once re-inserted them
             // all each time: 11 s of a lone member's 100,000-item allocation).

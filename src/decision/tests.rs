@@ -1,7 +1,7 @@
 //! The decision table, row by row: a scripted conversation with one core (no ZooKeeper, no clock), each test one row
 //! or one bug of the old driver.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,20 +82,20 @@ impl Script {
         self.send(Event::Reply(id, Reply::Party(Ok(PartyRead { members, ours: true, agreements: Vec::new() }))));
     }
 
-    /// Answers the lock directory listing (every directory exists), then every create and listing: our nodes are
-    /// the only contenders, so every lock is held.
+    /// Answers every create and listing (every directory exists): our nodes are the only contenders, so every lock
+    /// is held.
     fn grant_locks(&mut self) {
-        if let Some(at) = self.seen.iter().position(|a| matches!(a, Action::Request(_, Op::ListLockDirs))) {
-            let Action::Request(id, _) = self.seen.remove(at) else { unreachable!() };
-            let names = (0..64).map(|i| i.to_string()).collect();
-            self.send(Event::Reply(id, Reply::LockDirs(Ok(names))));
-        }
         while let Some(at) = self.seen.iter().position(|a| matches!(a, Action::Request(_, Op::Create { .. }))) {
             let Action::Request(id, Op::Create { contenders, .. }) = self.seen.remove(at) else { unreachable!() };
-            let created = contenders.iter().map(|(_, prefix)| (format!("{prefix}0000000001"), 42)).collect();
+            let created: Vec<(String, i64)> =
+                contenders.iter().map(|(_, prefix)| (format!("{prefix}0000000001"), 42)).collect();
+            let nodes: HashMap<usize, String> =
+                contenders.iter().zip(&created).map(|((item, _), (node, _))| (*item, node.clone())).collect();
             self.send(Event::Reply(id, Reply::Created(Ok(created))));
             let (id, Op::List(items)) = self.request("listing", |op| matches!(op, Op::List(_))) else { unreachable!() };
-            let listed = items.iter().map(|(_, node)| Ok((vec![node.clone().unwrap_or_default()], 42))).collect();
+            // Our node is read along only while its token is unknown; the creates above gave it.
+            assert!(items.iter().all(|(_, node)| node.is_none()), "a known token read again");
+            let listed = items.iter().map(|(item, _)| Ok((vec![nodes[item].clone()], 0))).collect();
             self.send(Event::Reply(id, Reply::Listed(Ok(listed))));
         }
     }

@@ -590,7 +590,6 @@ impl World {
                     Err(e) => Reply::Joined(Err(err(e))),
                 }
             }
-            Op::ListLockDirs => Reply::LockDirs(self.zk.children(s, LOCKS, false).map(|(c, _)| c).map_err(err)),
             Op::MakeDirs(items) => {
                 let mut result = Ok(());
                 for &item in items {
@@ -799,7 +798,6 @@ impl World {
         for (id, op) in lost {
             let failure = match op {
                 Op::ReadParty => Some(Reply::Party(Err(ReqError::Transient))),
-                Op::ListLockDirs => Some(Reply::LockDirs(Err(ReqError::Transient))),
                 Op::MakeDirs(_) => Some(Reply::DirsMade(Err(ReqError::Transient))),
                 Op::Create { .. } => Some(Reply::Created(Err(ReqError::Transient))),
                 Op::List(_) => Some(Reply::Listed(Err(ReqError::Transient))),
