@@ -181,6 +181,8 @@ mod state;
 #[cfg(all(feature = "testing", unix))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
 pub mod testing;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
 pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
@@ -194,6 +196,9 @@ pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::{Builder, SetPartitioner};
 pub use policy::{Rebalance, SessionPolicy};
 pub use state::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use tls::{tls_options, tls_options_with_identity};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;
