@@ -85,6 +85,7 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionId, Sessi
 
 use crate::{SetPartitioner, Snapshot};
 
+pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
 pub use proxy::{FreezingProxy, Proxy, expire};
