@@ -122,8 +122,12 @@ async fn members_connect_over_tls_and_acquire() {
         ("a CA that did not issue the server's certificate", connector(other_ca), &cluster),
         ("plain text to the TLS port", Client::connector(), &plain),
     ] {
+        let over_tls = cluster.starts_with("tcp+tls://");
         match zk_partitioner::connect_with(connector, cluster, short).await {
-            Err(Error::Connect { reason, .. }) => assert!(reason.contains("opened no session"), "{what}: {reason}"),
+            Err(Error::Connect { reason, .. }) => {
+                assert!(reason.contains("opened no session"), "{what}: {reason}");
+                assert_eq!(reason.contains("over TLS, check"), over_tls, "{what}: {reason}");
+            }
             other => panic!("{what}: expected Error::Connect, got {other:?}"),
         }
     }
