@@ -80,6 +80,11 @@ install = "\n".join(readme)
 install = install[install.index("## Install"):]
 install = install[: install.index("\n## ", 3)]
 toml = "\n".join(m.group(1) for m in re.finditer(r"```toml\n(.*?)```", install, re.S))
+# Examples of the optional `tls` feature are built with it, as docs.rs shows them (all features): a user who copies
+# one has it on.
+if 'zk-partitioner = "0.1"' not in toml:
+    sys.exit("doc-examples: the README's Install section no longer says zk-partitioner = \"0.1\"; update this script")
+toml = toml.replace('zk-partitioner = "0.1"', 'zk-partitioner = { version = "0.1", features = ["tls"] }', 1)
 if 'futures = "0.3"' in install and "futures" not in toml:
     toml = toml.replace("[dependencies]\n", '[dependencies]\nfutures = "0.3"\n', 1)
 manifest = f"""[package]

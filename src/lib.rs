@@ -16,7 +16,8 @@
 //! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
 //! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
 //! error. The `testing` feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against
-//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker).
+//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions
+//! over TLS: `tls_options` and `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
 //!
 //! # The worker loop
 //!
