@@ -115,8 +115,8 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    /// The server's certificate chain and its unencrypted private key (PEM; PKCS #8 for ZooKeeper 3.8), and the CA
-    /// certificates (PEM) it trusts for client certificates. Clients connect to `127.0.0.1`: the certificate must
+    /// The CA certificates (PEM) the server trusts for client certificates, the server's certificate chain (PEM)
+    /// and its unencrypted private key (PEM, PKCS #8 `BEGIN PRIVATE KEY`, which ZooKeeper 3.8 reads). Clients connect to `127.0.0.1`: the certificate must
     /// name that address (`subjectAltName=IP:127.0.0.1`) for a client that verifies host names.
     pub fn new(ca_pem: impl Into<String>, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> ServerTls {
         ServerTls { ca_pem: ca_pem.into(), cert_pem: cert_pem.into(), key_pem: key_pem.into(), client_auth: false }
