@@ -21,10 +21,10 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use zk_partitioner::{Item, ItemSet, SharedItems};
 
-/// Read or change the shared item set of a partition path.
 #[path = "common/tls.rs"]
 mod tls;
 
+/// Read or change the shared item set of a partition path.
 #[derive(Debug, Parser)]
 #[command(name = "item_set")]
 struct Args {

@@ -43,10 +43,10 @@ use zk_partitioner::{
     Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
 };
 
-/// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
 #[path = "common/tls.rs"]
 mod tls;
 
+/// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
 #[derive(Debug, Parser)]
 #[command(name = "worker", group(ArgGroup::new("item-source").args(["items", "items_file"])))]
 struct Args {
