@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every Rust example of the README and of the API docs (`//!` and `///` in src/) as a user would paste it:
 # in a scratch crate OUTSIDE this repository whose only dependencies are the ones the README's Install section names
-# (zk-partitioner, tokio, the test kit as a dev-dependency, and `futures` if the Install section names it).
+# (zk-partitioner, tokio, the test kit as a dev-dependency, and `futures` if the Install section names it), with
+# zk-partitioner's optional `tls` feature on, as docs.rs documents it.
 #
 # Doctests cannot catch an example that only compiles inside this crate: rustdoc gives them every dependency of the
 # crate (`zookeeper_client::` resolves there, and fails with E0433 in a user's crate).
