@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every Rust example of the README and of the API docs (`//!` and `///` in src/) as a user would paste it:
 # in a scratch crate OUTSIDE this repository whose only dependencies are the ones the README's Install section names
-# (zk-partitioner, tokio, the test kit as a dev-dependency, and `futures` if the Install section names it).
+# (zk-partitioner, tokio, the test kit as a dev-dependency, and `futures` if the Install section names it), with
+# zk-partitioner's optional `tls` feature on, as docs.rs documents it.
 #
 # Doctests cannot catch an example that only compiles inside this crate: rustdoc gives them every dependency of the
 # crate (`zookeeper_client::` resolves there, and fails with E0433 in a user's crate).
@@ -80,6 +81,11 @@ install = "\n".join(readme)
 install = install[install.index("## Install"):]
 install = install[: install.index("\n## ", 3)]
 toml = "\n".join(m.group(1) for m in re.finditer(r"```toml\n(.*?)```", install, re.S))
+# Examples of the optional `tls` feature are built with it, as docs.rs shows them (all features): a user who copies
+# one has it on.
+if 'zk-partitioner = "0.1"' not in toml:
+    sys.exit("doc-examples: the README's Install section no longer says zk-partitioner = \"0.1\"; update this script")
+toml = toml.replace('zk-partitioner = "0.1"', 'zk-partitioner = { version = "0.1", features = ["tls"] }', 1)
 if 'futures = "0.3"' in install and "futures" not in toml:
     toml = toml.replace("[dependencies]\n", '[dependencies]\nfutures = "0.3"\n', 1)
 manifest = f"""[package]

@@ -25,6 +25,9 @@ use zk_partitioner::{
     Contender, DescribeOptions, Description, Item, KazooStride, PartitionFn, Rendezvous, describe_with,
 };
 
+#[path = "common/tls.rs"]
+mod tls;
+
 /// Who owns what under a zk-partitioner / kazoo SetPartitioner path (read-only).
 #[derive(Parser, Debug)]
 #[command(name = "inspect", version)]
@@ -41,6 +44,9 @@ struct Args {
     /// grants READ to that identity only)
     #[arg(long, value_name = "SCHEME:CREDENTIALS")]
     auth: Option<String>,
+
+    #[command(flatten)]
+    tls: tls::TlsArgs,
 
     /// Print one JSON document instead of tables (with --watch: one document per line, per change) [default: off]
     #[arg(long)]
@@ -104,8 +110,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
         connector = connector.with_auth(scheme, credentials.as_bytes());
     }
-    let client =
-        connector.connect(&args.connect).await.map_err(|err| format!("cannot connect to {}: {err}", args.connect))?;
+    let (connector, cluster) = args.tls.apply(connector, &args.connect)?;
+    let client = connector.connect(&cluster).await.map_err(|err| format!("cannot connect to {cluster}: {err}"))?;
     let items: Option<Vec<Item>> = args.items.as_ref().map(|names| parse_items(names));
     let partition_fn: Option<Box<dyn PartitionFn>> = match args.partition {
         Partition::None => None,

@@ -21,6 +21,9 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use zk_partitioner::{Item, ItemSet, SharedItems};
 
+#[path = "common/tls.rs"]
+mod tls;
+
 /// Read or change the shared item set of a partition path.
 #[derive(Debug, Parser)]
 #[command(name = "item_set")]
@@ -35,6 +38,8 @@ struct Args {
     /// writable by that identity only: creator-all)
     #[arg(long, value_name = "SCHEME:CREDENTIALS")]
     auth: Option<String>,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
     /// Treat the items as integers, not strings
     #[arg(long)]
     int_items: bool,
@@ -112,7 +117,8 @@ async fn run(args: &Args) -> Result<SharedItems, String> {
         let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
         connector = connector.with_auth(scheme, credentials.as_bytes());
     }
-    let client = zk_partitioner::connect_with(connector, &args.connect, timeout).await.map_err(|e| e.to_string())?;
+    let (connector, cluster) = args.tls.apply(connector, &args.connect)?;
+    let client = zk_partitioner::connect_with(connector, &cluster, timeout).await.map_err(|e| e.to_string())?;
     let mut set = ItemSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
     if args.auth.is_some() {
         set = set.with_acls(zk_partitioner::zookeeper_client::Acls::creator_all());

@@ -44,6 +44,9 @@ use zk_partitioner::{
     Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
 };
 
+#[path = "common/tls.rs"]
+mod tls;
+
 /// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
 #[derive(Debug, Parser)]
 #[command(name = "worker", group(ArgGroup::new("item-source").args(["items", "items_file"])))]
@@ -106,6 +109,8 @@ struct Args {
     /// then readable and writable by that identity only (creator-all)
     #[arg(long, value_name = "SCHEME:CREDENTIALS")]
     auth: Option<String>,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
     /// Print one JSON object per state change instead of a line of text
     #[arg(long)]
     json: bool,
@@ -258,9 +263,9 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), St
         let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
         connector = connector.with_auth(scheme, credentials.as_bytes());
     }
-    let client = zk_partitioner::connect_with(connector, &args.connect, args.connect_timeout)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (connector, cluster) = args.tls.apply(connector, &args.connect)?;
+    let client =
+        zk_partitioner::connect_with(connector, &cluster, args.connect_timeout).await.map_err(|e| e.to_string())?;
     let session = client.session_id().0;
     let mut builder = SetPartitioner::builder(client, args.path.clone(), items)
         .time_boundary(args.time_boundary)

@@ -45,8 +45,8 @@ pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client,
     connect_with(Client::connector().with_session_timeout(session_timeout), cluster, DEFAULT_CONNECT_TIMEOUT).await
 }
 
-/// [`connect`] with a connector of your own (authentication, read-only sessions...) and a connect timeout of your
-/// choice.
+/// [`connect`] with a connector of your own (authentication, TLS, read-only sessions...) and a connect timeout of
+/// your choice.
 ///
 /// The connector is used with `with_fail_eagerly()` (one pass over the servers per attempt), and attempts repeat
 /// until `connect_timeout` has passed.
@@ -100,12 +100,20 @@ pub async fn connect_with(connector: Connector, cluster: &str, connect_timeout: 
     let servers = servers(cluster);
     let diagnoses = futures::future::join_all(servers.iter().map(|(host, port)| diagnose(host, *port))).await;
     let last = last.map_or_else(|| "none".to_string(), |err| err.to_string());
+    // The client does not say why a TLS handshake failed (its error is "no available hosts"): name the usual causes.
+    let tls_hint = if cluster.contains("tcp+tls://") {
+        "; over TLS, check that the port is the server's secureClientPort, that the CA given issued the server's \
+         certificate and that the certificate names the host as written, and the client certificate if the server \
+         requires one"
+    } else {
+        ""
+    };
     let reasons: Vec<String> = servers
         .iter()
         .zip(diagnoses)
         .map(|((host, port), diagnosis)| match diagnosis {
             Some(diagnosis) => format!("{host}:{port} {diagnosis}"),
-            None => format!("{host}:{port} accepts connections but opened no session (last error: {last})"),
+            None => format!("{host}:{port} accepts connections but opened no session (last error: {last}){tls_hint}"),
         })
         .collect();
     Err(fail(format!("no session within {connect_timeout:?}: {}", reasons.join("; "))))

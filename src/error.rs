@@ -147,6 +147,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A PEM file given to [`tls_options`](crate::tls_options) or
+    /// [`tls_options_with_identity`](crate::tls_options_with_identity) cannot be read or does not hold what it should.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    #[error("TLS {what} {}: {reason}", shown_path(file))]
+    Tls {
+        /// Which file: `CA certificate`, `client certificate` or `client private key`.
+        what: &'static str,
+        /// The file, as given.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The chroot of the connect string (`host:port/chroot`) does not exist on the server. ZooKeeper does not create
     /// it: create the node first, or leave the chroot out and give the partitioner a longer path.
     #[error(

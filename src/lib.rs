@@ -16,7 +16,8 @@
 //! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
 //! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
 //! error. The `testing` feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against
-//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker).
+//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions
+//! over TLS: `tls_options` and `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
 //!
 //! # The worker loop
 //!
@@ -181,6 +182,8 @@ mod state;
 #[cfg(all(feature = "testing", unix))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
 pub mod testing;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
 pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
@@ -194,6 +197,9 @@ pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::{Builder, SetPartitioner};
 pub use policy::{Rebalance, SessionPolicy};
 pub use state::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use tls::{tls_options, tls_options_with_identity};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;

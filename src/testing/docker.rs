@@ -89,13 +89,67 @@ pub(crate) struct Spec<'a> {
     pub host_port: HostPort,
     pub network: Option<&'a str>,
     pub hostname: Option<&'a str>,
+    /// A TLS client port ([`TLS_PORT`]) besides 2181, with these certificates.
+    pub tls: Option<&'a ServerTls>,
 }
 
-/// A started ZooKeeper container (not necessarily serving yet) and its host port for 2181.
+/// A started ZooKeeper container (not necessarily serving yet) and its host ports for 2181 and, with TLS, 2281.
 pub(crate) struct Started {
     pub container: ContainerAsync<GenericImage>,
     pub name: String,
     pub port: u16,
+    pub tls_port: Option<u16>,
+}
+
+/// The container's TLS client port (`secureClientPort`).
+pub(crate) const TLS_PORT: u16 = 2281;
+
+/// The certificates of a test server with a TLS client port: see
+/// [`OwnedServer::launch_tls`](super::OwnedServer::launch_tls).
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+    client_auth: bool,
+}
+
+impl ServerTls {
+    /// The CA certificates (PEM) the server trusts for client certificates, the server's certificate chain (PEM)
+    /// and its unencrypted private key (PEM, PKCS #8 `BEGIN PRIVATE KEY`, which ZooKeeper 3.8 reads). Clients connect to `127.0.0.1`: the certificate must
+    /// name that address (`subjectAltName=IP:127.0.0.1`) for a client that verifies host names.
+    pub fn new(ca_pem: impl Into<String>, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> ServerTls {
+        ServerTls { ca_pem: ca_pem.into(), cert_pem: cert_pem.into(), key_pem: key_pem.into(), client_auth: false }
+    }
+
+    /// Require a client certificate signed by the CA (`ssl.clientAuth=need`); by default none is asked for.
+    pub fn require_client_certificate(mut self) -> ServerTls {
+        self.client_auth = true;
+        self
+    }
+
+    /// The server settings for a TLS client port on [`TLS_PORT`] with the files copied to `/tls` (the files are
+    /// PEM stores, supported since ZooKeeper 3.6), appended to `env`'s `ZOO_CFG_EXTRA`.
+    fn configure(&self, env: &mut Vec<(&'static str, String)>) {
+        let client_auth = if self.client_auth { "need" } else { "none" };
+        let settings = format!(
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory secureClientPort={TLS_PORT} \
+             ssl.keyStore.location=/tls/server.pem ssl.keyStore.type=PEM ssl.trustStore.location=/tls/ca.pem \
+             ssl.trustStore.type=PEM ssl.clientAuth={client_auth}"
+        );
+        match env.iter_mut().find(|(key, _)| *key == "ZOO_CFG_EXTRA") {
+            Some((_, extra)) => *extra = format!("{extra} {settings}"),
+            None => env.push(("ZOO_CFG_EXTRA", settings)),
+        }
+        // Debian's zookeeper.jar names only some of the Netty jars that TLS needs in its manifest's Class-Path (not
+        // netty-codec), and the local image's entrypoint puts only zookeeper.jar on the class path: put them all on
+        // the boot class path, where they are found together. The official image has them in its lib/ already; a
+        // boot class path entry that does not exist is ignored.
+        let netty = ["common", "buffer", "resolver", "transport", "codec", "handler", "transport-native-unix-common"]
+            .map(|jar| format!("/usr/share/java/netty-{jar}.jar"))
+            .join(":");
+        env.push(("SERVER_JVMFLAGS", format!("-Xbootclasspath/a:{netty}")));
+    }
 }
 
 /// Starts a container from the checked image. With [`HostPort::Fixed`] a port taken between picking and binding is
@@ -109,18 +163,30 @@ pub(crate) async fn start_container(spec: Spec<'_>) -> Result<Started, String> {
         attempt += 1;
         let fixed = match spec.host_port {
             HostPort::Random => None,
-            HostPort::Fixed => Some(free_ports(1)?[0]),
+            HostPort::Fixed => Some(free_ports(if spec.tls.is_some() { 2 } else { 1 })?),
         };
-        match try_start(&image, &name, &spec, fixed).await {
+        match try_start(&image, &name, &spec, fixed.as_deref()).await {
             Ok(container) => {
-                let port = match fixed {
-                    Some(port) => port,
-                    None => container
-                        .get_host_port_ipv4(2181.tcp())
-                        .await
-                        .map_err(|err| format!("container {name}: no host port for 2181: {err}"))?,
+                let host_port = |index: usize, port: u16| {
+                    let container = &container;
+                    let fixed = fixed.as_ref().and_then(|ports| ports.get(index).copied());
+                    let name = &name;
+                    async move {
+                        match fixed {
+                            Some(port) => Ok(port),
+                            None => container
+                                .get_host_port_ipv4(port.tcp())
+                                .await
+                                .map_err(|err| format!("container {name}: no host port for {port}: {err}")),
+                        }
+                    }
                 };
-                return Ok(Started { container, name, port });
+                let port = host_port(0, 2181).await?;
+                let tls_port = match spec.tls {
+                    Some(_) => Some(host_port(1, TLS_PORT).await?),
+                    None => None,
+                };
+                return Ok(Started { container, name, port, tls_port });
             }
             Err(err) => {
                 remove_container(&name).await;
@@ -139,25 +205,41 @@ async fn try_start(
     image: &ImageRef,
     name: &str,
     spec: &Spec<'_>,
-    host_port: Option<u16>,
+    host_ports: Option<&[u16]>,
 ) -> Result<ContainerAsync<GenericImage>, String> {
-    let binding = PortBinding {
+    let binding = |index: usize| PortBinding {
         host_ip: Some("127.0.0.1".to_string()),
-        host_port: Some(host_port.map(|port| port.to_string()).unwrap_or_default()),
+        host_port: Some(host_ports.and_then(|ports| ports.get(index)).map(|port| port.to_string()).unwrap_or_default()),
     };
-    let mut request = GenericImage::new(image.name.clone(), image.tag.clone())
-        .with_exposed_port(2181.tcp())
+    let mut bindings = HashMap::from([("2181/tcp".to_string(), Some(vec![binding(0)]))]);
+    if spec.tls.is_some() {
+        bindings.insert(format!("{TLS_PORT}/tcp"), Some(vec![binding(1)]));
+    }
+    let mut image_request = GenericImage::new(image.name.clone(), image.tag.clone()).with_exposed_port(2181.tcp());
+    if spec.tls.is_some() {
+        image_request = image_request.with_exposed_port(TLS_PORT.tcp());
+    }
+    let mut request = image_request
         // Readiness is a client-side probe by the caller, not a log line.
         .with_wait_for(WaitFor::Nothing)
         .with_container_name(name)
         .with_label(LABEL, token())
         .with_startup_timeout(timing(Duration::from_secs(60)))
-        // Only 2181, only on loopback (testcontainers would publish every EXPOSEd port on all interfaces).
+        // Only 2181 (and the TLS port), only on loopback (testcontainers would publish every EXPOSEd port on all
+        // interfaces).
         .with_host_config_modifier(move |config: &mut HostConfig| {
             config.publish_all_ports = Some(false);
-            config.port_bindings = Some(HashMap::from([("2181/tcp".to_string(), Some(vec![binding.clone()]))]));
+            config.port_bindings = Some(bindings.clone());
         });
-    for (key, value) in &spec.env {
+    let mut env = spec.env.clone();
+    if let Some(tls) = spec.tls {
+        tls.configure(&mut env);
+        let server_pem = format!("{}\n{}", tls.key_pem.trim_end(), tls.cert_pem);
+        request = request
+            .with_copy_to("/tls/ca.pem", tls.ca_pem.clone().into_bytes())
+            .with_copy_to("/tls/server.pem", server_pem.into_bytes());
+    }
+    for (key, value) in &env {
         request = request.with_env_var(*key, value.clone());
     }
     if let Some(network) = spec.network {

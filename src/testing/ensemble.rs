@@ -87,6 +87,7 @@ impl Ensemble {
                     host_port: HostPort::Fixed,
                     network: Some(&network),
                     hostname: Some(&hostname),
+                    tls: None,
                 };
                 start_container(spec).await
             }

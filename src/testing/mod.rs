@@ -11,7 +11,8 @@
 //!
 //! - **Servers.** [`server()`]: one standalone ZooKeeper shared by every test of a test binary (isolate tests with
 //!   [`namespace`], a fresh chroot each); [`OwnedServer`]: a server one test owns and may
-//!   [`stop`](OwnedServer::stop), [`start`](OwnedServer::start), [`pause`](OwnedServer::pause); [`Ensemble`]: three
+//!   [`stop`](OwnedServer::stop), [`start`](OwnedServer::start), [`pause`](OwnedServer::pause), also with a TLS
+//!   client port ([`OwnedServer::launch_tls`], certificates of yours in a [`ServerTls`]); [`Ensemble`]: three
 //!   servers to lose a leader or a follower. Containers are removed when their owner drops and, however the test
 //!   process ends (panic, kill), by a watchdog about a second after it exits.
 //! - **The image.** `ZOOKEEPER_IMAGE` if set; else the official `zookeeper:3.9` if present, else
@@ -85,6 +86,7 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionId, Sessi
 
 use crate::{SetPartitioner, Snapshot};
 
+pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
 pub use proxy::{FreezingProxy, Proxy, expire};

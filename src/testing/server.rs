@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use testcontainers::{ContainerAsync, GenericImage};
 use zookeeper_client::Client;
 
-use super::docker::{HostPort, Spec, Started, base_env, log_tail, start_container};
+use super::docker::{HostPort, ServerTls, Spec, Started, base_env, log_tail, start_container};
 use super::{Cluster, server_mode, timing, wait_for};
 
 /// How long a server may take from `docker start` to accepting a session.
@@ -89,7 +89,7 @@ fn start_shared() -> Result<ServerHandle, String> {
             }
         };
         runtime.block_on(async move {
-            match launch_standalone("shared", HostPort::Random).await {
+            match launch_standalone("shared", HostPort::Random, None).await {
                 Ok((started, ready_in)) => {
                     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, started.port));
                     eprintln!("[harness] shared ZooKeeper {} serving at {addr} after {ready_in:.2?}", started.name);
@@ -112,9 +112,13 @@ fn start_shared() -> Result<ServerHandle, String> {
 }
 
 /// Starts a standalone server and waits until it accepts a session; returns it and the time from start to ready.
-async fn launch_standalone(role: &str, host_port: HostPort) -> Result<(Started, Duration), String> {
+async fn launch_standalone(
+    role: &str,
+    host_port: HostPort,
+    tls: Option<&ServerTls>,
+) -> Result<(Started, Duration), String> {
     let started_at = Instant::now();
-    let spec = Spec { role: role.to_string(), env: base_env(), host_port, network: None, hostname: None };
+    let spec = Spec { role: role.to_string(), env: base_env(), host_port, network: None, hostname: None, tls };
     let started = start_container(spec).await?;
     let endpoint = format!("127.0.0.1:{}", started.port);
     if let Err(err) = probe_session(&endpoint, timing(READY_DEADLINE)).await {
@@ -160,6 +164,7 @@ pub struct OwnedServer {
     container: ContainerAsync<GenericImage>,
     name: String,
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for OwnedServer {
@@ -174,13 +179,35 @@ impl OwnedServer {
     /// # Panics
     /// With the cause (no Docker engine, no image, the server did not start) if it does not serve within 60 s.
     pub async fn launch() -> OwnedServer {
+        OwnedServer::launch_with(None).await
+    }
+
+    /// [`launch`](Self::launch) a server that also has a TLS client port (`secureClientPort`) with the given
+    /// certificates: [`tls_connect_string`](Self::tls_connect_string). Its plain port stays open (the readiness
+    /// probe uses it). The server runs ZooKeeper's Netty connection factory, which TLS needs.
+    ///
+    /// # Panics
+    /// As [`launch`](Self::launch); a certificate the server cannot load shows in the container log in the message.
+    pub async fn launch_tls(tls: ServerTls) -> OwnedServer {
+        OwnedServer::launch_with(Some(&tls)).await
+    }
+
+    async fn launch_with(tls: Option<&ServerTls>) -> OwnedServer {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static COUNT: AtomicUsize = AtomicUsize::new(0);
         let role = format!("owned{}", COUNT.fetch_add(1, Ordering::Relaxed));
-        let (started, ready_in) = launch_standalone(&role, HostPort::Fixed).await.unwrap_or_else(|err| panic!("{err}"));
+        let (started, ready_in) =
+            launch_standalone(&role, HostPort::Fixed, tls).await.unwrap_or_else(|err| panic!("{err}"));
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, started.port));
-        tracing::info!("ZooKeeper {} serving at {addr} after {ready_in:.2?}", started.name);
-        OwnedServer { container: started.container, name: started.name, addr }
+        let tls_addr = started.tls_port.map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+        tracing::info!("ZooKeeper {} serving at {addr} (TLS: {tls_addr:?}) after {ready_in:.2?}", started.name);
+        OwnedServer { container: started.container, name: started.name, addr, tls_addr }
+    }
+
+    /// `tcp+tls://127.0.0.1:PORT`, the TLS client port of a server started with [`launch_tls`](Self::launch_tls)
+    /// (the same for the server's whole life); `None` for the others.
+    pub fn tls_connect_string(&self) -> Option<String> {
+        self.tls_addr.map(|addr| format!("tcp+tls://{addr}"))
     }
 
     /// `127.0.0.1:PORT`, the same for the server's whole life.
