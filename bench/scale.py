@@ -152,13 +152,17 @@ class TxnLog:
         self.poll()
         c = {k: 0 for k in ("txns", "lock_creates", "lock_deletes", "lock_session_deletes", "lockdir_creates",
                              "lockdir_deletes", "party_creates", "party_deletes", "sessions_created",
-                             "sessions_closed")}
+                             "sessions_closed", "lock_txns", "lock_txns_single")}
         c["session_closes"] = []  # [session id, time ZooKeeper stamped on the closeSession, in s]
         locks, party = base + "/locks/", base + "/party/"
         for zxid, stamp, client, ops in self.txns:
             if not zxid_from < zxid <= zxid_to:
                 continue
             c["txns"] += 1
+            lock_ops = sum(1 for op, path in ops if path and path.startswith(locks) and op != "session_delete")
+            if lock_ops:
+                c["lock_txns"] += 1
+                c["lock_txns_single"] += lock_ops == 1
             for op, path in ops:
                 if op == "create_session":
                     c["sessions_created"] += 1
@@ -701,6 +705,21 @@ def run_once(args, observer, server, mode, hosting, run, items_file):
     return ok
 
 
+def drain_sessions(args):
+    """Waits (up to the session timeout + 10 s) until the run's sessions are gone: members that exited without closing
+    theirs (the in-process host's clients are detached) expire after the session timeout, and should not do so in
+    the next run's phases. The observer's session remains."""
+    deadline = time.time() + args.session_timeout + 10
+    while time.time() < deadline:
+        try:
+            if int(mntr(args.connect).get("zk_global_sessions", 0)) <= 1:
+                return
+        except (OSError, SystemExit, ValueError):
+            pass
+        time.sleep(0.5)
+    say("sessions of the last run still open after %.0f s" % (args.session_timeout + 10))
+
+
 def run(args):
     from kazoo.client import KazooClient
     import logging
@@ -731,6 +750,7 @@ def run(args):
                     say("run %d/%d, %s, %s: %d members, %d items" % (run_index, args.runs, HOSTINGS[hosting],
                                                                       MODES[mode]["label"], args.members, args.items))
                     failures += not run_once(args, observer, server, mode, hosting, run_index, items_file)
+                    drain_sessions(args)
     finally:
         observer.stop()
         observer.close()
@@ -794,7 +814,8 @@ during the phase, and after the last one (the live data, roughly); no collection
 **Lock nodes touched**: counted from ZooKeeper's transaction log (`dataLogDir`, mounted on the host and parsed by
 `bench/scale.py`): every lock node (`<path>/locks/<item>/<node>`) created or deleted by a transaction committed during
 the phase, inside `multi`s included, plus those a closed or expired session deleted (ZooKeeper 3.8 writes their paths
-into the `closeSession` transaction). Lock directories and party nodes are counted apart and not included. **Ideal**:
+into the `closeSession` transaction). *Lock transactions*: the committed write transactions that created or deleted
+lock nodes (a `multi` counts 1), and in brackets how many of them touched a single lock node. Lock directories and party nodes are counted apart and not included. **Ideal**:
 start: N creates; join: 2 × N/(P+1) (the joiner's fair share moves: one delete and one create per item); leave and
 crash: 2 × the items the departing member held. **Items moved**: items whose owner (by member) differs between the
 stable states before and after.
@@ -854,7 +875,7 @@ def report(args):
         w("#### %s" % titles[scenario])
         w("")
         head1 = ["Members", "Mode", "P → P'", "time to cover", "beyond tb", "sessions lost", "items moved",
-                 "lock nodes touched", "ideal", "touched ÷ ideal"]
+                 "lock nodes touched", "ideal", "touched ÷ ideal", "lock transactions (single-node)"]
         if scenario == "crash":
             head1[4] = "session expired at; cover after it"
         if scenario == "start":
@@ -901,7 +922,9 @@ def report(args):
                            summary([r.get("all_joined_s") for r in mine], fmt_s)),
                           summary([r["locks_touched"] for r in mine], fmt_num),
                           summary([r["ideal_touched"] for r in mine], fmt_num),
-                          summary([r["touched_ratio"] for r in mine], lambda v: "×%.2f" % v)])
+                          summary([r["touched_ratio"] for r in mine], lambda v: "×%.2f" % v),
+                          summary([r["zk"].get("lock_txns") for r in mine], fmt_num) + " (%s)" % summary(
+                              [r["zk"].get("lock_txns_single") for r in mine], fmt_num)])
             rows2.append([HOSTINGS[hosting], MODES[mode]["label"],
                           summary([z["requests"] for z in zk], fmt_num) + " (%s / %s)" % (
                               summary([z["writes"] for z in zk], fmt_num), summary([z["reads"] for z in zk], fmt_num)),

@@ -23,15 +23,14 @@
 //! When a member is gone (left, crashed, or FAILURE) a line `{"id": ID, "exit": CODE, "ts": ...}` says so (0 after
 //! `finish()`, 137 after a crash, 1 after FAILURE), as a worker process's exit would.
 //!
-//! `partition_fn_ms`: the cumulative wall-clock milliseconds this member spent inside its partition function (a
-//! wrapper around `KazooStride` / `Rendezvous::default()` timing every call; equal to CPU time unless the thread was
-//! preempted). Not a criterion benchmark (`harness = false`): a bare `cargo bench` does nothing.
+//! `partition_fn_ms`: the cumulative CPU milliseconds this member spent inside its partition function (a wrapper
+//! around `KazooStride` / `Rendezvous::default()` reads the thread's CPU clock around every call; Linux only). Not a criterion benchmark (`harness = false`): a bare `cargo bench` does nothing.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
@@ -140,7 +139,7 @@ fn read_items(args: &Args) -> Result<Vec<Item>, String> {
         .collect()
 }
 
-/// A partition function that adds the time spent in `inner` to a shared counter (nanoseconds).
+/// A partition function that adds the CPU time its thread spent in `inner` to a shared counter (nanoseconds).
 struct Timed<F> {
     inner: F,
     nanos: Arc<AtomicU64>,
@@ -148,11 +147,32 @@ struct Timed<F> {
 
 impl<F: PartitionFn> PartitionFn for Timed<F> {
     fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
-        let started = Instant::now();
+        // The function is synchronous: it runs start to end on this thread, so the thread's CPU clock measures it
+        // alone, whatever the other members' threads do meanwhile (a wall clock would count their time too).
+        let started = thread_cpu_nanos();
         let mine = self.inner.partition(me, members, items);
-        self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
         mine
     }
+}
+
+/// The calling thread's CPU time (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`, Linux), in nanoseconds.
+fn thread_cpu_nanos() -> u64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut time = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `time` is a valid, writable timespec (two 64-bit fields on 64-bit Linux) for the call's duration.
+    if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) } != 0 {
+        return 0;
+    }
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
 }
 
 fn now() -> f64 {
