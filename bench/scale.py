@@ -91,6 +91,12 @@ class TxnLog:
 
     CREATES = (1, 15, 19, 21)  # create, create2, createContainer, createTTL: the path is the first field
     DELETE, MULTI, CLOSE_SESSION, CREATE_SESSION = 2, 14, -11, -10
+    KINDS = {1: "create", 2: "delete", 5: "setData", 7: "setACL", 13: "check", 14: "multi", 15: "create2",
+             16: "reconfig", 19: "createContainer", 20: "deleteContainer", 21: "createTTL", -1: "error",
+             -10: "createSession", -11: "closeSession"}
+    ERRORS = {0: "OK (rolled back with the multi)", -2: "RuntimeInconsistency", -101: "NoNode", -102: "NoAuth",
+              -103: "BadVersion", -108: "NoChildrenForEphemerals", -110: "NodeExists", -111: "NotEmpty",
+              -112: "SessionExpired"}
 
     def __init__(self, data_dir):
         self.dir = os.path.join(data_dir, "version-2")
@@ -110,7 +116,7 @@ class TxnLog:
                     break  # the preallocated zeros after the last entry, or an entry being written
                 body = data[o + 12:o + 12 + length]
                 client, _cxid, zxid, stamp, kind = struct.unpack_from(">qiqqi", body, 0)
-                ops = []
+                ops = [("kind", kind)]
                 self._record(kind, body, 32, ops)
                 self.txns.append((zxid, stamp, client, ops))
                 o += 12 + length + 1
@@ -145,6 +151,11 @@ class TxnLog:
                     ops.append(("session_delete", path))
         elif kind == self.CREATE_SESSION:
             ops.append(("create_session", None))
+        elif kind == -1 and o + 4 <= len(body):  # a failed write (alone, or one operation of a failed multi)
+            (err,) = struct.unpack_from(">i", body, o)
+            ops.append(("other", "error %s" % self.ERRORS.get(err, err)))
+        else:
+            ops.append(("other", self.KINDS.get(kind, str(kind))))
 
     def count(self, base, zxid_from, zxid_to):
         """What the transactions in (zxid_from, zxid_to] did under `base`: lock nodes (base/locks/ITEM/NODE), lock
@@ -153,18 +164,25 @@ class TxnLog:
         c = {k: 0 for k in ("txns", "lock_creates", "lock_deletes", "lock_session_deletes", "lockdir_creates",
                              "lockdir_deletes", "party_creates", "party_deletes", "sessions_created",
                              "sessions_closed", "lock_txns", "lock_txns_single")}
+        c["txn_kinds"], c["other_ops"] = {}, {}  # transactions by type; operations neither create nor delete
         c["session_closes"] = []  # [session id, time ZooKeeper stamped on the closeSession, in s]
         locks, party = base + "/locks/", base + "/party/"
         for zxid, stamp, client, ops in self.txns:
             if not zxid_from < zxid <= zxid_to:
                 continue
             c["txns"] += 1
-            lock_ops = sum(1 for op, path in ops if path and path.startswith(locks) and op != "session_delete")
+            lock_ops = sum(1 for op, path in ops if op in ("create", "delete") and path and path.startswith(locks)
+                           and path[len(locks):].count("/") == 1)
             if lock_ops:
                 c["lock_txns"] += 1
                 c["lock_txns_single"] += lock_ops == 1
             for op, path in ops:
-                if op == "create_session":
+                if op == "kind":
+                    name = self.KINDS.get(path, str(path))
+                    c["txn_kinds"][name] = c["txn_kinds"].get(name, 0) + 1
+                elif op == "other":
+                    c["other_ops"][path] = c["other_ops"].get(path, 0) + 1
+                elif op == "create_session":
                     c["sessions_created"] += 1
                 elif op == "close_session":
                     c["sessions_closed"] += 1
@@ -805,6 +823,8 @@ cold start starts; separate processes are started on the clock.
 
 **ZooKeeper** (the server's own figures, reset with `srst` at the start of each phase): *requests* =
 `zk_packets_received` (every request of every session, pings included; a `multi` counts 1) minus the closing `mntr`;
+*failed writes*: write requests that failed (a `multi` fails whole), counted from the transaction log,
+where ZooKeeper logs them as `error` transactions (the JSON lines keep their error codes in `zk.other_ops`);
 *bytes in / out*: the container's `eth0` counters (`/proc/<ZooKeeper pid>/net/dev`, read from the host), so IP/TCP
 headers are included; *latency*: `zk_avg_latency` / `zk_max_latency` (ms, from request arrival to response, over the
 phase); *heap*: from the JVM's GC log (`-Xlog:gc`, heap `-Xmx{heap}`): the largest heap in use before a collection
@@ -880,7 +900,7 @@ def report(args):
             head1[4] = "session expired at; cover after it"
         if scenario == "start":
             head1[6] = "last member joined"
-        head2 = ["Members", "Mode", "ZK requests (writes / reads)", "ZK bytes in / out", "ZK latency avg / max",
+        head2 = ["Members", "Mode", "ZK requests (writes / reads)", "failed writes", "ZK bytes in / out", "ZK latency avg / max",
                  "ZK heap before / after GC", "ZK JVM RSS (peak)", "member CPU (sum; max)",
                  "partition fn (sum; max)", "member RSS (max)"]
         rows1, rows2 = [], []
@@ -928,6 +948,7 @@ def report(args):
             rows2.append([HOSTINGS[hosting], MODES[mode]["label"],
                           summary([z["requests"] for z in zk], fmt_num) + " (%s / %s)" % (
                               summary([z["writes"] for z in zk], fmt_num), summary([z["reads"] for z in zk], fmt_num)),
+                          summary([z.get("txn_kinds", {}).get("error", 0) for z in zk], fmt_num),
                           summary([z["net_rx_bytes"] for z in zk], fmt_bytes) + " / " +
                           summary([z["net_tx_bytes"] for z in zk], fmt_bytes),
                           summary([z["latency_avg_ms"] for z in zk], fmt_ms) + " / " +
