@@ -408,6 +408,8 @@ class InProcessParty(Party):
         command = [args.host_bin, "--connect", args.connect, "--path", path, "--items-file", items_file,
                    "--int-items", "--time-boundary", str(args.time_boundary), "--session-timeout",
                    str(args.session_timeout), "--max-reaction-time", "1"] + MODES[mode]["flags"]
+        if args.host_threads:
+            command += ["--worker-threads", str(args.host_threads)]
         self.host = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                      bufsize=1)
         log.close()
@@ -618,7 +620,8 @@ def run_once(args, observer, server, mode, hosting, run, items_file):
     sampler = Sampler(party, server)
     sampler.start()
     base = {"mode": mode, "hosting": hosting, "run": run, "n": n, "p": p, "tb_s": args.time_boundary,
-            "session_timeout_s": args.session_timeout, "zk_heap_mb": args.zk_heap_mb, "path": path}
+            "session_timeout_s": args.session_timeout, "zk_heap_mb": args.zk_heap_mb, "path": path,
+            "host_threads": (args.host_threads or os.cpu_count()) if hosting == "inprocess" else None}
     scenario = "start"
     ok = True
     try:
@@ -799,7 +802,8 @@ DEFINITIONS = """\
 **Members.** `processes`: every member is a separate `examples/worker.rs` process (release build, as in the
 rebalance benchmark, whose `Party` class `bench/scale.py` reuses), with its own ZooKeeper session. `in one process`:
 every member lives in one `benches/scale.rs` process (release build), each with its own client and session, on one
-multi-threaded Tokio runtime; it prints the same JSON lines. Items are the integers 0..N-1, read from a file
+multi-threaded Tokio runtime (one worker thread per core unless `INPROCESS_THREADS` says otherwise; the partition
+function runs on those threads, as do the sessions' pings); it prints the same JSON lines. Items are the integers 0..N-1, read from a file
 (`--items-file --int-items`). Modes: **default** = `--partition stride --rebalance eager` (kazoo's behaviour);
 **low-movement** = `--partition rendezvous --rebalance incremental`; optionally **low-movement + session-aware**
 (`--session-policy session-aware`). Every member: time_boundary {tb}, session timeout {st}, `max_reaction_time` 1 s.
@@ -1028,6 +1032,8 @@ def main():
     r.add_argument("--zk-heap-mb", type=int, default=256)
     r.add_argument("--rust-worker", default="target/release/examples/worker")
     r.add_argument("--host-bin", default="", help="the benches/scale.rs executable (in-process hosting)")
+    r.add_argument("--host-threads", type=int, default=0,
+                   help="the in-process host's Tokio worker threads (default: Tokio's, one per core)")
     r.add_argument("--bench-bin", default="", help="the benches/partitioner.rs executable (delete-tree after a run)")
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--modes", default="eager-stride,incremental-rendezvous")

@@ -16,10 +16,14 @@
 #
 # Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), MODES ("eager-stride,incremental-rendezvous"; also
 # incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
-# keeps only it), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
+# keeps only it), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
 # ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The whole script is one function, called on the last line: bash parses it entirely before running it, so editing
+# this file during a run (bash otherwise reads a script as it goes) cannot break the run.
+main() {
 
 case "${1:-}" in
     "") ;;
@@ -123,13 +127,17 @@ PY
 zk_version=$(python3 -c "import sys; sys.path.insert(0, 'bench'); from kazoo_bench import mntr; print(mntr('$connect')['zk_version'].split('-')[0])")
 say "ZooKeeper $zk_version serving on $connect: $MEMBERS members × $ITEMS items, modes $MODES, hostings $HOSTINGS"
 
-results="$work/$OUT.jsonl"
+# The JSON lines go straight to bench/results (one line per phase, as each ends): they survive a run that stops early.
+mkdir -p bench/results
+results="bench/results/$OUT.jsonl"
+: >"$results"
 run_status=0
 python3 bench/scale.py run --own-process-group --connect "$connect" --container "$container" --zk-data "$work/zkdata" \
     --zk-gc-log "$work/zklog/gc.log" --zk-heap-mb "$ZOO_HEAP_MB" --rust-worker "$work/worker" \
     --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --modes "$MODES" \
     --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
-    --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --log-dir "$work/logs" >"$results" &
+    --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --host-threads "${INPROCESS_THREADS:-0}" \
+    --log-dir "$work/logs" >"$results" &
 runner=$!
 wait "$runner" || run_status=$?
 runner=""
@@ -154,8 +162,6 @@ command="MEMBERS=$MEMBERS ITEMS=$ITEMS bash bench/scale.sh"
 [ "$MODES" = eager-stride,incremental-rendezvous ] || command="MODES=$MODES $command"
 [ "$HOSTINGS" = processes,inprocess ] || command="HOSTINGS=$HOSTINGS $command"
 [ "$RUNS" = 1 ] || command="RUNS=$RUNS $command"
-mkdir -p bench/results
-cp "$results" "bench/results/$OUT.jsonl"
 python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --command "$command" \
     --title "Scale: $MEMBERS members over $ITEMS items" | tee "bench/results/$OUT.md"
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
@@ -163,3 +169,7 @@ failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if
 say "written bench/results/$OUT.md and bench/results/$OUT.jsonl ($failed failed phases)"
 [ "$run_status" = 0 ] || { say "bench/scale.py stopped with exit $run_status: see the failed phases"; exit 1; }
 [ "$failed" = 0 ]
+}
+
+main "$@"
+exit

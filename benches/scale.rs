@@ -7,7 +7,12 @@
 //! cargo bench --bench scale -- --connect HOST:PORT --path /p --items-file FILE [--int-items]
 //!     [--time-boundary 2] [--session-timeout 10] [--max-reaction-time 1]
 //!     [--partition stride|rendezvous] [--rebalance eager|incremental] [--session-policy standard|session-aware]
+//!     [--worker-threads N]
 //! ```
+//!
+//! Every member runs on one multi-threaded Tokio runtime with `--worker-threads` threads (default: Tokio's, one per
+//! core). The partition function runs on those threads (on the partitioner's task), and so do the clients'
+//! sessions: a slow partition function computed by many members at once delays everyone's pings.
 //!
 //! Commands, one per line on stdin:
 //!
@@ -54,6 +59,7 @@ struct Args {
     rendezvous: bool,
     rebalance: Rebalance,
     session_policy: SessionPolicy,
+    worker_threads: Option<usize>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -73,6 +79,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         rendezvous: false,
         rebalance: Rebalance::Eager,
         session_policy: SessionPolicy::Standard,
+        worker_threads: None,
     };
     while let Some(flag) = args.next() {
         if flag == "--int-items" {
@@ -89,6 +96,10 @@ fn parse_args() -> Result<Option<Args>, String> {
         };
         match flag.as_str() {
             "--connect" => parsed.connect = value,
+            "--worker-threads" => {
+                let threads = value.parse::<usize>().ok().filter(|n| *n > 0);
+                parsed.worker_threads = Some(threads.ok_or_else(|| format!("--worker-threads: {value:?}"))?);
+            }
             "--path" => parsed.path = value,
             "--items-file" => parsed.items_file = value,
             "--time-boundary" => parsed.time_boundary = seconds(&value)?,
@@ -362,7 +373,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.worker_threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("scale: cannot start the runtime: {err}");
