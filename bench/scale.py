@@ -669,6 +669,16 @@ def run_once(args, observer, server, mode, hosting, run, items_file):
                           host_rss_mb=(round(proc_status(party.host_pid(), "VmHWM").get("VmHWM", 0) / 1024, 1)
                                        if party.host_pid() else None),
                           zk=zk, phase_s=round(t_end - tf, 3))
+            states = {}
+            for records in party.records.values():
+                for record in records:
+                    if tf < record["ts"] <= t_end:
+                        key = record["state"] + (" suspended" if record.get("suspended") else "")
+                        states[key] = states.get(key, 0) + 1
+            result["lines_by_state"] = states
+            result["members_released"] = sum(
+                1 for records in party.records.values()
+                if any(tf < r["ts"] <= t_end and r["state"] == "RELEASE" for r in records))
             result.update(extra or {})
             print(json.dumps(result), flush=True)
             say("%s %s run %d %s: cover after %.2f s (%+.2f s beyond tb), %d requests, locks touched %d "

@@ -16,7 +16,7 @@
 #
 # Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), MODES ("eager-stride,incremental-rendezvous"; also
 # incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
-# keeps only it), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
+# keeps only it), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
 # ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -62,6 +62,10 @@ cleanup() {
         kill -KILL -- "-$runner" 2>/dev/null || kill -KILL "$runner" 2>/dev/null || true
     fi
     docker rm -f -v "$container" >/dev/null 2>&1 || true
+    # KEEP_LOGS=DIR: the members' stderr (RUST_LOG=zk_partitioner=debug for the library's logs) and ZooKeeper's GC log.
+    if [ -n "${KEEP_LOGS:-}" ]; then
+        mkdir -p "$KEEP_LOGS" && cp -r "$work/logs" "$work/zklog" "$KEEP_LOGS"/ 2>/dev/null || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT

@@ -373,6 +373,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The library's logs (tracing) on stderr, filtered by RUST_LOG (default: warnings), as in the worker example.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads {
         runtime.worker_threads(threads);
