@@ -656,7 +656,8 @@ def run_once(args, observer, server, mode, hosting, run, items_file):
                     extra = dict(extra or {}, expired_s=round(min(closes) - tf, 4),
                                  after_expiry_s=round(conv["time_to_cover_s"] - (min(closes) - tf), 4))
             result = dict(base, scenario=scenario, ok=True, members_before=len(live_before),
-                          members_after=len(live_after), failed_members=list(party.failed),
+                          members_after=len(live_after),
+                          failed_members=[i for i in party.failed if party.exited.get(i, (tf,))[0] >= tf],
                           time_to_cover_s=conv["time_to_cover_s"],
                           beyond_tb_s=round(conv["time_to_cover_s"] - args.time_boundary, 4),
                           items_moved=conv["items_moved"], ideal_moved=round(ideal_moved, 1),
@@ -867,8 +868,18 @@ the last line of the phase; `n/a` when the lines do not carry it. *RSS*: each me
 """
 
 
+def lost_members(r):
+    """Members of phase `r` that lost their session or exited on their own (a FAILURE line, an exit, or both)."""
+    return {x[0] for x in r.get("sessions_lost", [])} | set(r.get("new_failed_members", r.get("failed_members", [])))
+
+
 def report(args):
     rows = [json.loads(line) for line in open(args.file) if line.strip()]
+    seen = {}  # per run (path): members already counted as failed in an earlier phase
+    for r in rows:
+        before = seen.setdefault(r.get("path"), set())
+        r["new_failed_members"] = [m for m in r.get("failed_members", []) if m not in before]
+        before.update(r.get("failed_members", []))
     ok = [r for r in rows if r.get("ok")]
     failed = [r for r in rows if not r.get("ok")]
     sample = (ok or rows or [{}])[0]
@@ -951,7 +962,7 @@ def report(args):
                           "%d → %d" % (mine[0]["members_before"], mine[0]["members_after"]),
                           summary([r["time_to_cover_s"] for r in mine], fmt_s),
                           beyond,
-                          summary([len(r["sessions_lost"]) + len(r["failed_members"]) for r in mine], fmt_num),
+                          summary([len(lost_members(r)) for r in mine], fmt_num),
                           (summary([r["items_moved"] for r in mine], fmt_num) if scenario != "start" else
                            summary([r.get("all_joined_s") for r in mine], fmt_s)),
                           summary([r["locks_touched"] for r in mine], fmt_num),
@@ -962,7 +973,8 @@ def report(args):
             rows2.append([HOSTINGS[hosting], MODES[mode]["label"],
                           summary([z["requests"] for z in zk], fmt_num) + " (%s / %s)" % (
                               summary([z["writes"] for z in zk], fmt_num), summary([z["reads"] for z in zk], fmt_num)),
-                          summary([z.get("txn_kinds", {}).get("error", 0) for z in zk], fmt_num),
+                          summary([z["txn_kinds"].get("error", 0) if "txn_kinds" in z else None for z in zk],
+                                  fmt_num),
                           summary([z["net_rx_bytes"] for z in zk], fmt_bytes) + " / " +
                           summary([z["net_tx_bytes"] for z in zk], fmt_bytes),
                           summary([z["latency_avg_ms"] for z in zk], fmt_ms) + " / " +
@@ -995,7 +1007,7 @@ def report(args):
         w("| cold start within time_boundary + 5 s | %s |" % verdict(
             worst["beyond_tb_s"] <= 5, "worst: %s beyond tb, %s, %s" % (
                 fmt_s(worst["beyond_tb_s"]), HOSTINGS[worst["hosting"]], MODES[worst["mode"]]["label"])))
-    lost = sum(len(r.get("sessions_lost", [])) + len(r.get("failed_members", [])) for r in rows)
+    lost = sum(len(lost_members(r)) for r in rows)
     w("| no session lost, ZooKeeper at %d MB heap, any step | %s |" % (heap, verdict(
         lost == 0 and not failed, "%d lost over %d phases%s" % (lost, len(rows), ", %d phases failed" % len(failed)
                                                                if failed else ""))))

@@ -166,6 +166,7 @@ command="MEMBERS=$MEMBERS ITEMS=$ITEMS bash bench/scale.sh"
 [ "$MODES" = eager-stride,incremental-rendezvous ] || command="MODES=$MODES $command"
 [ "$HOSTINGS" = processes,inprocess ] || command="HOSTINGS=$HOSTINGS $command"
 [ "$RUNS" = 1 ] || command="RUNS=$RUNS $command"
+[ -z "${INPROCESS_THREADS:-}" ] || command="INPROCESS_THREADS=$INPROCESS_THREADS $command"
 python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --command "$command" \
     --title "Scale: $MEMBERS members over $ITEMS items" | tee "bench/results/$OUT.md"
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
