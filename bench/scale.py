@@ -843,7 +843,8 @@ where ZooKeeper logs them as `error` transactions (the JSON lines keep their err
 *bytes in / out*: the container's `eth0` counters (`/proc/<ZooKeeper pid>/net/dev`, read from the host), so IP/TCP
 headers are included; *latency*: `zk_avg_latency` / `zk_max_latency` (ms, from request arrival to response, over the
 phase); *heap*: from the JVM's GC log (`-Xlog:gc`, heap `-Xmx{heap}`): the largest heap in use before a collection
-during the phase, and after the last one (the live data, roughly); no collection in the phase leaves it blank;
+during the phase, and after the last one (the live data, roughly), the number of collections and the longest pause;
+`no GC` when the phase had no collection;
 *JVM RSS*: the server process's peak resident memory during the phase (sampled every 0.1 s from `/proc`).
 
 **Lock nodes touched**: counted from ZooKeeper's transaction log (`dataLogDir`, mounted on the host and parsed by
@@ -866,6 +867,13 @@ times every call of its partition function with a wrapper), difference between t
 the last line of the phase; `n/a` when the lines do not carry it. *RSS*: each member process's peak resident memory
 (`VmHWM`) at the end of the phase (since its start); in one process, the host's.
 """
+
+
+def rewrap(text, width=117):
+    """Paragraphs (separated by blank lines) wrapped again at `width` columns."""
+    import textwrap
+    return "\n\n".join(textwrap.fill(" ".join(p.split()), width, break_on_hyphens=False, break_long_words=False)
+                       for p in text.split("\n\n") if p.strip()) + "\n"
 
 
 def lost_members(r):
@@ -899,7 +907,7 @@ def report(args):
     w("")
     w("### What is measured")
     w("")
-    w(DEFINITIONS.format(tb="%g s" % tb, st="%g s" % st, heap="%dm" % heap))
+    w(rewrap(DEFINITIONS.format(tb="%g s" % tb, st="%g s" % st, heap="%dm" % heap)))
     w("### Results")
     w("")
     if args.machine:
