@@ -136,7 +136,8 @@ fn parse_args() -> Result<Option<Args>, String> {
 }
 
 fn read_items(args: &Args) -> Result<Vec<Item>, String> {
-    let text = std::fs::read_to_string(&args.items_file).map_err(|e| format!("cannot read {}: {e}", args.items_file))?;
+    let text =
+        std::fs::read_to_string(&args.items_file).map_err(|e| format!("cannot read {}: {e}", args.items_file))?;
     text.lines()
         .map(str::trim)
         .filter(|line| !line.is_empty())
