@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The scale benchmark (BENCHMARKS.md, "The scale benchmark"): P members over N items, as separate processes and all in
+# one process; cold start, a join, a leave and a crash, for the default and the low-movement modes: time to a full
+# disjoint cover, ZooKeeper requests, bytes, latency and heap, lock nodes touched, sessions lost, and each member's
+# CPU time (in the partition function too) and RSS. See bench/scale.py for the definitions (the results section it
+# writes explains them too).
+#
+#   bash bench/scale.sh                               # 10 members × 10,000 items, every mode and hosting, 1 run
+#   MEMBERS=100 ITEMS=100000 bash bench/scale.sh      # the issue's size
+#
+# It ensures the ZooKeeper image (docker/zookeeper/build.sh: builds it locally if missing, never pulls), builds the
+# worker example and the bench binaries (benches/scale.rs: the in-process host; benches/partitioner.rs: delete-tree
+# between runs) in release mode, starts ONE ZooKeeper container with a ZOO_HEAP_MB heap, its transaction log and GC
+# log on the host (removed on exit, however the script ends, with every member process), runs bench/scale.py against
+# it and writes bench/results/$OUT.md (the markdown section) and bench/results/$OUT.jsonl (one JSON line per phase).
+#
+# Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), MODES ("eager-stride,incremental-rendezvous"; also
+# incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
+# keeps only it), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
+# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The whole script is one function, called on the last line: bash parses it entirely before running it, so editing
+# this file during a run (bash otherwise reads a script as it goes) cannot break the run.
+main() {
+
+case "${1:-}" in
+    "") ;;
+    *) echo "usage: bash bench/scale.sh   (knobs: MEMBERS, ITEMS, RUNS, MODES, HOSTINGS, INPROCESS, TIME_BOUNDARY," \
+            "SESSION_TIMEOUT, ZOO_HEAP_MB, PHASE_TIMEOUT, OUT)" >&2
+       exit 2 ;;
+esac
+MEMBERS=${MEMBERS:-10}
+ITEMS=${ITEMS:-10000}
+RUNS=${RUNS:-1}
+MODES=${MODES:-eager-stride,incremental-rendezvous}
+HOSTINGS=${HOSTINGS:-processes,inprocess}
+case "${INPROCESS:-1}" in
+    0) HOSTINGS=processes ;;
+    only) HOSTINGS=inprocess ;;
+esac
+TIME_BOUNDARY=${TIME_BOUNDARY:-2}
+SESSION_TIMEOUT=${SESSION_TIMEOUT:-10}
+ZOO_HEAP_MB=${ZOO_HEAP_MB:-256}
+PHASE_TIMEOUT=${PHASE_TIMEOUT:-300}
+OUT=${OUT:-scale}
+image=${ZOOKEEPER_IMAGE:-zk-partitioner/zookeeper:3.8}
+
+t0=$(date +%s)
+say() { printf '[scale.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+work=$(mktemp -d /tmp/zkp-scale.XXXXXX)
+container="zkp-scale-$$"
+runner=""
+cleanup() {
+    # bench/scale.py runs in a process group of its own (--own-process-group), with every member process: end it.
+    if [ -n "$runner" ] && kill -0 "$runner" 2>/dev/null; then
+        kill -TERM -- "-$runner" 2>/dev/null || kill -TERM "$runner" 2>/dev/null || true
+        sleep 2
+        kill -KILL -- "-$runner" 2>/dev/null || kill -KILL "$runner" 2>/dev/null || true
+    fi
+    docker rm -f -v "$container" >/dev/null 2>&1 || true
+    # KEEP_LOGS=DIR: the members' stderr (RUST_LOG=zk_partitioner=debug for the library's logs) and ZooKeeper's GC log.
+    if [ -n "${KEEP_LOGS:-}" ]; then
+        mkdir -p "$KEEP_LOGS" && cp -r "$work/logs" "$work/zklog" "$KEEP_LOGS"/ 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "ZooKeeper image $image"
+bash docker/zookeeper/build.sh "$image"
+
+python3 -c 'import kazoo' 2>/dev/null || {
+    python3 -m pip install --quiet --disable-pip-version-check kazoo==2.11.0 \
+        || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kazoo==2.11.0
+}
+
+# What is measured: HEAD plus any uncommitted change to the library or the worker (noted before building).
+revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+uncommitted=$(git status --porcelain -- src examples/worker.rs benches/scale.rs Cargo.toml 2>/dev/null \
+    | awk '{print $2}' | paste -sd, -)
+[ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+
+say "building the worker example and the bench binaries (release)"
+cargo build --release --example worker
+bench_exe() {
+    cargo bench --bench "$1" --no-run --message-format=json 2>/dev/null | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1"
+}
+cargo bench --bench scale --bench partitioner --no-run
+host_bin=$(bench_exe scale)
+bench_bin=$(bench_exe partitioner)
+[ -x "$host_bin" ] && [ -x "$bench_bin" ] || { say "error: no bench executables found"; exit 1; }
+# Private copies: a rebuild in this tree during the run must not swap the binaries under us.
+worker_target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+cp "$worker_target/release/examples/worker" "$work/worker"
+cp "$host_bin" "$work/scale-host"
+cp "$bench_bin" "$work/partitioner"
+
+say "starting ZooKeeper ($container, heap ${ZOO_HEAP_MB} MB)"
+mkdir -p "$work/zkdata" "$work/zklog" "$work/logs"
+docker run -d --rm --name "$container" \
+    -e 'ZOO_4LW_COMMANDS_WHITELIST=*' -e ZOO_MAX_CLIENT_CNXNS=0 -e ZOO_TICK_TIME=200 -e ZOO_MAX_SESSION_TIMEOUT=60000 \
+    -e "ZOO_HEAP_MB=$ZOO_HEAP_MB" -e 'JVMFLAGS=-Xlog:gc:file=/zklog/gc.log:time,uptime' \
+    -v "$work/zkdata:/datalog" -v "$work/zklog:/zklog" \
+    -p 127.0.0.1::2181 "$image" >/dev/null
+port=$(docker port "$container" 2181/tcp | head -n1 | sed 's/.*://')
+connect="127.0.0.1:$port"
+python3 - "$connect" <<'PY'
+import sys, time
+sys.path.insert(0, "bench")
+from kazoo_bench import mntr
+deadline = time.time() + 90
+while True:
+    try:
+        if mntr(sys.argv[1]).get("zk_server_state") in ("standalone", "leader"):
+            break
+    except (OSError, SystemExit):
+        pass
+    if time.time() > deadline:
+        sys.exit("ZooKeeper did not start serving within 90 s")
+    time.sleep(0.5)
+PY
+zk_version=$(python3 -c "import sys; sys.path.insert(0, 'bench'); from kazoo_bench import mntr; print(mntr('$connect')['zk_version'].split('-')[0])")
+say "ZooKeeper $zk_version serving on $connect: $MEMBERS members × $ITEMS items, modes $MODES, hostings $HOSTINGS"
+
+# The JSON lines go straight to bench/results (one line per phase, as each ends): they survive a run that stops early.
+mkdir -p bench/results
+results="bench/results/$OUT.jsonl"
+: >"$results"
+run_status=0
+python3 bench/scale.py run --own-process-group --connect "$connect" --container "$container" --zk-data "$work/zkdata" \
+    --zk-gc-log "$work/zklog/gc.log" --zk-heap-mb "$ZOO_HEAP_MB" --rust-worker "$work/worker" \
+    --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --modes "$MODES" \
+    --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
+    --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --host-threads "${INPROCESS_THREADS:-0}" \
+    --log-dir "$work/logs" >"$results" &
+runner=$!
+wait "$runner" || run_status=$?
+runner=""
+
+elapsed=$(( $(date +%s) - t0 ))
+cores=$(nproc)
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+busy=""
+if awk -v a="${load_start%% *}" -v b="${load_end%% *}" -v c="$cores" 'BEGIN { exit !(a > c || b > c) }'; then
+    busy=" The machine was busy with other work during this run (load average above the core count), so absolute \
+times are inflated."
+fi
+machine="Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${elapsed} s in all; crate at ${revision}. Machine: ${cores} × ${cpu}, \
+$(free -g | awk '/^Mem:/ {print $2}') GB RAM, Linux $(uname -r); load average ${load_start} at the start, ${load_end} \
+at the end.${busy} ZooKeeper ${zk_version} (image ${image}, standalone, tickTime 200 ms, heap -Xmx${ZOO_HEAP_MB}m, in \
+Docker on the same machine), Python $(python3 -c 'import platform; print(platform.python_version())'), \
+$(rustc --version | cut -d' ' -f1-2). ${MEMBERS} members, ${ITEMS} items, runs: ${RUNS}; time_boundary \
+${TIME_BOUNDARY} s, session timeout ${SESSION_TIMEOUT} s.${MACHINE_NOTE:+ $MACHINE_NOTE}"
+
+command="MEMBERS=$MEMBERS ITEMS=$ITEMS bash bench/scale.sh"
+[ "$MODES" = eager-stride,incremental-rendezvous ] || command="MODES=$MODES $command"
+[ "$HOSTINGS" = processes,inprocess ] || command="HOSTINGS=$HOSTINGS $command"
+[ "$RUNS" = 1 ] || command="RUNS=$RUNS $command"
+[ -z "${INPROCESS_THREADS:-}" ] || command="INPROCESS_THREADS=$INPROCESS_THREADS $command"
+python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --command "$command" \
+    --title "Scale: $MEMBERS members over $ITEMS items" | tee "bench/results/$OUT.md"
+failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
+    "bench/results/$OUT.jsonl")
+say "written bench/results/$OUT.md and bench/results/$OUT.jsonl ($failed failed phases)"
+[ "$run_status" = 0 ] || { say "bench/scale.py stopped with exit $run_status: see the failed phases"; exit 1; }
+[ "$failed" = 0 ]
+}
+
+main "$@"
+exit
