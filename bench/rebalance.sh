@@ -86,22 +86,7 @@ docker run -d --rm --name "$container" \
     -p 127.0.0.1::2181 "$image" >/dev/null
 port=$(docker port "$container" 2181/tcp | head -n1 | sed 's/.*://')
 connect="127.0.0.1:$port"
-python3 - "$connect" <<'PY'
-import sys, time
-sys.path.insert(0, "bench")
-from kazoo_bench import mntr
-deadline = time.time() + 90
-while True:
-    try:
-        if mntr(sys.argv[1]).get("zk_server_state") in ("standalone", "leader"):
-            break
-    except (OSError, SystemExit):
-        pass
-    if time.time() > deadline:
-        sys.exit("ZooKeeper did not start serving within 90 s")
-    time.sleep(0.5)
-PY
-zk_version=$(python3 -c "import sys; sys.path.insert(0, 'bench'); from kazoo_bench import mntr; print(mntr('$connect')['zk_version'].split('-')[0])")
+zk_version=$(python3 bench/wait_serving.py "$connect")
 say "ZooKeeper $zk_version serving on $connect"
 
 results="$work/rebalance.jsonl"
