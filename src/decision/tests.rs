@@ -308,3 +308,39 @@ fn no_deadline_in_the_past_is_ever_reported() {
     s.wait(TB * 3);
     assert!(s.core.poll_timeout().is_none_or(|t| t > s.now), "{:?} is not after {:?}", s.core.poll_timeout(), s.now);
 }
+
+/// The lock window follows ZooKeeper's latency: after a slow reply fewer creates are in flight than after a quick
+/// one (the window halves; it never goes below one batch).
+#[test]
+fn a_slow_reply_shrinks_the_lock_window() {
+    let creates_after = |second: Duration| {
+        let mut cfg = config(2000, Rebalance::Eager, SessionPolicy::Standard, None);
+        cfg.window = 400;
+        let mut s = Script::new(cfg);
+        s.party(&["a-0000000000"]);
+        s.wait(SETTLED);
+        let creates = |s: &Script| s.seen.iter().filter(|a| matches!(a, Action::Request(_, Op::Create { .. }))).count();
+        assert_eq!(creates(&s), 4, "a full window of 4 batches of 100 at first");
+        // The first batch's reply comes after 5 ms (the fastest seen), the second's after `second`; each listing at
+        // once, showing our node first.
+        for delay in [Duration::from_millis(5), second] {
+            let (id, Op::Create { contenders, .. }) = s.request("create", |op| matches!(op, Op::Create { .. })) else {
+                unreachable!()
+            };
+            s.wait(delay);
+            let created: Vec<(String, i64)> =
+                contenders.iter().map(|(_, prefix)| (format!("{prefix}0000000001"), 42)).collect();
+            let names: Vec<String> = created.iter().map(|(name, _)| name.clone()).collect();
+            s.send(Event::Reply(id, Reply::Created(Ok(created))));
+            let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
+            s.send(Event::Reply(id, Reply::Listed(Ok(names.into_iter().map(|n| Ok((vec![n], 0))).collect()))));
+        }
+        creates(&s)
+    };
+    assert_eq!(creates_after(Duration::from_millis(5)), 4, "quick replies: each freed batch is sent again at once");
+    assert_eq!(
+        creates_after(Duration::from_millis(500)),
+        3,
+        "a slow reply halves the window to 200: 300 stay in flight"
+    );
+}
