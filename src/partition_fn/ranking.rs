@@ -101,7 +101,10 @@ impl Ranking {
         if departed.is_empty() && joined.is_empty() {
             return true;
         }
-        if (departed.len() + joined.len()) as f64 > PATCH_LIMIT * members.len() as f64 + 1.0 {
+        // A large change is cheaper to rank afresh; so is a table grown mostly of departed members (ids are not reused,
+        // so a long life of churn would otherwise grow it without bound).
+        let grown = self.members.len() + joined.len() > 2 * members.len() + 16;
+        if grown || (departed.len() + joined.len()) as f64 > PATCH_LIMIT * members.len() as f64 + 1.0 {
             return false;
         }
         for &id in &departed {
