@@ -385,10 +385,14 @@ impl Driver {
                     contenders.into_iter().map(|(item, prefix)| format!("{}/{prefix}", dir(item))).collect();
                 async move {
                     let result = locks::create_contenders(&client, &prefixes, data.as_bytes(), &paths.acls).await;
-                    let result = result.map_err(|err| match err {
+                    let result = result.map_err(|(err, index)| match err {
                         // Sequential names never collide: treat it as an unknown outcome, which a listing settles.
                         zookeeper_client::Error::NodeExists => ReqError::Transient,
-                        err => classify("create", &prefixes[0], err),
+                        // Named by the operation that failed (a protected directory among open ones, say).
+                        err => {
+                            let failed = index.and_then(|index| prefixes.get(index)).or(prefixes.first());
+                            classify("create", failed.map_or("", String::as_str), err)
+                        }
                     });
                     reply(id, Reply::Created(result))
                 }

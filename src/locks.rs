@@ -35,18 +35,20 @@ impl NodeRef {
 
 /// Creates one contender per `<dir>/<prefix>` in one `multi` (all or none). Returns each node's name and creation
 /// zxid (0 from servers before 3.7.2/3.8.2/3.9.0, which send no stat for a create inside a `multi`, ZOOKEEPER-4026).
+/// An error comes with the index of the operation that failed, when the server names one.
 pub(crate) async fn create_contenders(
     client: &Client,
     prefixes: &[String],
     data: &[u8],
     acls: &NodeAcls,
-) -> Result<Vec<(String, i64)>, zookeeper_client::Error> {
+) -> Result<Vec<(String, i64)>, (zookeeper_client::Error, Option<usize>)> {
     let mut writer = client.new_multi_writer();
     for prefix in prefixes {
-        writer.add_create(prefix, data, &acls.ephemeral_sequential())?;
+        writer.add_create(prefix, data, &acls.ephemeral_sequential()).map_err(|err| (err, None))?;
     }
     let results = writer.commit().await.map_err(|err| match err {
-        MultiWriteError::RequestFailed { source } | MultiWriteError::OperationFailed { source, .. } => source,
+        MultiWriteError::RequestFailed { source } => (source, None),
+        MultiWriteError::OperationFailed { source, index } => (source, Some(index)),
     })?;
     Ok(results
         .into_iter()
