@@ -57,8 +57,9 @@ pub const SESSION_SUSPENSIONS: &str = "zk_partitioner_session_suspensions_total"
 /// Counter: the member's session expired (counted once; the partitioner then fails). Label `path`.
 pub const SESSION_EXPIRIES: &str = "zk_partitioner_session_expiries_total";
 
-/// Histogram: seconds each call of the partition function took (it runs on the partitioner's task, once per stable
-/// party or item set; the time is the member's CPU time in it). Label `path`.
+/// Histogram: seconds each call of the partition function took, by the wall clock (it runs synchronously on the
+/// partitioner's task, once per stable party or item set, so this is its CPU time unless the machine is short of
+/// cores). Label `path`.
 pub const PARTITION_FN_SECONDS: &str = "zk_partitioner_partition_fn_seconds";
 
 /// Every metric name, for exporters' allow lists and for tests.
