@@ -31,17 +31,23 @@ from kazoo.client import KazooClient
 MNTR_PACKETS = 1  # the mntr command itself is one packet the server counts
 
 
-def mntr(endpoint):
+def four_letter(endpoint, command):
+    """The answer of ZooKeeper's four-letter-word `command` (mntr, srvr, srst...) at HOST:PORT, as text."""
     host, port = endpoint.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"mntr")
+        s.sendall(command.encode())
         data = b""
         while True:
             chunk = s.recv(65536)
             if not chunk:
                 break
             data += chunk
-    counters = dict(line.split("\t", 1) for line in data.decode().splitlines() if "\t" in line)
+    return data.decode(errors="replace")
+
+
+def mntr(endpoint):
+    data = four_letter(endpoint, "mntr")
+    counters = dict(line.split("\t", 1) for line in data.splitlines() if "\t" in line)
     if "zk_packets_received" not in counters:
         raise SystemExit("mntr: unexpected answer (is mntr whitelisted?): %r" % data[:200])
     return counters

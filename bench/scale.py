@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -40,7 +39,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from kazoo_bench import mntr  # noqa: E402
+from kazoo_bench import four_letter, mntr  # noqa: E402
 from rebalance import Party, PhaseError, fmt_num, fmt_s, new_party_node_ctime, summary  # noqa: E402
 
 MODES = {
@@ -62,19 +61,6 @@ def say(message):
 
 
 # ------------------------------------------------------------------------------------------------ ZooKeeper's side
-
-
-def four_letter(endpoint, command):
-    host, port = endpoint.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(command.encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return data.decode(errors="replace")
 
 
 def last_zxid(endpoint):

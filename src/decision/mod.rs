@@ -1391,9 +1391,9 @@ impl Core {
     /// Sends creates for queued items (and makes missing directories first), batched, within the window.
     fn send_queued(&mut self) {
         if !self.need_dirs.is_empty() {
-            // As many as the window has room for, taken from the front: this runs after every event, and 100,000
-            // items may wait here on a fresh path, so it must not touch those it leaves (it once re-inserted them
-            // all each time: 11 s of a lone member's 100,000-item allocation).
+            // As many as the window has room for, taken from the front: this runs after every event, so it must
+            // not touch the items it leaves (it once re-inserted them all each time: 11 s of a lone member's
+            // 100,000-item allocation on a fresh path).
             let room = self.window.size().saturating_sub(self.in_flight);
             let mut make = Vec::new();
             while make.len() < room

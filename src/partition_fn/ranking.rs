@@ -150,18 +150,17 @@ impl Ranking {
         // Member id → index in `members`. After `build` or `follow` with `members`, the live ids are exactly
         // `members`, and departed ids are in no prefix; `load.get` below keeps even a broken invariant from panicking.
         let mut index = vec![usize::MAX; self.members.len()];
-        let mut ids = Vec::with_capacity(members.len());
+        // And back: the live ids in the party's order (which `rank_fully` relies on for equal weights).
+        let mut by_index = vec![None; members.len()];
         for (id, member) in self.members.iter().enumerate() {
             if let Some((name, _)) = member
                 && let Ok(at) = members.binary_search(name)
             {
                 index[id] = at;
+                by_index[at] = Some(id as u32);
             }
         }
-        for member in members {
-            let id = self.members.iter().position(|m| m.as_ref().is_some_and(|(name, _)| name == member));
-            ids.extend(id.map(|id| id as u32));
-        }
+        let ids: Vec<u32> = by_index.into_iter().flatten().collect();
         let seeds: Vec<u64> = ids.iter().map(|&id| self.seed(id)).collect();
         let mut weights = Vec::with_capacity(ids.len());
         let mut load = vec![0usize; members.len()];
