@@ -16,7 +16,7 @@ use futures::StreamExt;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
 use crate::decision::sequence;
-use crate::locks::BATCH;
+use crate::locks::READ_BATCH;
 use crate::names::check_base_path;
 use crate::party::{self, Paths, retry_transient};
 use crate::{Error, FencingToken, Item, PartitionFn};
@@ -307,7 +307,7 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
 
     let (member_names, foreign) = split_party(party_children);
     let (members, listings) = futures::join!(read_members(client, &paths, member_names, options.concurrency), async {
-        let batches: Vec<Vec<String>> = dirs.chunks(BATCH).map(<[String]>::to_vec).collect();
+        let batches: Vec<Vec<String>> = dirs.chunks(READ_BATCH).map(<[String]>::to_vec).collect();
         futures::stream::iter(batches.into_iter().map(|batch| read_dirs(client, &paths, batch)))
             .buffer_unordered(options.concurrency.div_ceil(2).max(1))
             .collect::<Vec<_>>()
@@ -353,14 +353,14 @@ struct RawMember {
     stat: Stat,
 }
 
-/// Reads every member node (data and stat), `BATCH` per read `multi`. Nodes gone meanwhile are left out.
+/// Reads every member node (data and stat), `READ_BATCH` per read `multi`. Nodes gone meanwhile are left out.
 async fn read_members(
     client: &Client,
     paths: &Paths,
     nodes: Vec<(String, String)>,
     concurrency: usize,
 ) -> Result<Vec<RawMember>, Error> {
-    let batches: Vec<Vec<(String, String)>> = nodes.chunks(BATCH).map(<[(String, String)]>::to_vec).collect();
+    let batches: Vec<Vec<(String, String)>> = nodes.chunks(READ_BATCH).map(<[(String, String)]>::to_vec).collect();
     let read = |batch: Vec<(String, String)>| async move {
         let node_paths: Vec<String> = batch.iter().map(|(node, _)| format!("{}/{node}", paths.party)).collect();
         let results =
@@ -400,7 +400,7 @@ struct RawContender {
     stat: Stat,
 }
 
-/// Lists a batch of lock directories in one read `multi`, then reads every contender found in them (`BATCH` per
+/// Lists a batch of lock directories in one read `multi`, then reads every contender found in them (`READ_BATCH` per
 /// `multi`). Directories gone meanwhile are left out, and so are contenders gone meanwhile.
 async fn read_dirs(
     client: &Client,
@@ -439,7 +439,7 @@ async fn read_dirs(
         .flat_map(|(dir, nodes)| nodes.iter().map(move |node| format!("{}/{node}", paths.lock_dir(dir))))
         .collect();
     let mut reads = Vec::with_capacity(node_paths.len());
-    for chunk in node_paths.chunks(BATCH) {
+    for chunk in node_paths.chunks(READ_BATCH) {
         let results = read_data(client, chunk).await.map_err(|err| Error::zk("multi get_data", &paths.locks, err))?;
         if results.len() != chunk.len() {
             return Err(unexpected_answer(&paths.locks));

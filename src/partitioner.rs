@@ -502,7 +502,7 @@ impl Builder {
                 session_policy: self.session_policy,
                 rebalance: self.rebalance,
                 window: DEFAULT_WINDOW,
-                batch: crate::locks::BATCH,
+                batch: crate::locks::WRITE_BATCH,
             },
             membership.name.clone(),
             uuid::Uuid::new_v4().as_u128(),

@@ -7,7 +7,7 @@
 //! [`GROWTH`] per round trip, up to the configured maximum. Members that share a server thus share it: each backs off
 //! as the common queue grows.
 //!
-//! The window never goes below one full batch: ZooKeeper's cost is mostly per request (a `multi` of 500 creates is
+//! The window never goes below one full batch: ZooKeeper's cost is mostly per request (a `multi` of 100 creates is
 //! one transaction), so shrinking the batches would make the server do more work for the same locks, which is what
 //! a first version did (measured: a 100-member eager join's allocation went from 7 s to 9 s).
 //!
