@@ -40,6 +40,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{ArgGroup, Parser, ValueEnum};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
+use zk_partitioner::zookeeper_client::{SessionState, StateWatcher};
 use zk_partitioner::{
     Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
 };
@@ -211,7 +212,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         }
         joined = join(&args, items) => joined?,
     };
-    let (partitioner, session) = joined;
+    let (partitioner, session, mut session_state) = joined;
     let mut changes = partitioner.changes();
     // With --checkpoints: the items whose checkpoint this member already counted, by fencing token.
     let mut counted = std::collections::HashMap::new();
@@ -252,11 +253,19 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     // Leave cleanly: release every lock, delete the party node, stop the task.
     partitioner.finish().await;
     print_snapshot(&partitioner.snapshot(), session, args.json, &[]);
+    // Then close the session: zookeeper-client sends `CloseSession` once the last `Client` clone is dropped, and the
+    // process must not exit before it has (else the server keeps the session for a session timeout).
+    drop(partitioner);
+    let closed =
+        async { while !matches!(session_state.changed().await, SessionState::Closed | SessionState::Expired) {} };
+    if tokio::time::timeout(Duration::from_secs(2), closed).await.is_err() {
+        tracing::warn!("the session did not close within 2 s; the server ends it after the session timeout");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Connects and joins the party; returns the partitioner and its session id.
-async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), String> {
+/// Connects and joins the party; returns the partitioner, its session id and a watcher of the session's state.
+async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, StateWatcher), String> {
     let mut connector =
         zk_partitioner::zookeeper_client::Client::connector().with_session_timeout(args.session_timeout);
     if let Some(auth) = &args.auth {
@@ -267,6 +276,7 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), St
     let client =
         zk_partitioner::connect_with(connector, &cluster, args.connect_timeout).await.map_err(|e| e.to_string())?;
     let session = client.session_id().0;
+    let session_state = client.state_watcher();
     let mut builder = SetPartitioner::builder(client, args.path.clone(), items)
         .time_boundary(args.time_boundary)
         .max_reaction_time(args.max_reaction_time)
@@ -298,7 +308,7 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64), St
         builder = builder.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
     let partitioner = builder.build().await.map_err(|e| e.to_string())?;
-    Ok((partitioner, session))
+    Ok((partitioner, session, session_state))
 }
 
 /// Whether `snapshot` is the end of a clean `finish()`.
