@@ -69,6 +69,15 @@ pub(crate) async fn create_contenders(
         .collect())
 }
 
+/// Whether `<path>/locks` has any child: `false` on a fresh path, whose lock directories are then made before the
+/// first creates (one `multi` per batch) instead of after a create failed with `NoNode` for each batch.
+pub(crate) async fn any_dir(client: &Client, paths: &crate::party::Paths) -> Result<bool, Error> {
+    let stat = crate::party::retry_transient(|| client.check_stat(&paths.locks))
+        .await
+        .map_err(|e| Error::zk("exists", paths.locks.as_str(), e))?;
+    Ok(stat.is_some_and(|stat| stat.num_children > 0))
+}
+
 /// Makes sure every directory exists: one `multi` when none does (the common case on a fresh path), else one
 /// `mkdir` each (which also recreates `<path>/locks` should an operator have removed it).
 pub(crate) async fn make_dirs(

@@ -455,6 +455,7 @@ impl Builder {
         let session = self.client.state_watcher();
         let checkpoints = Arc::new(Checkpoints::new(self.client.clone(), &self.path, paths.clone()));
         party::ensure_base(&self.client, &paths).await?;
+        let lock_dirs_exist = crate::locks::any_dir(&self.client, &paths).await?;
         let (items, item_set, set_version) = if self.shared_item_set {
             let set = ItemSet::new(self.client.clone(), self.path.clone())?.with_node_acls(paths.acls.clone());
             let read = if items.is_empty() { set.read().await? } else { set.create_if_missing(items).await?.0 };
@@ -503,6 +504,7 @@ impl Builder {
                 rebalance: self.rebalance,
                 window: DEFAULT_WINDOW,
                 batch: crate::locks::WRITE_BATCH,
+                lock_dirs_exist,
             },
             membership.name.clone(),
             uuid::Uuid::new_v4().as_u128(),

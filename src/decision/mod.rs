@@ -93,6 +93,9 @@ pub(crate) struct CoreConfig {
     pub window: usize,
     /// Operations per `multi` request.
     pub batch: usize,
+    /// Whether the items' lock directories are taken to exist at start: `false` when `<path>/locks` had no child
+    /// when the member was built (a fresh path), so that the first creates do not each fail with `NoNode` first.
+    pub lock_dirs_exist: bool,
 }
 
 /// What happened, as the core is told.
@@ -439,7 +442,8 @@ pub(crate) struct Core {
     queued: BTreeSet<usize>,
     /// Whether each item's lock directory is taken to exist. It is assumed, not listed: directories outlive
     /// their locks, so after a party's first allocation they all exist, and listing `<path>/locks` would send
-    /// every member 100,000 names. A create that finds its directory missing (`NoNode`) makes it and retries.
+    /// every member 100,000 names. A create that finds its directory missing (`NoNode`) makes it and retries. On a
+    /// fresh path (no directory at all when the member was built) none is assumed: they are made first.
     dirs_known: Vec<bool>,
     /// Items waiting for their directory to be made.
     need_dirs: BTreeSet<usize>,
@@ -478,6 +482,7 @@ impl Core {
         // The jitter's seed: the random bits the contender prefixes are made from.
         let debounce = Debounce::new(cfg.time_boundary, now, (nonce >> 64) as u64 ^ nonce as u64);
         let window = Window::new(cfg.batch, cfg.window);
+        let dirs_exist = cfg.lock_dirs_exist;
         let mut core = Core {
             cfg,
             now,
@@ -507,7 +512,7 @@ impl Core {
             want_grew: false,
             want_is_target: false,
             queued: BTreeSet::new(),
-            dirs_known: vec![true; count],
+            dirs_known: vec![dirs_exist; count],
             need_dirs: BTreeSet::new(),
             delayed: BTreeSet::new(),
             requests: HashMap::new(),

@@ -34,6 +34,7 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
         rebalance,
         window: 100,
         batch: 100,
+        lock_dirs_exist: true,
     }
 }
 
@@ -343,4 +344,39 @@ fn a_slow_reply_shrinks_the_lock_window() {
         3,
         "a slow reply halves the window to 200: 300 stay in flight"
     );
+}
+
+/// On a fresh path (`<path>/locks` had no child when the member was built) the directories are made first, one
+/// `multi` per batch, and each create follows its batch's directories; on a used path the creates go at once (a
+/// missing directory is learnt from the create's `NoNode`).
+#[test]
+fn a_fresh_path_makes_the_directories_before_the_first_creates() {
+    let first_requests = |lock_dirs_exist: bool| {
+        let mut cfg = config(250, Rebalance::Eager, SessionPolicy::Standard, None);
+        cfg.window = 1000;
+        cfg.lock_dirs_exist = lock_dirs_exist;
+        let mut s = Script::new(cfg);
+        s.party(&["a-0000000000"]);
+        s.wait(SETTLED);
+        let requests: Vec<Op> = s
+            .seen
+            .iter()
+            .filter_map(|a| if let Action::Request(_, op) = a { Some(op.clone()) } else { None })
+            .collect();
+        (s, requests)
+    };
+    let (_, used) = first_requests(true);
+    assert!(used.iter().all(|op| matches!(op, Op::Create { .. })), "a used path creates at once: {used:?}");
+    assert_eq!(used.len(), 3, "250 items in batches of 100");
+
+    let (mut s, fresh) = first_requests(false);
+    let dirs: Vec<usize> = fresh.iter().map(|op| if let Op::MakeDirs(items) = op { items.len() } else { 0 }).collect();
+    assert_eq!(dirs, [100, 100, 50], "a fresh path makes every directory first, a batch per multi: {fresh:?}");
+    // Each batch's directories made, its creates follow; every lock is then held.
+    while let Some(at) = s.seen.iter().position(|a| matches!(a, Action::Request(_, Op::MakeDirs(_)))) {
+        let Action::Request(id, Op::MakeDirs(_)) = s.seen.remove(at) else { unreachable!() };
+        s.send(Event::Reply(id, Reply::DirsMade(Ok(()))));
+    }
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
 }

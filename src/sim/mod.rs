@@ -416,6 +416,8 @@ impl World {
             // Small, so batching and the window are exercised with few items.
             window: 6,
             batch: 4,
+            // As `build()` finds it: a member built before any lock directory exists makes them first.
+            lock_dirs_exist: !self.zk.children_of(LOCKS).is_empty(),
         }
     }
 
