@@ -380,3 +380,21 @@ fn a_fresh_path_makes_the_directories_before_the_first_creates() {
     s.grant_locks();
     assert_eq!(s.last_state(), PartitionState::Acquired);
 }
+
+/// The fresh-path rule lasts one allocation: once acquired, every directory is assumed again, those of the other
+/// members' shares too, so a rebalance's creates go at once instead of making each relocked item's directory again.
+#[test]
+fn once_acquired_a_fresh_path_assumes_every_directory_again() {
+    let mut cfg = config(10, Rebalance::Eager, SessionPolicy::Standard, None);
+    cfg.lock_dirs_exist = false;
+    let mut s = Script::new(cfg);
+    s.party(&["a-0000000000", "b-0000000001"]);
+    s.wait(SETTLED);
+    let (id, Op::MakeDirs(ours)) = s.request("directories", |op| matches!(op, Op::MakeDirs(_))) else { unreachable!() };
+    assert_eq!(ours.len(), 5, "our half of the items (stride), directories first");
+    assert!(!s.core.dirs_known.iter().all(|&known| known), "the other half is not assumed yet");
+    s.send(Event::Reply(id, Reply::DirsMade(Ok(()))));
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    assert!(s.core.dirs_known.iter().all(|&known| known), "acquired: every directory is assumed");
+}
