@@ -18,8 +18,9 @@ use crate::error::{is_transient, session_end};
 /// Write operations (creates, deletes) per `multi`: one transaction for 100 locks saves 99 round trips. Not more:
 /// ZooKeeper keeps its last 500 write transactions in memory (`zookeeper.commitLogCount`, for followers catching up;
 /// a standalone server too), whole `multi`s included, so at 500 per `multi` a 100-member rebalance of 100,000 items
-/// stayed in its heap entirely (measured with a 256 MB heap: 205-238 MB live after each collection, against 134-176 MB
-/// at 100 per `multi`, and a third as many collections; a lone member's allocation is as fast either way).
+/// stayed in its heap entirely (measured with a 256 MB heap, eager phases: 218-234 MB in use after the last
+/// collection, against 161-181 MB at 100 per `multi`, and a quarter as many collections; BENCHMARKS.md, "The scale
+/// benchmark"). A lone member's allocation is as fast either way.
 pub(crate) const WRITE_BATCH: usize = 100;
 
 /// Read operations per read `multi`: reads leave nothing behind on the server, and each is small, so 500 stay far
@@ -278,8 +279,8 @@ pub(crate) async fn still_ours(client: &Client, path: &str, nodes: &[String]) ->
 /// Lost connections are retried; a node already gone counts as deleted. Fails only when the session ends (every node
 /// is gone with it, but the caller must know) or on an error that retrying cannot fix.
 pub(crate) async fn release_all(client: &Client, contenders: Vec<NodeRef>, window: usize) -> Result<(), Error> {
-    // Nodes we know are deleted `WRITE_BATCH` per `multi`. A `multi` is all or nothing, so one node already gone fails its
-    // whole batch; such a batch, and nodes we must look up first, go one by one.
+    // Nodes we know are deleted `WRITE_BATCH` per `multi`. A `multi` is all or nothing, so one node already gone
+    // fails its whole batch; such a batch, and nodes we must look up first, go one by one.
     let (known, unknown): (Vec<NodeRef>, Vec<NodeRef>) = contenders.into_iter().partition(|c| c.node.is_some());
     let batches: Vec<Vec<NodeRef>> = known.chunks(WRITE_BATCH).map(<[NodeRef]>::to_vec).collect();
     let leftovers: Vec<NodeRef> = futures::stream::iter(batches.into_iter().map(|batch| release_batch(client, batch)))
@@ -299,9 +300,9 @@ pub(crate) async fn release_all(client: &Client, contenders: Vec<NodeRef>, windo
 }
 
 /// Deletes those of `dirs` (lock directories of items that left the shared set) that have no contender: their
-/// children are read `READ_BATCH` per read `multi`, the empty ones deleted `WRITE_BATCH` per `multi`, one by one where a batch
-/// fails (a contender arrived meanwhile, or another member deleted one first). Best effort: returns how many were
-/// deleted; a directory in use is left to the member that releases its last contender.
+/// children are read `READ_BATCH` per read `multi`, the empty ones deleted `WRITE_BATCH` per `multi`, one by one where
+/// a batch fails (a contender arrived meanwhile, or another member deleted one first). Best effort: returns how many
+/// were deleted; a directory in use is left to the member that releases its last contender.
 pub(crate) async fn remove_empty_dirs(client: &Client, dirs: &[String]) -> usize {
     let mut empty = Vec::new();
     for chunk in dirs.chunks(READ_BATCH) {
