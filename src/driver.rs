@@ -24,10 +24,11 @@ use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
 use crate::{Error, Snapshot};
 
-/// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED`, yet
-/// each is a request of its own: a hundred members registering a thousand each at once would queue 100,000 requests
-/// at one server. At 32 per member, a thousand take a few hundred milliseconds; a node deleted before its watch is
-/// registered is seen as gone by the registration itself.
+/// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED` (the
+/// core asks for them once its lock work has been quiet for `time_boundary`), yet each is a request of its own: a
+/// hundred members registering a thousand each at once would queue 100,000 requests at one server. At 32 per member,
+/// a thousand take a few hundred milliseconds; a node deleted before its watch is registered is seen as gone by the
+/// registration itself.
 const HELD_WATCH_REGISTRATIONS: usize = 32;
 
 /// Requests from handles to the driver; each carries the channel its answer goes back on.

@@ -114,8 +114,9 @@
 //!   live sessions never hold the same item; a member lists an item as processable only while it holds the item's
 //!   lock, and stops listing everything as soon as its connection is suspended. Before deleting a lock it stops
 //!   listing the item. Each held lock node is watched: if someone else deletes it (an operator, a tool), the member
-//!   stops listing the item as soon as ZooKeeper tells it (one watch notification), then takes it again by the normal
-//!   rules. Between the deletion and that notification another process may already take the item: the
+//!   stops listing the item as soon as ZooKeeper tells it (one watch notification; for a lock just taken, when its
+//!   watch is registered, `time_boundary` after the allocation's last lock request), then takes it again by the
+//!   normal rules. Between the deletion and that notification another process may already take the item: the
 //!   [`FencingToken`] is what protects the data in that window.
 //! - **Liveness**: once the party is stable for `time_boundary` and every member has released what it no longer owns,
 //!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition

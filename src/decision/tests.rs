@@ -398,3 +398,22 @@ fn once_acquired_a_fresh_path_assumes_every_directory_again() {
     assert_eq!(s.last_state(), PartitionState::Acquired);
     assert!(s.core.dirs_known.iter().all(|&known| known), "acquired: every directory is assumed");
 }
+
+/// Held-lock watches wait until the lock work has been quiet for `time_boundary`: a rebalance's watches must not
+/// queue at the server in front of the party's creates. The core says when they are due.
+#[test]
+fn held_locks_are_watched_once_the_lock_work_is_quiet_for_time_boundary() {
+    let mut s = Script::new(config(3, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.party(&["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let watches = |s: &Script| s.seen.iter().filter(|a| matches!(a, Action::Request(_, Op::WatchHeld { .. }))).count();
+    assert_eq!(watches(&s), 0, "no watch while the allocation's replies are fresh");
+    let due = s.core.poll_timeout().expect("the watches' time is a timeout");
+    assert_eq!(due, s.now + TB, "due time_boundary after the last lock reply");
+    s.wait(TB / 2);
+    assert_eq!(watches(&s), 0, "not before");
+    s.wait(TB / 2);
+    assert_eq!(watches(&s), 3, "one watch per held lock, all at once");
+}

@@ -249,7 +249,8 @@ struct World {
 }
 
 /// How long a member may keep listing an item after an operator deleted its held lock node: the watch event's trip
-/// (a few ms here), or a cut's detection (up to 2/5 of the 3 s session) before the member suspends.
+/// (a few ms here), or the watch's registration if it was still to come (`time_boundary`, at most 0.6 s here, after
+/// the member's lock work), or a cut's detection (up to 2/5 of the 3 s session) before the member suspends.
 const OPERATOR_WINDOW: Duration = Duration::from_millis(1500);
 
 /// Each of a core's item indexes as the item's value (the sim's items are integers).
