@@ -811,7 +811,9 @@ included); **join**: a P+1-th member; **leave**: one member is told to leave (a 
 `finish()` and exits; in one process: `finish()`); **crash**: another member dies without `finish()` (a process:
 SIGKILL; in one process: its connection, which went through a TCP proxy of its own, is cut and its worker loop
 aborted, the client being detached so that nothing closes the session): its session, party node and locks linger
-until the session timeout. A phase ends once the party is stable and no member has printed anything for 2 s.
+until the session timeout. A phase ends once the party is stable and no member has printed anything for 8 s
+(`QUIET_S`): each member registers its held-lock watches `time_boundary` after its allocation, which belongs to the
+phase and must not overlap the next one.
 
 **Time to cover**: from the event (start: the spawn of the first member; join: the `ctime` ZooKeeper stamped on the
 joiner's party node; leave and crash: the signal or command) to the start of the final period in which every live
@@ -1059,7 +1061,7 @@ def main():
     r.add_argument("--time-boundary", type=float, default=2.0)
     r.add_argument("--session-timeout", type=float, default=10.0)
     r.add_argument("--phase-timeout", type=float, default=300.0, help="seconds a phase may take to settle")
-    r.add_argument("--quiet-s", type=float, default=2.0, help="seconds without a member line that end a phase")
+    r.add_argument("--quiet-s", type=float, default=8.0, help="seconds without a member line that end a phase")
     r.add_argument("--log-dir", default="/tmp/zkp-scale")
     r.add_argument("--own-process-group", action="store_true", help="run in a process group of its own")
     p = sub.add_parser("report")

@@ -16,7 +16,7 @@
 #
 # Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), MODES ("eager-stride,incremental-rendezvous"; also
 # incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
-# keeps only it), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
+# keeps only it), QUIET_S (8: seconds without a member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
 # ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -126,7 +126,7 @@ python3 bench/scale.py run --own-process-group --connect "$connect" --container 
     --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --modes "$MODES" \
     --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
     --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --host-threads "${INPROCESS_THREADS:-0}" \
-    --log-dir "$work/logs" >"$results" &
+    --log-dir "$work/logs" --quiet-s "${QUIET_S:-8}" >"$results" &
 runner=$!
 wait "$runner" || run_status=$?
 runner=""
