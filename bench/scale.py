@@ -811,9 +811,9 @@ included); **join**: a P+1-th member; **leave**: one member is told to leave (a 
 `finish()` and exits; in one process: `finish()`); **crash**: another member dies without `finish()` (a process:
 SIGKILL; in one process: its connection, which went through a TCP proxy of its own, is cut and its worker loop
 aborted, the client being detached so that nothing closes the session): its session, party node and locks linger
-until the session timeout. A phase ends once the party is stable and no member has printed anything for 8 s
-(`QUIET_S`): each member registers its held-lock watches `time_boundary` after its allocation, which belongs to the
-phase and must not overlap the next one.
+until the session timeout. A phase ends once the party is stable and no member has printed anything for
+`QUIET_S` (8 s by default): each member registers its held-lock watches `time_boundary` after its allocation,
+which belongs to the phase and must not overlap the next one.
 
 **Time to cover**: from the event (start: the spawn of the first member; join: the `ctime` ZooKeeper stamped on the
 joiner's party node; leave and crash: the signal or command) to the start of the final period in which every live

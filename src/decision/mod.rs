@@ -1257,16 +1257,13 @@ impl Core {
             // Not expected (the driver retries a registration lost with the connection): watch again. The lock stays
             // held: moving it out of `held` here would hide it from a suspension's verification.
             Err(_) => {
-                let node_held =
-                    self.locks.get(&item).is_some_and(|l| l.step == Step::Held && l.node == Some(node.clone()));
-                if node_held && self.ending.is_none() {
+                if self.holds(item, &node) && self.ending.is_none() {
                     self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
                 }
                 return;
             }
         }
-        let still_ours = self.locks.get(&item).is_some_and(|lock| lock.step == Step::Held && lock.node == Some(node));
-        if !still_ours || self.ending.is_some() {
+        if !self.holds(item, &node) || self.ending.is_some() {
             return; // our own release, or a lock long replaced
         }
         if let Some(lock) = self.locks.get_mut(&item) {
@@ -1310,6 +1307,11 @@ impl Core {
     }
 
     // ---- Lock bookkeeping -------------------------------------------------------------------------------------
+
+    /// Whether `node` is the item's lock node and we hold the lock through it.
+    fn holds(&self, item: usize, node: &str) -> bool {
+        self.locks.get(&item).is_some_and(|lock| lock.step == Step::Held && lock.node.as_deref() == Some(node))
+    }
 
     fn step_is(&self, item: usize, step: Step) -> bool {
         self.locks.get(&item).is_some_and(|lock| lock.step == step)
@@ -1429,7 +1431,7 @@ impl Core {
         }
         for (item, node) in std::mem::take(&mut self.unwatched) {
             // A lock released or lost meanwhile needs no watch.
-            if self.locks.get(&item).is_some_and(|lock| lock.step == Step::Held && lock.node.as_ref() == Some(&node)) {
+            if self.holds(item, &node) {
                 self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
             }
         }
