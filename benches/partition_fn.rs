@@ -8,13 +8,17 @@
 //! `--names`: the integers `0..N` (`int`, as the scale benchmark uses), `queue-00000`.. (`prefixed`), or 16 hex digits
 //! that share no beginning with their neighbours (`random`). Each run builds a fresh function (nothing remembered),
 //! calls it for the party of `--members`, then for the party with one more member, then for the party without its
-//! first member; every call is timed on its own. Prints the median and the range over the runs, in milliseconds, for
-//! `KazooStride` and `Rendezvous::default()`.
+//! first member; every call is timed on its own, by the thread's CPU clock (Linux), so other processes on the machine
+//! do not count. Prints the median and the range over the runs, in milliseconds, for `KazooStride` and
+//! `Rendezvous::default()`.
 //!
 //! Not a criterion benchmark (`harness = false`); a bare `cargo bench` runs it once at the default size.
 
 use std::process::ExitCode;
-use std::time::Instant;
+
+mod support;
+
+use support::thread_cpu_nanos;
 
 use zk_partitioner::{Item, KazooStride, PartitionFn, Rendezvous};
 
@@ -68,7 +72,7 @@ fn main() -> ExitCode {
     joined.push("member-new".into());
     let left: Vec<String> = party[1..].to_vec();
     println!(
-        "{} members over {} items ({} names), {} runs: milliseconds for one member's share, median [min-max]",
+        "{} members over {} items ({} names), {} runs: CPU milliseconds for one member's share, median [min-max]",
         args.members, args.items, args.names, args.runs
     );
     println!("{:<14} {:>24} {:>24} {:>24}", "function", "first call", "a member joins", "a member leaves");
@@ -91,9 +95,9 @@ fn measure(
         for (party, times) in parties.iter().zip(&mut times) {
             // The member whose share is computed: one in every party.
             let me = &party[party.len() / 2];
-            let started = Instant::now();
+            let started = thread_cpu_nanos();
             let share = function.partition(me, party, items);
-            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            times.push(thread_cpu_nanos().saturating_sub(started) as f64 / 1e6);
             std::hint::black_box(share);
         }
     }

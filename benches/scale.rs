@@ -37,8 +37,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod support;
+
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
+use support::thread_cpu_nanos;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 use zk_partitioner::testing::Proxy;
@@ -166,25 +169,6 @@ impl<F: PartitionFn> PartitionFn for Timed<F> {
         self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
         mine
     }
-}
-
-/// The calling thread's CPU time (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`, Linux), in nanoseconds.
-fn thread_cpu_nanos() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    unsafe extern "C" {
-        fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
-    }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut time = Timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `time` is a valid, writable timespec (two 64-bit fields on 64-bit Linux) for the call's duration.
-    if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) } != 0 {
-        return 0;
-    }
-    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
 }
 
 fn now() -> f64 {

@@ -1,4 +1,6 @@
-//! What the ZooKeeper-backed benchmarks share: the server's own counters (`mntr`).
+//! What the benchmarks share: the server's own counters (`mntr`) and a thread's CPU clock. Each benchmark uses a
+//! part of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -29,4 +31,23 @@ pub fn counter_delta(before: &HashMap<String, String>, after: &HashMap<String, S
         (Some(before), Some(after)) => after - before,
         _ => -1,
     }
+}
+
+/// The calling thread's CPU time (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`, Linux), in nanoseconds.
+pub fn thread_cpu_nanos() -> u64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut time = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `time` is a valid, writable timespec (two 64-bit fields on 64-bit Linux) for the call's duration.
+    if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) } != 0 {
+        return 0;
+    }
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
 }
