@@ -187,10 +187,10 @@ impl Rendezvous {
     /// The owner (an index into `members`) of every item, in the order of `items`. `members` and `items` must be the
     /// sorted, duplicate-free lists the partitioner passes.
     ///
-    /// The ranking of each item is remembered for the next call (about 50 bytes per item): when only the party
-    /// changed, a join costs one hash per item and a leave a pass over the remembered ranking (and a full ranking of
-    /// the items that ranked the leaver first), instead of one hash per item and member. The result is the same either
-    /// way.
+    /// The ranking of each item is remembered for the next call (about 80 bytes per item: the item, its name and its
+    /// best-ranked members; not for parties over 30,000): when only the party changed, a join costs one hash per item
+    /// and a leave a pass over the remembered ranking (and a full ranking of the items that ranked the leaver first),
+    /// instead of one hash per item and member. The result is the same either way.
     pub fn assign(&self, members: &[String], items: &[Item]) -> Vec<usize> {
         if members.is_empty() {
             return Vec::new();
@@ -199,9 +199,13 @@ impl Rendezvous {
         // capacity × members ≥ items.
         let fair = items.len().div_ceil(members.len());
         let capacity = ((items.len() as f64 * self.load_factor / members.len() as f64) as usize).max(fair).max(1);
-        // The remembered ranking orders equal weights by name, which is the party's order only when it is sorted.
+        // The remembered ranking orders equal weights by name, which is the party's order only when it is sorted, and
+        // numbers members in 16 bits, enough for parties up to MAX_MEMBERS.
         let sorted = members.windows(2).all(|pair| pair[0] < pair[1]);
-        if sorted && let Ok(mut remembered) = self.ranking.lock() {
+        if sorted
+            && members.len() <= ranking::MAX_MEMBERS
+            && let Ok(mut remembered) = self.ranking.lock()
+        {
             let mut ranking = match remembered.take() {
                 Some(mut ranking) if ranking.is_for(items) => {
                     if ranking.follow(members) {
@@ -315,33 +319,42 @@ fn weights(seeds: &[u64], item: &[u8], out: &mut Vec<u64>) {
 }
 
 /// The heaviest seed of every name, in order: `(weight, index into seeds)`, equal weights going to the earlier seed;
-/// empty if there are no seeds. The result of ranking each name on its own, at well under half the cost when
-/// neighbouring names share a beginning (`17`, `18`; `queue-0017`, `queue-0018`), as sorted item names do: FNV-1a reads
-/// its input front to back, so the hash state after the part a name shares with the name before it is kept, and only
-/// the rest is hashed. Seeds go eight at a time, one name after another, so the processor overlaps eight hash chains
-/// and each name's beginning is read once per eight seeds; only the maximum is kept, not every weight.
-fn heaviest_of_each(seeds: &[u64], names: &[&[u8]]) -> Vec<(u64, u32)> {
+/// empty if there are no seeds. The names are `names` cut at `ends` (name `i` ends at `ends[i]`), as [`Ranking`]
+/// keeps them. The result of ranking each name on its own, at well under half the cost when neighbouring names share
+/// a beginning (`17`, `18`; `queue-0017`, `queue-0018`), as sorted item names do: FNV-1a reads its input front to
+/// back, so the hash state after the part a name shares with the name before it is kept, and only the rest is hashed.
+/// Seeds go eight at a time, one name after another, so the processor overlaps eight hash chains and each name's
+/// beginning is read once per eight seeds; only the maximum is kept, not every weight.
+fn heaviest_of_each(seeds: &[u64], names: &[u8], ends: &[usize]) -> Vec<(u64, u32)> {
     if seeds.is_empty() {
         return Vec::new();
     }
-    let shared: Vec<usize> = std::iter::once(0)
-        .chain(names.windows(2).map(|pair| pair[0].iter().zip(pair[1]).take_while(|(a, b)| a == b).count()))
-        .collect();
+    // Each name with the length of the beginning it shares with the previous one (capped at 255: one byte each, and
+    // a longer shared beginning is only hashed again).
+    let mut shared = Vec::with_capacity(ends.len());
+    let mut start = 0;
+    let mut previous: &[u8] = &[];
+    for &end in ends {
+        let name = names.get(start..end).unwrap_or_default();
+        let common = previous.iter().zip(name).take_while(|(a, b)| a == b).count();
+        shared.push(u8::try_from(common).unwrap_or(u8::MAX));
+        (start, previous) = (end, name);
+    }
     // `u32::MAX`: no seed yet (the first group of seeds replaces it). Seed indexes are u32 as member ids are.
-    let mut best = vec![(0, u32::MAX); names.len()];
+    let mut best = vec![(0, u32::MAX); ends.len()];
     let mut first = 0;
     let mut rest = seeds;
     while rest.len() >= 8 {
         let group: [u64; 8] = std::array::from_fn(|i| rest[i]);
-        heaviest_of_group(group, first, names, &shared, &mut best);
+        heaviest_of_group(group, first, names, ends, &shared, &mut best);
         (first, rest) = (first + 8, &rest[8..]);
     }
     if rest.len() >= 4 {
-        heaviest_of_group([rest[0], rest[1], rest[2], rest[3]], first, names, &shared, &mut best);
+        heaviest_of_group([rest[0], rest[1], rest[2], rest[3]], first, names, ends, &shared, &mut best);
         (first, rest) = (first + 4, &rest[4..]);
     }
     for &seed in rest {
-        heaviest_of_group([seed], first, names, &shared, &mut best);
+        heaviest_of_group([seed], first, names, ends, &shared, &mut best);
         first += 1;
     }
     best
@@ -351,18 +364,22 @@ fn heaviest_of_each(seeds: &[u64], names: &[&[u8]]) -> Vec<(u64, u32)> {
 fn heaviest_of_group<const N: usize>(
     seeds: [u64; N],
     first: u32,
-    names: &[&[u8]],
-    shared: &[usize],
+    names: &[u8],
+    ends: &[usize],
+    shared: &[u8],
     best: &mut [(u64, u32)],
 ) {
     // states[d]: the seeds' hash states after the first d bytes of the previous name.
     let mut states: Vec<[u64; N]> = vec![seeds];
-    for ((name, &shared), best) in names.iter().zip(shared).zip(best) {
-        // `shared` ≤ the previous name's length, so `states` has that entry; the fallback only guards the invariant.
-        let kept = shared.min(states.len() - 1);
+    let mut start = 0;
+    for ((&end, &shared), best) in ends.iter().zip(shared).zip(best) {
+        let name = names.get(start..end).unwrap_or_default();
+        start = end;
+        // `shared` ≤ both names' lengths, so `states` has that entry; the `min` and `get` only guard the invariant.
+        let kept = usize::from(shared).min(states.len() - 1);
         states.truncate(kept + 1);
         let mut h = states[kept];
-        for &byte in &name[kept..] {
+        for &byte in name.get(kept..).unwrap_or_default() {
             for hash in &mut h {
                 *hash = (*hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
             }
@@ -426,10 +443,26 @@ mod rendezvous_tests {
             let mut names: Vec<Vec<u8>> = (0..rng.next() % 60)
                 .map(|_| (0..rng.next() % 12).map(|_| b"ab1-"[(rng.next() % 4) as usize]).collect())
                 .collect();
+            if round % 5 == 0 {
+                // Shared beginnings longer than the 255 bytes the shortcut remembers.
+                for name in &mut names {
+                    name.splice(0..0, std::iter::repeat_n(b'x', 270));
+                }
+            }
             if round % 2 == 0 {
                 names.sort();
             }
-            let names: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+            let ends: Vec<usize> = {
+                let mut end = 0;
+                names
+                    .iter()
+                    .map(|name| {
+                        end += name.len();
+                        end
+                    })
+                    .collect()
+            };
+            let joined = names.concat();
             let expected: Vec<(u64, u32)> = if seeds.is_empty() {
                 Vec::new()
             } else {
@@ -444,8 +477,19 @@ mod rendezvous_tests {
                     })
                     .collect()
             };
-            assert_eq!(heaviest_of_each(&seeds, &names), expected, "round {round}: {} seeds", seeds.len());
+            assert_eq!(heaviest_of_each(&seeds, &joined, &ends), expected, "round {round}: {} seeds", seeds.len());
         }
+    }
+
+    #[test]
+    fn a_party_too_large_to_remember_is_placed_without_memory() {
+        // Past MAX_MEMBERS the ranking's 16-bit ids would not fit: the placement is computed afresh, and is the same.
+        let items: Vec<Item> = (0..50).map(Item::from).collect();
+        let members = sorted((0..=ranking::MAX_MEMBERS).map(|m| format!("m{m:05}")).collect());
+        let f = Rendezvous::default();
+        let owners = f.assign(&members, &items);
+        assert!(f.ranking.lock().is_ok_and(|r| r.is_none()), "nothing remembered");
+        assert_eq!(owners, assign_uncached(&members, &items, capacity(members.len(), items.len())));
     }
 
     /// The owners of items 0..6 among members a, b, c, recorded once: a change to the hash or the placement order
