@@ -13,7 +13,7 @@ use crate::Item;
 /// Members remembered per item, at most. A first ranking remembers only each item's best; an item whose walk runs
 /// past its list ranks everyone and then keeps `KEPT`. With the default load factor, 100 members and 20,000 items,
 /// that is 227 items in the first placement and 39 in a join's
-/// (`a_join_costs_one_hash_per_item_and_fallbacks_are_rare`); more would cost memory (12 bytes per item each) for
+/// (`a_join_costs_one_hash_per_item_and_fallbacks_are_rare`); more would cost memory (10 bytes per item each) for
 /// nothing.
 const KEPT: usize = 4;
 /// A party change larger than this share of the party rebuilds the ranking instead of patching it.
@@ -25,7 +25,7 @@ type Id = u16;
 /// An empty slot of a prefix.
 const NONE: Id = Id::MAX;
 /// The largest party a ranking is kept for; larger parties are placed without memory. Ids fit in [`Id`]: a build
-/// numbers the members from 0, and `follow` rebuilds before the table passes 2 × the party + 16 (< 60,100 here).
+/// numbers the members from 0, and `follow` rebuilds before the table passes 2 × the party + 16 (60,016 here).
 pub(super) const MAX_MEMBERS: usize = 30_000;
 
 /// One item's best-ranked live members, best first: `(weight, member id)`; `NONE` ids mark the empty slots.
