@@ -342,7 +342,9 @@ class ProcessParty(Party):
         return super().command(key)[:-len(MODES_REBALANCE_FLAGS)] + MODES[self.scale_mode]["flags"]
 
     def pids(self):
-        return {i: p.pid for i, p in self.procs.items()}
+        # The sampler thread calls this while the main thread spawns members: copy the dict first (one C call, atomic
+        # under the GIL) instead of iterating it in Python, which raised "dictionary changed size during iteration".
+        return {i: p.pid for i, p in dict(self.procs).items()}
 
     def host_pid(self):
         return None
