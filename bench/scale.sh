@@ -17,7 +17,8 @@
 # Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), MODES ("eager-stride,incremental-rendezvous"; also
 # incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
 # keeps only it), QUIET_S (8: seconds without a member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
-# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line).
+# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line), ZK_ROUTE
+# (bridge: the container's address; proxy: the published port, through docker-proxy).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -119,7 +120,7 @@ zk_version=$(python3 bench/wait_serving.py "$connect")
 # cold start (perf). The published port stays as the fallback.
 route="the published port (through docker-proxy)"
 bridge_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$container" 2>/dev/null || true)
-if [ -n "$bridge_ip" ] && python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], 2181), 2).close()' \
+if [ "${ZK_ROUTE:-bridge}" = bridge ] && [ -n "$bridge_ip" ] && python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], 2181), 2).close()' \
     "$bridge_ip" 2>/dev/null; then
     connect="$bridge_ip:2181"
     route="the container's bridge address (no docker-proxy)"
