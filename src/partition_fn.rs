@@ -283,6 +283,14 @@ fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
     hash
 }
 
+/// One FNV-1a step of `byte` for each of `N` independent hash states (the processor runs them side by side).
+#[inline(always)]
+fn fnv1a_lanes<const N: usize>(states: &mut [u64; N], byte: u8) {
+    for hash in states {
+        *hash = (*hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+    }
+}
+
 /// The hash state after a member's name and the separator byte: every weight of that member starts here.
 fn member_seed(member: &str) -> u64 {
     fnv1a(fnv1a(FNV_OFFSET, member.as_bytes()), &[0])
@@ -309,9 +317,7 @@ fn weights(seeds: &[u64], item: &[u8], out: &mut Vec<u64>) {
     for chunk in &mut chunks {
         let mut h = [chunk[0], chunk[1], chunk[2], chunk[3]];
         for &byte in item {
-            for hash in &mut h {
-                *hash = (*hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
-            }
+            fnv1a_lanes(&mut h, byte);
         }
         out.extend(h.map(finish));
     }
@@ -380,9 +386,7 @@ fn heaviest_of_group<const N: usize>(
         states.truncate(kept + 1);
         let mut h = states[kept];
         for &byte in name.get(kept..).unwrap_or_default() {
-            for hash in &mut h {
-                *hash = (*hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
-            }
+            fnv1a_lanes(&mut h, byte);
             states.push(h);
         }
         for (lane, w) in (first..).zip(h.map(finish)) {
