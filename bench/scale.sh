@@ -14,7 +14,8 @@
 # log on the host (removed on exit, however the script ends, with every member process), runs bench/scale.py against
 # it and writes bench/results/$OUT.md (the markdown section) and bench/results/$OUT.jsonl (one JSON line per phase).
 #
-# Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), MODES ("eager-stride,incremental-rendezvous"; also
+# Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), WARMUP (1: untimed rounds of every mode, in the first
+# hosting, before the runs: they warm the fresh server's JVM; their lines carry "warmup": true), MODES ("eager-stride,incremental-rendezvous"; also
 # incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
 # keeps only it), QUIET_S (8: seconds without a member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
 # ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line), ZK_ROUTE
@@ -35,6 +36,7 @@ esac
 MEMBERS=${MEMBERS:-10}
 ITEMS=${ITEMS:-10000}
 RUNS=${RUNS:-1}
+WARMUP=${WARMUP:-1}
 MODES=${MODES:-eager-stride,incremental-rendezvous}
 HOSTINGS=${HOSTINGS:-processes,inprocess}
 case "${INPROCESS:-1}" in
@@ -134,7 +136,7 @@ results="bench/results/$OUT.jsonl"
 run_status=0
 python3 bench/scale.py run --own-process-group --connect "$connect" --container "$container" --zk-data "$work/zkdata" \
     --zk-gc-log "$work/zklog/gc.log" --zk-heap-mb "$ZOO_HEAP_MB" --rust-worker "$work/worker" \
-    --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --modes "$MODES" \
+    --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --warmup "$WARMUP" --modes "$MODES" \
     --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
     --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --host-threads "${INPROCESS_THREADS:-0}" \
     --log-dir "$work/logs" --quiet-s "${QUIET_S:-8}" >"$results" &
@@ -155,13 +157,14 @@ machine="Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${elapsed} s in all; crate at ${r
 $(free -g | awk '/^Mem:/ {print $2}') GB RAM, Linux $(uname -r); load average ${load_start} at the start, ${load_end} \
 at the end.${busy} ZooKeeper ${zk_version} (image ${image}, standalone, tickTime 200 ms, heap -Xmx${ZOO_HEAP_MB}m, in \
 Docker on the same machine, clients connected to ${route}), Python $(python3 -c 'import platform; print(platform.python_version())'), \
-$(rustc --version | cut -d' ' -f1-2). ${MEMBERS} members, ${ITEMS} items, runs: ${RUNS}; time_boundary \
+$(rustc --version | cut -d' ' -f1-2). ${MEMBERS} members, ${ITEMS} items, runs: ${RUNS}, after ${WARMUP} warm-up round(s); time_boundary \
 ${TIME_BOUNDARY} s, session timeout ${SESSION_TIMEOUT} s.${MACHINE_NOTE:+ $MACHINE_NOTE}"
 
 command="MEMBERS=$MEMBERS ITEMS=$ITEMS bash bench/scale.sh"
 [ "$MODES" = eager-stride,incremental-rendezvous ] || command="MODES=$MODES $command"
 [ "$HOSTINGS" = processes,inprocess ] || command="HOSTINGS=$HOSTINGS $command"
 [ "$RUNS" = 1 ] || command="RUNS=$RUNS $command"
+[ "$WARMUP" = 1 ] || command="WARMUP=$WARMUP $command"
 [ -z "${INPROCESS_THREADS:-}" ] || command="INPROCESS_THREADS=$INPROCESS_THREADS $command"
 python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --command "$command" \
     --title "Scale: $MEMBERS members over $ITEMS items" | tee "bench/results/$OUT.md"
