@@ -169,6 +169,13 @@ impl<F: PartitionFn> PartitionFn for Timed<F> {
         self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
         mine
     }
+
+    /// Forwarded (a wrapper that does not would keep `Rendezvous` from ranking ahead), and counted too.
+    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
+        let started = thread_cpu_nanos();
+        self.inner.prepare(me, members, items);
+        self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
+    }
 }
 
 fn now() -> f64 {

@@ -363,6 +363,13 @@ impl<F: PartitionFn> PartitionFn for Timed<F> {
         PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
         mine
     }
+
+    /// Forwarded (a wrapper that does not would keep `Rendezvous` from ranking ahead), and counted too.
+    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
+        let started = thread_cpu_micros();
+        self.0.prepare(me, members, items);
+        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
+    }
 }
 
 /// The calling thread's CPU time in microseconds (0 where the clock is unavailable).

@@ -104,6 +104,10 @@ impl crate::PartitionFn for Timed {
             .record(started.elapsed().as_secs_f64());
         mine
     }
+
+    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
+        self.inner.prepare(me, members, items);
+    }
 }
 
 /// The `cause` label of a rebalance, from the core's reason for the publication that left `ACQUIRED`.

@@ -36,6 +36,18 @@ use ranking::Ranking;
 pub trait PartitionFn: Send + Sync + 'static {
     /// Returns the items `me` owns.
     fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item>;
+
+    /// Work ahead of the deciding call, for a function that remembers work between calls (like [`Rendezvous`]).
+    ///
+    /// While the party settles, once it has been quiet for a quarter of `time_boundary`, the partitioner calls this
+    /// with the party as it then stands; if nothing changes before `time_boundary` has passed, the deciding
+    /// [`partition`](PartitionFn::partition) call gets the same arguments. The wait is idle time for every member,
+    /// so work done here (a first ranking of every item, say) is off the path to `Acquired`. It must not change what
+    /// `partition` returns. The default does nothing; a function that wraps another (to time it, say) should forward
+    /// it.
+    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
+        let _ = (me, members, items);
+    }
 }
 
 impl<F> PartitionFn for F
@@ -199,23 +211,10 @@ impl Rendezvous {
         // capacity × members ≥ items.
         let fair = items.len().div_ceil(members.len());
         let capacity = ((items.len() as f64 * self.load_factor / members.len() as f64) as usize).max(fair).max(1);
-        // The remembered ranking orders equal weights by name, which is the party's order only when it is sorted, and
-        // numbers members in 16 bits, enough for parties up to MAX_MEMBERS.
-        let sorted = members.windows(2).all(|pair| pair[0] < pair[1]);
-        if sorted
-            && members.len() <= ranking::MAX_MEMBERS
+        if remembers(members)
             && let Ok(mut remembered) = self.ranking.lock()
         {
-            let mut ranking = match remembered.take() {
-                Some(mut ranking) if ranking.is_for(items) => {
-                    if ranking.follow(members) {
-                        ranking
-                    } else {
-                        Ranking::build(members, items)
-                    }
-                }
-                _ => Ranking::build(members, items),
-            };
+            let mut ranking = ranking_for(remembered.take(), members, items);
             let owners = ranking.place(members, capacity);
             *remembered = Some(ranking);
             return owners;
@@ -223,10 +222,40 @@ impl Rendezvous {
         assign_uncached(members, items, capacity)
     }
 
+    /// Brings the remembered ranking up to `members` (building it if none is remembered for `items`), without placing
+    /// anything: the costly part of [`assign`](Rendezvous::assign), done ahead ([`PartitionFn::prepare`]).
+    fn remember(&self, members: &[String], items: &[Item]) {
+        if remembers(members)
+            && let Ok(mut remembered) = self.ranking.lock()
+        {
+            *remembered = Some(ranking_for(remembered.take(), members, items));
+        }
+    }
+
     /// How many items fell back to ranking every member since the ranking was last built (tests and tuning).
     #[cfg(test)]
     fn fallbacks(&self) -> usize {
         self.ranking.lock().ok().and_then(|r| r.as_ref().map(|r| r.fallbacks)).unwrap_or(0)
+    }
+}
+
+/// Whether a ranking for `members` can be remembered: it orders equal weights by name, which is the party's order
+/// only when it is sorted, and numbers members in 16 bits, enough for parties up to [`ranking::MAX_MEMBERS`].
+fn remembers(members: &[String]) -> bool {
+    members.len() <= ranking::MAX_MEMBERS && members.windows(2).all(|pair| pair[0] < pair[1])
+}
+
+/// The `remembered` ranking brought up to `members`, or a new one when it is for other items or cannot follow.
+fn ranking_for(remembered: Option<Ranking>, members: &[String], items: &[Item]) -> Ranking {
+    match remembered {
+        Some(mut ranking) if ranking.is_for(items) => {
+            if ranking.follow(members) {
+                ranking
+            } else {
+                Ranking::build(members, items)
+            }
+        }
+        _ => Ranking::build(members, items),
     }
 }
 
@@ -269,6 +298,12 @@ impl PartitionFn for Rendezvous {
             .filter(|&(owner, _)| owner == me)
             .map(|(_, i)| i.clone())
             .collect()
+    }
+
+    /// Ranks the items for `members` now (a first call at 100 members × 100,000 items costs each member tens of
+    /// milliseconds of CPU, all members at once), so that the deciding call only places them.
+    fn prepare(&self, _me: &str, members: &[String], items: &[Item]) {
+        self.remember(members, items);
     }
 }
 
@@ -494,6 +529,25 @@ mod rendezvous_tests {
         let owners = f.assign(&members, &items);
         assert!(f.ranking.lock().is_ok_and(|r| r.is_none()), "nothing remembered");
         assert_eq!(owners, assign_uncached(&members, &items, capacity(members.len(), items.len())));
+    }
+
+    #[test]
+    fn prepare_ranks_ahead_and_changes_no_placement() {
+        let mut items: Vec<Item> = (0..3000).map(Item::from).collect();
+        items.sort();
+        let before = sorted((0..10).map(|m| format!("m{m:02}")).collect());
+        let mut after = before.clone();
+        after.push("m10".into());
+        let f = Rendezvous::default();
+        f.prepare("m00", &before, &items);
+        assert!(f.ranking.lock().is_ok_and(|r| r.as_ref().is_some_and(|r| r.is_for(&items))), "ranked ahead");
+        // Worked ahead for one party, decided for it or for the next: the placement is the one ranked afresh.
+        assert_eq!(f.assign(&before, &items), assign_uncached(&before, &items, capacity(10, items.len())));
+        f.prepare("m00", &after, &items);
+        assert_eq!(f.assign(&after, &items), assign_uncached(&after, &items, capacity(11, items.len())));
+        assert_eq!(f.partition("m03", &after, &items), Rendezvous::default().partition("m03", &after, &items));
+        // Functions that remember nothing keep the default, which does nothing.
+        KazooStride.prepare("m00", &before, &items);
     }
 
     /// The owners of items 0..6 among members a, b, c, recorded once: a change to the hash or the placement order

@@ -43,6 +43,17 @@ impl Debounce {
         self.last_change + self.boundary + self.jitter
     }
 
+    /// When the current quiet period began: identifies it.
+    pub fn last_change(&self) -> Instant {
+        self.last_change
+    }
+
+    /// When the current quiet period will have lasted a quarter of `boundary`: time to call
+    /// [`PartitionFn::prepare`](crate::PartitionFn::prepare).
+    pub fn prepare_at(&self) -> Instant {
+        self.last_change + self.boundary / 4
+    }
+
     fn draw_jitter(&mut self) {
         self.random ^= self.random >> 12;
         self.random ^= self.random << 25;

@@ -26,6 +26,10 @@
 //! | connected again after a suspension | — | verify every held node, resume the previous state or release everything |
 //! | lost | `Failure` | `Failure` |
 //!
+//! A quarter of `time_boundary` into a quiet period, the partition function may work ahead on the party as it
+//! stands ([`PartitionFn::prepare`]: `Rendezvous` ranks the items then, while every member waits); the assignment
+//! is still decided only once the period has lasted `time_boundary`.
+//!
 //! The inputs of the assignment are the party and the item set. With the shared set in ZooKeeper, a read that shows
 //! a different set is a change exactly like a party change (every "the party changes" row above applies, debounced by
 //! the same `time_boundary`); a set marked `updating` is not used, the set in force stays. Items keep their index
@@ -405,6 +409,8 @@ pub(crate) struct Core {
     /// The latest party read is newer than the last change notification.
     party_fresh: bool,
     latest_party: Vec<String>,
+    /// The quiet period (by its start) for which the partition function last worked ahead.
+    prepared: Option<Instant>,
     /// Our own party node was in the latest read.
     in_party: bool,
     debounce: Debounce,
@@ -503,6 +509,7 @@ impl Core {
             party_read: None,
             party_fresh: false,
             latest_party: Vec::new(),
+            prepared: None,
             in_party: true,
             debounce,
             joining: None,
@@ -575,7 +582,8 @@ impl Core {
             .filter(|&at| at > self.now);
         let retry = self.delayed.first().map(|&(at, _)| at);
         let watches = self.held_watches_due().filter(|&at| at > self.now);
-        [settling, retry, watches, self.deadline, self.backoff_until].into_iter().flatten().min()
+        let prepare = self.prepare_due().filter(|&at| at > self.now);
+        [settling, prepare, retry, watches, self.deadline, self.backoff_until].into_iter().flatten().min()
     }
 
     /// The item with this index (every index in an [`Op`] or a [`Publication`] has one).
@@ -1553,6 +1561,10 @@ impl Core {
             return self.settle_locks();
         }
         let inputs_fresh = self.party_fresh && self.set_fresh;
+        if self.prepare_due().is_some_and(|at| self.now >= at) && !self.debounce.ready(self.now) {
+            self.prepared = Some(self.debounce.last_change());
+            self.prepare();
+        }
         if self.target.is_none() && inputs_fresh && self.connected && self.debounce.ready(self.now) {
             if !self.in_party {
                 if self.joining.is_none() && may_send {
@@ -1705,6 +1717,21 @@ impl Core {
     }
 
     /// Our share under the partition function, as indexes into the sorted item list.
+    /// When the partition function may work ahead for this quiet period ([`PartitionFn::prepare`]): a quarter of
+    /// `time_boundary` into it, while the assignment is still to be decided, once per period.
+    fn prepare_due(&self) -> Option<Instant> {
+        let settling = self.target.is_none() && self.party_fresh && self.set_fresh && self.connected && self.in_party;
+        (settling && self.prepared != Some(self.debounce.last_change())).then(|| self.debounce.prepare_at())
+    }
+
+    /// Lets the partition function work ahead on the party as it stands. Its result is not used: a panic is left for
+    /// the deciding call, which reports it as a `Failure` if it panics too.
+    fn prepare(&self) {
+        let items = self.catalogue.sorted();
+        let call = || self.cfg.partition_fn.prepare(&self.me, &self.latest_party, items);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
+    }
+
     fn assignment(&self, members: &[String]) -> Result<BTreeSet<usize>, Error> {
         let items = self.catalogue.sorted();
         // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.

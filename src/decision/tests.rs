@@ -154,6 +154,51 @@ fn allocation_waits_for_a_quiet_party_then_takes_every_lock() {
     assert_eq!(listed(&acquired), BTreeSet::from([0, 2]), "kazoo's stride: member 0 of 2");
 }
 
+/// Records every call of the partition function: `prepare` or `partition`, and the party it was given.
+struct Recorder(std::sync::Mutex<Vec<(&'static str, Vec<String>)>>);
+
+impl crate::PartitionFn for Arc<Recorder> {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        self.0.lock().unwrap().push(("partition", members.to_vec()));
+        KazooStride.partition(me, members, items)
+    }
+
+    fn prepare(&self, _me: &str, members: &[String], _items: &[Item]) {
+        self.0.lock().unwrap().push(("prepare", members.to_vec()));
+    }
+}
+
+#[test]
+fn the_partition_function_works_ahead_a_quarter_into_each_quiet_period() {
+    let recorder = Arc::new(Recorder(std::sync::Mutex::new(Vec::new())));
+    let mut cfg = config(4, Rebalance::Eager, SessionPolicy::Standard, None);
+    cfg.partition_fn = Box::new(recorder.clone());
+    let mut s = Script::new(cfg);
+    let calls = |r: &Arc<Recorder>| std::mem::take(&mut *r.0.lock().unwrap());
+    let one = vec!["a-0000000000".to_string()];
+    let two = vec!["a-0000000000".to_string(), "b-0000000001".to_string()];
+    s.party(&["a-0000000000"]);
+    // The core asks to be woken for it: the quarter is a timeout of its own.
+    assert_eq!(s.core.poll_timeout(), Some(s.now + TB / 4), "woken a quarter into the quiet period");
+    s.wait(TB / 4 - Duration::from_millis(1));
+    assert!(calls(&recorder).is_empty(), "nothing before a quarter of the boundary");
+    s.wait(Duration::from_millis(1));
+    assert_eq!(calls(&recorder), [("prepare", one.clone())]);
+    s.wait(Duration::from_millis(10));
+    assert!(calls(&recorder).is_empty(), "once per quiet period");
+    // A change starts a new period, with its own call ahead.
+    s.send(Event::PartyChanged);
+    s.party(&["a-0000000000", "b-0000000001"]);
+    s.wait(TB / 4);
+    assert_eq!(calls(&recorder), [("prepare", two.clone())]);
+    s.wait(SETTLED);
+    assert_eq!(calls(&recorder), [("partition", two)], "the deciding call, with the same party");
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    s.wait(TB);
+    assert!(calls(&recorder).is_empty(), "nothing while the assignment stands");
+}
+
 #[test]
 fn eager_party_change_while_acquired_revokes_everything_and_release_set_deletes_after_publishing() {
     let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
