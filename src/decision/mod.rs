@@ -1716,7 +1716,6 @@ impl Core {
         }
     }
 
-    /// Our share under the partition function, as indexes into the sorted item list.
     /// When the partition function may work ahead for this quiet period ([`PartitionFn::prepare`]): a quarter of
     /// `time_boundary` into it, while the assignment is still to be decided, once per period.
     fn prepare_due(&self) -> Option<Instant> {
@@ -1732,6 +1731,7 @@ impl Core {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
     }
 
+    /// Our share under the partition function, as indexes into the sorted item list.
     fn assignment(&self, members: &[String]) -> Result<BTreeSet<usize>, Error> {
         let items = self.catalogue.sorted();
         // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
