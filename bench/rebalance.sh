@@ -48,16 +48,7 @@ image=${ZOOKEEPER_IMAGE:-zk-partitioner/zookeeper:3.8}
 
 t0=$(date +%s)
 say() { printf '[rebalance.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
-# Other work on the machine, judged by the CPU in use over one second before and after the run: the load
-# average cannot tell, as it still holds a previous run's load at the start and this run's own at the end.
-cpu_busy_pct() {
-    local a b
-    read -r _ a < /proc/stat; sleep 1; read -r _ b < /proc/stat
-    # user nice system idle iowait irq softirq steal guest guest_nice: the first sample is $1-$10, the second $11-$20
-    echo "$a" "$b" | awk '{ busy = ($11 + $12 + $13 + $16 + $17 + $18) - ($1 + $2 + $3 + $6 + $7 + $8);
-                            idle = ($14 + $15) - ($4 + $5); total = busy + idle;
-                            printf "%d", (total > 0 ? 100 * busy / total : 0) }'
-}
+source bench/machine.sh  # cpu_busy_pct, machine_busy
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 busy_start=$(cpu_busy_pct)
 
@@ -112,14 +103,14 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 busy_end=$(cpu_busy_pct)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 busy=""
-if [ "$busy_start" -gt 25 ] || [ "$busy_end" -gt 25 ]; then
+if machine_busy "$busy_start" "$busy_end"; then
     busy=" The machine was busy with other work during this run (CPU in use before or after it), so absolute \
 times are inflated; every mode ran under the same load, modes alternating run after run."
 fi
 machine="Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${elapsed} s in all; crate at ${revision}. Machine: ${cores} × ${cpu}, \
 $(free -g | awk '/^Mem:/ {print $2}') GB RAM, Linux $(uname -r); load average ${load_start} at the start, ${load_end} \
-at the end; CPU in use before the run ${busy_start}%, after it ${busy_end}%.${busy} ZooKeeper ${zk_version} (image ${image}, standalone, tickTime 200 ms, in Docker on the same \
-machine), kazoo ${kazoo_version} on Python $(python3 -c 'import platform; print(platform.python_version())'), \
+at the end; CPU in use before the run ${busy_start}%, after it ${busy_end}%.${busy} ZooKeeper ${zk_version} (image \
+${image}, standalone, tickTime 200 ms, in Docker on the same machine), kazoo ${kazoo_version} on Python $(python3 -c 'import platform; print(platform.python_version())'), \
 $(rustc --version | cut -d' ' -f1-2). Runs: ${RUNS}; time_boundary ${TIME_BOUNDARY} s, session timeout ${SESSION_TIMEOUT} s.\
 ${MACHINE_NOTE:+ $MACHINE_NOTE}"
 
