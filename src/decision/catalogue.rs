@@ -29,6 +29,9 @@ pub(super) struct Catalogue {
     /// Counts the changes applied: the version alone does not identify a set (a child created by hand changes the
     /// set without changing the version).
     generation: u64,
+    /// Each index's position among every item ever known, in item order; empty while index order is item order
+    /// (a fixed set, and a shared set until an item is added that sorts before a known one).
+    rank: Vec<usize>,
 }
 
 /// What a change of the set did, as indexes.
@@ -50,7 +53,7 @@ impl Catalogue {
         let index = items.iter().cloned().zip(0..).collect();
         let count = items.len();
         let (set, in_set) = ((0..count).collect(), vec![true; count]);
-        Catalogue { sorted: items.clone(), items, index, set, in_set, version, generation: 0 }
+        Catalogue { sorted: items.clone(), items, index, set, in_set, version, generation: 0, rank: Vec::new() }
     }
 
     /// The item with this index (every index the core uses came from this catalogue).
@@ -119,6 +122,16 @@ impl Catalogue {
             set.push(index);
         }
         change.removed = self.set.iter().copied().filter(|&index| !in_set[index]).collect();
+        // New items that sort before known ones: index order is no longer item order, so rank every item (once per
+        // change that adds items; a fixed set, or items added at the end, need no rank).
+        if self.rank.len() != self.items.len() && !self.items.is_sorted() {
+            let mut by_item: Vec<usize> = (0..self.items.len()).collect();
+            by_item.sort_by(|&a, &b| self.items[a].cmp(&self.items[b]));
+            self.rank = vec![0; self.items.len()];
+            for (position, index) in by_item.into_iter().enumerate() {
+                self.rank[index] = position;
+            }
+        }
         self.generation += 1;
         self.sorted = items;
         self.set = set;
@@ -135,6 +148,16 @@ impl Catalogue {
         let added = self.set.iter().copied().filter(|&index| !was[index]).collect();
         let removed = before.iter().copied().filter(|&index| !self.in_set[index]).collect();
         SetChange { added, removed }
+    }
+
+    /// `indexes` (distinct, in index order) in the order of their items: what a snapshot lists is sorted by item, for
+    /// lookups by binary search. Index order is item order unless items were added that sort before known ones.
+    pub fn in_item_order(&self, indexes: impl IntoIterator<Item = usize>) -> Vec<usize> {
+        let mut indexes: Vec<usize> = indexes.into_iter().collect();
+        if !self.rank.is_empty() {
+            indexes.sort_unstable_by_key(|&index| self.rank[index]);
+        }
+        indexes
     }
 
     /// `indexes` as items (for publication).

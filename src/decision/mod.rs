@@ -269,10 +269,12 @@ pub(crate) enum Action {
 pub(crate) struct Publication {
     pub state: PartitionState,
     pub member: Arc<str>,
-    /// Listed items with their fencing tokens, sorted by item.
+    /// Listed items with their fencing tokens, in item order (not index order: indexes of items added to a shared
+    /// set later come after the others whatever their item).
     pub items: Vec<(usize, FencingToken)>,
     /// Our lock node's name for each listed item, in the order of `items` (for fenced checkpoint writes).
     pub nodes: Vec<String>,
+    /// In item order, as `items`.
     pub revoked: Vec<usize>,
     pub members: Arc<[String]>,
     pub cause: Option<Error>,
@@ -1779,13 +1781,13 @@ impl Core {
         if shown == self.shown && cause.is_none() {
             return;
         }
-        let items = shown
-            .listed
+        // In item order, not index order: a handle finds an item in the snapshot by binary search.
+        let listed = self.catalogue.in_item_order(shown.listed.iter().copied());
+        let items = listed
             .iter()
             .map(|&item| (item, FencingToken::new(self.locks.get(&item).map_or(0, |lock| lock.token))))
             .collect();
-        let nodes = shown
-            .listed
+        let nodes = listed
             .iter()
             .map(|item| self.locks.get(item).and_then(|lock| lock.node.clone()).unwrap_or_default())
             .collect();
@@ -1794,7 +1796,7 @@ impl Core {
             member: self.me.clone(),
             items,
             nodes,
-            revoked: shown.revoked.iter().copied().collect(),
+            revoked: self.catalogue.in_item_order(shown.revoked.iter().copied()),
             members: self.members.clone(),
             cause,
             suspended,

@@ -462,3 +462,38 @@ fn held_locks_are_watched_once_the_lock_work_is_quiet_for_time_boundary() {
     s.wait(TB / 2);
     assert_eq!(watches(&s), 3, "one watch per held lock, all at once");
 }
+
+/// Items added to a shared set get the next indexes whatever they sort as; a publication still lists them in item
+/// order, with each token and lock node beside its own item (a handle looks items up by binary search: before, an
+/// added item that sorts first could not be found, so neither its fencing token nor a checkpoint write worked).
+#[test]
+fn publications_list_items_in_item_order_after_items_that_sort_first_are_added() {
+    let strs = |names: &[&str]| names.iter().map(|n| Item::from(*n)).collect::<Vec<_>>();
+    let mut cfg = config(0, Rebalance::Incremental, SessionPolicy::Standard, None);
+    cfg.items = strs(&["i0", "i1"]);
+    cfg.shared_set = Some(0);
+    let mut s = Script::new(cfg);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(Some(SetRead { items: strs(&["i0", "i1"]), version: 0 })))));
+    s.party(&["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    let items = strs(&["a0", "a1", "i0", "i1", "z0"]);
+    s.send(Event::Reply(id, Reply::Set(Ok(Some(SetRead { items: items.clone(), version: 1 })))));
+    s.wait(SETTLED);
+    // The added items' directories are made first (a shared set's new items have none yet).
+    let (id, _) = s.request("directories", |op| matches!(op, Op::MakeDirs(_)));
+    s.send(Event::Reply(id, Reply::DirsMade(Ok(()))));
+    s.grant_locks();
+    let acquired = s.published().pop().expect("a publication");
+    assert_eq!(acquired.state, PartitionState::Acquired);
+    let listed: Vec<&Item> = acquired.items.iter().map(|&(index, _)| s.core.item(index)).collect();
+    assert_eq!(listed, items.iter().collect::<Vec<_>>(), "listed in item order");
+    for (&(index, _), node) in acquired.items.iter().zip(&acquired.nodes) {
+        assert_eq!(s.core.held_node(index), Some(node.as_str()), "each lock node beside its own item");
+    }
+}
