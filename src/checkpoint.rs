@@ -12,6 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client::{Client, MultiWriteError};
 
+use crate::session::SessionRef;
+
 use crate::error::{is_transient, session_end};
 use crate::party::{Paths, retry_transient};
 use crate::{Error, FencingToken, Item};
@@ -47,7 +49,8 @@ pub struct Checkpoint {
 /// Where a partitioner's checkpoints live, and the session that writes them. Shared by a handle's clones.
 #[derive(Clone, Debug)]
 pub(crate) struct Checkpoints {
-    client: Client,
+    /// The member's session, until its background task ends.
+    session: SessionRef,
     /// The partition path.
     path: String,
     paths: Paths,
@@ -57,8 +60,8 @@ pub(crate) struct Checkpoints {
 
 impl Checkpoints {
     /// The checkpoints of the partition whose nodes are `paths` (their ACL included).
-    pub(crate) fn new(client: Client, base: &str, paths: Paths) -> Self {
-        Checkpoints { client, path: base.to_owned(), paths, dir: format!("{base}/checkpoints") }
+    pub(crate) fn new(session: SessionRef, base: &str, paths: Paths) -> Self {
+        Checkpoints { session, path: base.to_owned(), paths, dir: format!("{base}/checkpoints") }
     }
 
     /// The partition path.
@@ -92,7 +95,8 @@ impl Checkpoints {
     /// Reads `item`'s checkpoint, if any.
     pub(crate) async fn load(&self, item: &Item) -> Result<Option<Checkpoint>, Error> {
         let node = self.node(item);
-        let (blob, stat) = match retry_transient(|| self.client.get_data(&node)).await {
+        let client = self.session.client().ok_or(Error::Stopped)?;
+        let (blob, stat) = match retry_transient(|| client.get_data(&node)).await {
             Ok(read) => read,
             Err(zookeeper_client::Error::NoNode) => return Ok(None),
             Err(err) => return Err(Error::zk("get_data", node, err)),
@@ -209,10 +213,12 @@ impl CheckpointWriter {
         }
         let mut blob = format!("{MAGIC} {} {}\n", self.token.get(), self.member).into_bytes();
         blob.extend_from_slice(data);
-        let client = &self.store.client;
+        let Some(client) = self.store.session.client() else {
+            return Err(self.fenced("the partitioner has stopped, and its session with it"));
+        };
         let mut create = false;
         for _ in 0..MAX_ROUNDS {
-            let (index, source) = match self.commit(&blob, create).await {
+            let (index, source) = match self.commit(&client, &blob, create).await {
                 Ok(()) => {
                     tracing::debug!(item = %self.item, bytes = data.len(), "checkpoint saved");
                     return Ok(());
@@ -247,8 +253,7 @@ impl CheckpointWriter {
 
     /// One `multi`: check our lock node, then set (or create) the checkpoint node. Sent again while it is lost with
     /// the connection; the client fails it for good once the session ends.
-    async fn commit(&self, blob: &[u8], create: bool) -> Result<(), MultiWriteError> {
-        let client = &self.store.client;
+    async fn commit(&self, client: &Client, blob: &[u8], create: bool) -> Result<(), MultiWriteError> {
         let mut delay = Duration::from_millis(10);
         loop {
             let mut writer = client.new_multi_writer();

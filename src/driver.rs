@@ -22,6 +22,7 @@ use crate::error::{is_transient, session_end};
 use crate::item_set;
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
+use crate::session::SessionRelease;
 use crate::{Error, Snapshot};
 
 /// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED` (the
@@ -567,33 +568,46 @@ fn classify(op: &'static str, path: &str, err: zookeeper_client::Error) -> ReqEr
     }
 }
 
-/// Runs the driver, and turns a panic into a published `Failure` plus a best-effort clean-up: every node of our
-/// session under the partition path (our lock contenders and party node) is deleted, found with one `GetEphemerals`.
-pub(crate) async fn supervise(driver: Driver) {
+/// Runs the driver, and turns a panic into a published `Failure` plus a clean-up: every node of our session under
+/// the partition path (our lock contenders and party node) is deleted, found with `GetEphemerals`, each request sent
+/// again while it is lost with the connection (so until it succeeds or the session ends). However the task ends, it
+/// then releases the handles' hold on the member's session: with no clone left, the session closes, and any node that
+/// could not be deleted goes with it; a member that processes nothing never lingers in the party.
+pub(crate) async fn supervise(driver: Driver, release: SessionRelease) {
     let (client, publisher, paths) = (driver.client.clone(), driver.publisher.clone(), driver.config.paths.clone());
-    let Err(panic) = std::panic::AssertUnwindSafe(driver.run()).catch_unwind().await else { return };
-    let reason = format!("the background task panicked: {}", decision::panic_message(&*panic));
-    tracing::error!(%reason, "partitioner failed");
-    publisher.send_modify(|snapshot| {
-        snapshot.state = crate::PartitionState::Failure;
-        snapshot.generation += 1;
-        snapshot.items = Arc::from([]);
-        snapshot.tokens = Arc::from([]);
-        snapshot.revoked = Arc::from([]);
-        snapshot.cause = Some(Error::Internal { reason });
-        snapshot.suspended = false;
-    });
-    delete_our_nodes(&client, &paths).await;
+    if let Err(panic) = std::panic::AssertUnwindSafe(driver.run()).catch_unwind().await {
+        let reason = format!("the background task panicked: {}", decision::panic_message(&*panic));
+        tracing::error!(%reason, "partitioner failed");
+        publisher.send_modify(|snapshot| {
+            snapshot.state = crate::PartitionState::Failure;
+            snapshot.generation += 1;
+            snapshot.items = Arc::from([]);
+            snapshot.tokens = Arc::from([]);
+            snapshot.revoked = Arc::from([]);
+            snapshot.cause = Some(Error::Internal { reason });
+            snapshot.suspended = false;
+        });
+        delete_our_nodes(&client, &paths).await;
+    }
+    release.release();
 }
 
 /// Deletes every ephemeral node of our session under the partition path (after a panic, when no bookkeeping is left
-/// to trust). One session serves one member of a partition path, so these are all ours.
+/// to trust). One session serves one member of a partition path, so these are all ours. Requests lost with the
+/// connection are sent again; the client fails them for good once the session ends, which ends this too.
 async fn delete_our_nodes(client: &Client, paths: &Paths) {
     for base in [&paths.locks, &paths.party] {
-        let Ok(nodes) = client.list_ephemerals(base).await else { continue };
+        let nodes = match party::retry_transient(|| client.list_ephemerals(base)).await {
+            Ok(nodes) => nodes,
+            Err(err) => {
+                tracing::warn!(%err, base, "could not list our nodes after a panic; the session closes with them");
+                continue;
+            }
+        };
         for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/'))) {
-            if let Err(err) = client.delete(node, None).await {
-                tracing::warn!(%err, node, "could not delete a node after a panic");
+            match party::retry_transient(|| client.delete(node, None)).await {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                Err(err) => tracing::warn!(%err, node, "could not delete a node after a panic"),
             }
         }
     }

@@ -177,7 +177,9 @@ pub enum Error {
     #[error("partitioner finished")]
     Finished,
 
-    /// The partitioner's background task is gone (its Tokio runtime shut down).
+    /// The partitioner's background task is gone: its Tokio runtime shut down, or it ended (after
+    /// [`finish`](crate::SetPartitioner::finish) or a failure) and released the member's session, which the handle's
+    /// checkpoint reads and [`item_set`](crate::SetPartitioner::item_set) then no longer use.
     #[error("partitioner task stopped")]
     Stopped,
 

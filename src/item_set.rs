@@ -33,6 +33,7 @@ use crate::error::is_transient;
 use crate::error::shown;
 use crate::item::validate_items;
 use crate::names::check_base_path;
+use crate::session::SessionRef;
 use crate::{Error, Item};
 
 /// The first words of the set node's data.
@@ -69,7 +70,8 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// ```
 #[derive(Clone)]
 pub struct ItemSet {
-    client: Client,
+    /// The client: the user's own, or a member's until its background task ends.
+    session: SessionRef,
     base: String,
     node: String,
     acls: NodeAcls,
@@ -175,7 +177,7 @@ impl ItemSet {
         let base = path.into();
         check_base_path(&base)?;
         let node = format!("{base}/items");
-        Ok(ItemSet { client, base, node, acls: NodeAcls::default() })
+        Ok(ItemSet { session: SessionRef::Owned(client), base, node, acls: NodeAcls::default() })
     }
 
     /// Creates the nodes it makes (the set's node, its items, and `<path>` if missing) with this ACL instead of
@@ -191,6 +193,17 @@ impl ItemSet {
         self
     }
 
+    /// The same set on a member's session, which the member releases when its background task ends.
+    pub(crate) fn on_member_session(mut self, session: SessionRef) -> Self {
+        self.session = session;
+        self
+    }
+
+    /// The client, unless this is a member's set and the member's task has ended.
+    fn client(&self) -> Result<Client, Error> {
+        self.session.client().ok_or(Error::Stopped)
+    }
+
     /// The path of the set's node, `<path>/items`.
     pub fn path(&self) -> &str {
         &self.node
@@ -203,7 +216,8 @@ impl ItemSet {
     /// else, [`Error::ZooKeeper`] or [`Error::SessionLost`] if ZooKeeper fails.
     pub async fn read(&self) -> Result<SharedItems, Error> {
         // One read `multi` is a consistent snapshot: the data (with its version) and the children agree.
-        let mut reader = self.client.new_multi_reader();
+        let client = self.client()?;
+        let mut reader = client.new_multi_reader();
         let zk = |err| Error::zk("multi read", self.node.as_str(), err);
         reader.add_get_data(&self.node).map_err(zk)?;
         reader.add_get_children(&self.node).map_err(zk)?;
@@ -256,7 +270,7 @@ impl ItemSet {
                 Err(Error::ItemSetMissing { .. }) => {}
                 Err(err) => return Err(err),
             }
-            if let Err(err) = self.client.mkdir(&self.base, &self.acls.persistent()).await
+            if let Err(err) = self.client()?.mkdir(&self.base, &self.acls.persistent()).await
                 && err != zookeeper_client::Error::NodeExists
             {
                 return Err(Error::zk("mkdir", self.base.as_str(), err));
@@ -416,10 +430,11 @@ impl ItemSet {
         ops.extend(adds.iter().map(|item| (format!("{}/{}", self.node, item.node_name()), true)));
         let chunks = chunk(&ops);
         let last = chunks.len().saturating_sub(1);
+        let client = self.client().map_err(Attempt::Failed)?;
         let mut version = version;
         for (index, ops) in chunks.iter().enumerate() {
             let header = Header { kind, ready: index == last }.render();
-            let mut writer = self.client.new_multi_writer();
+            let mut writer = client.new_multi_writer();
             let built = (|| {
                 match version {
                     Some(version) => writer.add_set_data(&self.node, header.as_bytes(), Some(to_i32(version)))?,

@@ -177,6 +177,7 @@ mod partition_fn;
 mod partitioner;
 mod party;
 mod policy;
+mod session;
 #[cfg(test)]
 mod sim;
 mod state;

@@ -17,6 +17,7 @@ use crate::driver::{self, Command, Config, Driver};
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Membership, Paths};
+use crate::session::SessionRef;
 use crate::{
     Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, KazooStride, PartitionFn, PartitionState,
     Rebalance, SessionPolicy, Snapshot,
@@ -453,7 +454,9 @@ impl Builder {
         let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
 
         let session = self.client.state_watcher();
-        let checkpoints = Arc::new(Checkpoints::new(self.client.clone(), &self.path, paths.clone()));
+        // The handle reaches the member's session only while the background task runs (see `session.rs`).
+        let (member_session, release_session) = SessionRef::member(self.client.clone());
+        let checkpoints = Arc::new(Checkpoints::new(member_session.clone(), &self.path, paths.clone()));
         party::ensure_base(&self.client, &paths).await?;
         let lock_dirs_exist = crate::locks::any_dir(&self.client, &paths).await?;
         let (items, item_set, set_version) = if self.shared_item_set {
@@ -522,9 +525,10 @@ impl Builder {
         let (publisher, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
         tracing::info!(parent: &span, "joined the party");
         let driver = Driver::new(self.client, config, core, membership, session, command_rx, Arc::new(publisher));
-        runtime.spawn(driver::supervise(driver).instrument(span));
+        runtime.spawn(driver::supervise(driver, release_session).instrument(span));
         guard.disarm();
-        Ok(SetPartitioner { commands, snapshot, checkpoints, item_set: item_set.map(Arc::new) })
+        let item_set = item_set.map(|set| Arc::new(set.on_member_session(member_session)));
+        Ok(SetPartitioner { commands, snapshot, checkpoints, item_set })
     }
 }
 
@@ -590,9 +594,11 @@ fn default_identifier() -> String {
 ///
 /// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
 /// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
-/// as [`finish`](SetPartitioner::finish) does. The handle also keeps a clone of the member's client, for
-/// [checkpoints](SetPartitioner::save_checkpoint) on the member's own session, so that session stays open (holding no
-/// node after `finish()`) while a handle exists.
+/// as [`finish`](SetPartitioner::finish) does. The handle uses the member's session for
+/// [checkpoints](SetPartitioner::save_checkpoint) and the [shared set](SetPartitioner::item_set) only while the task
+/// runs: once it has ended (and deleted the member's nodes, or failed to), the handle no longer keeps the session
+/// open, so a session whose nodes could not be deleted closes with the crate's last clone of the client (keep no
+/// clone of your own for this to happen; a clone you keep is yours to drop).
 ///
 /// # Examples
 /// kazoo's worker loop, reading the state and waiting for each transition:
@@ -982,7 +988,9 @@ impl SetPartitioner {
     }
 
     /// The shared item set this member follows ([`Builder::shared_item_set`]), on the member's own session; `None`
-    /// with a fixed set. Changing it changes every member's set.
+    /// with a fixed set. Changing it changes every member's set. Once the partitioner's task has ended, its methods
+    /// fail with [`Error::Stopped`] (the member's session is released); use an [`ItemSet`] on a client of your own
+    /// to change the set from a process that is not a member.
     pub fn item_set(&self) -> Option<&ItemSet> {
         self.item_set.as_deref()
     }

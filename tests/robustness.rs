@@ -5,9 +5,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::members::{ints, wait_snapshot};
-use common::{Ctx, timing, wait_for};
-use zk_partitioner::{Error, Item, PartitionState, SetPartitioner};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::members::{auto_release, ints, wait_snapshot};
+use common::{Ctx, connect, session_listed, timing, wait_for, wait_until};
+use zk_partitioner::testing::FreezingProxy;
+use zk_partitioner::{Error, Item, KazooStride, PartitionFn, PartitionState, SetPartitioner};
 
 const PATH: &str = "/partitioner";
 
@@ -51,6 +55,61 @@ async fn a_panic_in_the_task_fails_the_member_and_cleans_up() {
         if party.is_empty() { Ok(()) } else { Err(format!("{party:?}")) }
     })
     .await;
+}
+
+/// A panic while the connection is silent: the clean-up's requests are lost with the connection, and are sent again
+/// once it is back (the clean-up once made one pass and gave up, leaving lock nodes nobody processes, and so items
+/// nobody else could take, for as long as a handle existed). Then the task lets go of the session: with no clone
+/// left, it closes, while the handle still exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_the_connection_is_silent_still_frees_every_item() {
+    // given: a member behind a proxy that can go silent, holding both items; its partition function is kazoo's, but
+    // its second real call stalls, then panics in a way that unwinds the task
+    let ctx = Ctx::new().await;
+    let proxy = FreezingProxy::start(ctx.addr).await;
+    let client = connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(10)).await;
+    let session = client.session_id();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let second_call_panics = move |me: &str, members: &[String], items: &[Item]| -> Vec<Item> {
+        if !me.starts_with("probe-") && counter.fetch_add(1, Ordering::SeqCst) == 1 {
+            std::thread::sleep(Duration::from_millis(500));
+            std::panic::panic_any(Bomb);
+        }
+        KazooStride.partition(me, members, items)
+    };
+    let items = ints(2);
+    let doomed = SetPartitioner::builder(client, PATH, items.clone())
+        .identifier("doomed")
+        .time_boundary(common::members::TIME_BOUNDARY)
+        .partition_func(second_call_panics)
+        .build()
+        .await
+        .expect("build");
+    wait_snapshot(&doomed, "ACQUIRED", timing(Duration::from_secs(10)), |s| *s.items == *items).await;
+
+    // when: another member joins (the second call), and the connection goes silent while the function stalls, past
+    // the client's read timeout (2/5 of the session), so the clean-up's first requests are lost; then the connection
+    // answers again, well within the session timeout
+    let other = ctx.member("other", items.clone()).await;
+    let _worker = auto_release(&other.partitioner);
+    wait_until("the second call", timing(Duration::from_secs(10)), || async { calls.load(Ordering::SeqCst) >= 2 })
+        .await;
+    proxy.freeze();
+    wait_snapshot(&doomed, "FAILURE", timing(Duration::from_secs(10)), |s| s.state == PartitionState::Failure).await;
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    proxy.thaw();
+
+    // then: the other member takes every item, the failed one leaves the party and its session closes, all while
+    // its handle is still held
+    other.wait_items(&items, timing(Duration::from_secs(15))).await;
+    assert_eq!(party_nodes(&ctx).await.len(), 1, "only the other member is left");
+    wait_until("the failed member's session to close", timing(Duration::from_secs(10)), || async {
+        session_listed(ctx.addr, session).await.is_ok_and(|listed| !listed)
+    })
+    .await;
+    assert!(matches!(doomed.failure(), Some(Error::Internal { .. })), "{:?}", doomed.failure());
+    assert_eq!(doomed.load_checkpoint(&Item::from(0)).await, Err(Error::Stopped));
 }
 
 /// When the runtime that runs the task shuts down, every handle reports FAILURE (`Stopped`) instead of the stale

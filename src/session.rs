@@ -1,0 +1,52 @@
+//! The member's ZooKeeper session as the parts of a handle reach it (checkpoints, the shared item set), released when
+//! the partitioner's background task ends.
+//!
+//! A member's locks and party node are ephemeral nodes of its session: they go when the session closes, and the
+//! session closes when the last clone of its `Client` is dropped. The background task deletes them when it ends, but
+//! if it cannot (the connection is gone for good, a permission changed, the task panicked), closing the session is
+//! the only clean-up left. So a handle must not keep the session open after its task ended: the handle's parts hold
+//! it through a [`SessionRef`], which the task empties when it stops ([`SessionRelease`]). A client the user kept a
+//! clone of stays open, as the user's to close.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use zookeeper_client::Client;
+
+/// A client, owned or borrowed from a member that may release it.
+#[derive(Clone, Debug)]
+pub(crate) enum SessionRef {
+    /// A standalone handle's own client (an [`ItemSet`](crate::ItemSet) made by the user).
+    Owned(Client),
+    /// The member's client, for as long as its background task runs.
+    Member(Arc<RwLock<Option<Client>>>),
+}
+
+/// Empties a member's [`SessionRef`]s: held by the background task, used once, when it ends.
+#[derive(Debug)]
+pub(crate) struct SessionRelease(Arc<RwLock<Option<Client>>>);
+
+impl SessionRef {
+    /// The member's client, and what releases it.
+    pub fn member(client: Client) -> (SessionRef, SessionRelease) {
+        let slot = Arc::new(RwLock::new(Some(client)));
+        (SessionRef::Member(slot.clone()), SessionRelease(slot))
+    }
+
+    /// The client, unless the member released it (its task ended).
+    pub fn client(&self) -> Option<Client> {
+        match self {
+            SessionRef::Owned(client) => Some(client.clone()),
+            // The lock is held only to clone or take the client, never across an await: a poisoned one is still usable.
+            SessionRef::Member(slot) => slot.read().unwrap_or_else(PoisonError::into_inner).clone(),
+        }
+    }
+}
+
+impl SessionRelease {
+    /// Drops the handles' clone of the client: once the task's own clones are gone too, the session closes (unless
+    /// the user kept a clone).
+    pub fn release(&self) {
+        let client = self.0.write().unwrap_or_else(PoisonError::into_inner).take();
+        drop(client);
+    }
+}
