@@ -250,6 +250,9 @@ pub(crate) enum Sabotage {
     AckBeforeRelease,
     /// A member that reads the shared set but never applies its changes.
     IgnoreSetChanges,
+    /// Nodes of ours in a lock directory that the lock does not track (a lost create that landed late) are left
+    /// alone: one that sorts first has the member wait for itself forever.
+    OwnStraysKept,
 }
 
 /// What the core asks for.
@@ -1202,44 +1205,85 @@ impl Core {
     /// Where our contender stands among `children`.
     fn on_children(&mut self, item: usize, children: &[String], czxid: i64) -> Next {
         let Some(lock) = self.locks.get_mut(&item) else { return Next::Waiting };
-        if lock.node.is_none() {
-            // After a lost create reply: our prefix finds the node if the create happened.
-            lock.node = children.iter().find(|c| c.starts_with(&lock.prefix)).cloned();
-            if lock.node.is_none() {
-                // Requests on one session apply in order: a create not seen now never happened.
-                lock.created = false;
-                return Next::Queued;
-            }
-            // Found again: its stat (the fencing token) comes with the next listing.
-            return Next::List;
-        }
-        if czxid > 0 {
-            lock.token = czxid;
-        }
-        let own = lock.node.clone().unwrap_or_default();
-        match position(children, &own) {
-            Position::Held if lock.token <= 0 => Next::List,
-            Position::Held => {
-                self.set_step(item, Step::Held);
-                // Someone other than us deleting it must not go unnoticed until the next rebalance; the watch is
-                // asked for once our lock work has been quiet for a while (`watch_held`).
-                self.unwatched.insert(item, own);
-                Next::Held
-            }
-            Position::Behind(predecessor) => {
-                let node = predecessor.to_owned();
-                let id = self.request(Op::Watch { item, node }, Pending::Watch(item));
-                self.set_step(item, Step::Waiting(id));
-                Next::Waiting
-            }
-            Position::Missing => {
-                // Someone deleted our node: contend again.
+        // Every contender carrying this lock's prefix is a node of ours: the prefix is this lock's alone. There can be
+        // more than one, or one we do not track: a create whose reply was lost can still land after we listed the
+        // directory and created again (a request on the wire when the connection broke may be applied after the
+        // ones sent on the next connection). Keep one, the node we track if it is there, else the lowest, and delete
+        // the others: left alone, a node of ours that sorts before the one we keep would have us wait for ourselves
+        // forever (and the release sweep spares every node with a prefix still in use).
+        let mut ours: Vec<&String> =
+            children.iter().filter(|c| c.starts_with(&lock.prefix) && sequence(c).is_some()).collect();
+        ours.sort_by(|a, b| sequence(a).cmp(&sequence(b)));
+        let tracked = lock.node.as_ref().filter(|node| ours.iter().any(|c| c == node)).cloned();
+        let adopted = tracked.is_none().then(|| ours.first().map(|c| c.to_string())).flatten();
+        let kept = tracked.clone().or_else(|| adopted.clone());
+        let strays: Vec<String> =
+            ours.iter().filter(|c| Some(c.as_str()) != kept.as_deref()).map(|c| c.to_string()).collect();
+        #[cfg(test)]
+        let strays = if self.sabotage == Sabotage::OwnStraysKept { Vec::new() } else { strays };
+        let prefix = lock.prefix.clone();
+        let next = match (tracked, adopted) {
+            (None, None) => {
+                // Not there: a create not seen now has not happened (yet: see above), or someone deleted our node.
                 lock.node = None;
                 lock.token = 0;
                 lock.created = false;
                 Next::Queued
             }
+            (None, Some(node)) => {
+                // After a lost create reply (or our tracked node was deleted and another of ours is there): ours now.
+                // Its stat (the fencing token) comes with the next listing.
+                lock.node = Some(node);
+                lock.token = 0;
+                Next::List
+            }
+            (Some(own), _) => {
+                if czxid > 0 {
+                    lock.token = czxid;
+                }
+                match position(children, &own) {
+                    Position::Held if lock.token <= 0 => Next::List,
+                    Position::Held => {
+                        self.set_step(item, Step::Held);
+                        // Someone other than us deleting it must not go unnoticed until the next rebalance; the watch
+                        // is asked for once our lock work has been quiet for a while (`watch_held`).
+                        self.unwatched.insert(item, own);
+                        Next::Held
+                    }
+                    Position::Behind(predecessor) => {
+                        // Possibly a stray of ours, deleted below: its deletion wakes this watch.
+                        let node = predecessor.to_owned();
+                        let id = self.request(Op::Watch { item, node }, Pending::Watch(item));
+                        self.set_step(item, Step::Waiting(id));
+                        Next::Waiting
+                    }
+                    // Not reached: `tracked` is among the children and has a sequence. Contend again, as if gone.
+                    Position::Missing => {
+                        if let Some(lock) = self.locks.get_mut(&item) {
+                            lock.node = None;
+                            lock.token = 0;
+                            lock.created = false;
+                        }
+                        Next::Queued
+                    }
+                }
+            }
+        };
+        if !strays.is_empty() {
+            self.delete_strays(item, prefix, strays);
         }
+        next
+    }
+
+    /// Deletes nodes of ours in an item's directory that its lock does not track (see [`Core::on_children`]). Sent as
+    /// a release that keeps every tracked lock, so it waits like any release before anything new is contended.
+    fn delete_strays(&mut self, item: usize, prefix: String, strays: Vec<String>) {
+        let nodes =
+            strays.into_iter().map(|node| Contender { item, prefix: prefix.clone(), node: Some(node) }).collect();
+        let keep = self.locks.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
+        let window = self.window.size();
+        let id = self.request(Op::Release { nodes, keep, window }, Pending::Release(Vec::new()));
+        self.releases.insert(id, Vec::new());
     }
 
     fn on_changed(&mut self, id: ReqId, item: usize, result: Result<(), ReqError>) {

@@ -497,3 +497,76 @@ fn publications_list_items_in_item_order_after_items_that_sort_first_are_added()
         assert_eq!(s.core.held_node(index), Some(node.as_str()), "each lock node beside its own item");
     }
 }
+
+/// A create lost with the connection that lands after the listing that did not find it: the member created again
+/// with the same prefix, and its new node sorts behind the late one. Both are ours; the late one is deleted (once,
+/// the member waited for it forever: its own node, kept by every sweep because its prefix was still in use), and
+/// the member then holds the lock with the node it tracks.
+#[test]
+fn a_late_landing_create_of_ours_is_deleted_not_waited_for() {
+    let mut s = Script::new(config(1, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.party(&["a-0000000000"]);
+    s.wait(SETTLED);
+    // The create's reply is lost with the connection; the listing after the retry delay does not find the node.
+    let (id, Op::Create { contenders, .. }) = s.request("create", |op| matches!(op, Op::Create { .. })) else {
+        unreachable!()
+    };
+    let prefix = contenders[0].1.clone();
+    s.send(Event::Reply(id, Reply::Created(Err(ReqError::Transient))));
+    s.wait(Duration::from_millis(10));
+    let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
+    s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![], 0))]))));
+    // So it creates again, with the same prefix; meanwhile the lost create landed (sequence 1, before ours).
+    let (id, Op::Create { contenders, .. }) = s.request("create again", |op| matches!(op, Op::Create { .. })) else {
+        unreachable!()
+    };
+    assert_eq!(contenders[0].1, prefix);
+    let (late, ours) = (format!("{prefix}0000000001"), format!("{prefix}0000000002"));
+    s.send(Event::Reply(id, Reply::Created(Ok(vec![(ours.clone(), 43)]))));
+    let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
+    s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![late.clone(), ours.clone()], 0))]))));
+    // Then: the late node is deleted, and the member waits for that deletion, not forever.
+    let (release, Op::Release { nodes, keep, .. }) = s.request("delete", |op| matches!(op, Op::Release { .. })) else {
+        unreachable!()
+    };
+    assert_eq!(nodes, [Contender { item: 0, prefix: prefix.clone(), node: Some(late.clone()) }]);
+    assert_eq!(keep, [(0, prefix)], "our tracked node is kept");
+    let (watch, Op::Watch { node, .. }) = s.request("watch", |op| matches!(op, Op::Watch { .. })) else {
+        unreachable!()
+    };
+    assert_eq!(node, late);
+    s.send(Event::Reply(release, Reply::Released(Ok(()))));
+    s.send(Event::Reply(watch, Reply::Changed(Ok(()))));
+    let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
+    s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![ours.clone()], 0))]))));
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    assert_eq!(s.core.held_node(0), Some(ours.as_str()));
+}
+
+/// After a lost create reply, the listing finds two nodes of ours (the create landed, and so did a retried one): the
+/// lowest is taken as ours, the other deleted.
+#[test]
+fn two_nodes_of_ours_found_after_a_lost_reply_keep_the_lowest() {
+    let mut s = Script::new(config(1, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.party(&["a-0000000000"]);
+    s.wait(SETTLED);
+    let (id, Op::Create { contenders, .. }) = s.request("create", |op| matches!(op, Op::Create { .. })) else {
+        unreachable!()
+    };
+    let prefix = contenders[0].1.clone();
+    s.send(Event::Reply(id, Reply::Created(Err(ReqError::Transient))));
+    s.wait(Duration::from_millis(10));
+    let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
+    let (low, high) = (format!("{prefix}0000000004"), format!("{prefix}0000000007"));
+    s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![high.clone(), low.clone()], 0))]))));
+    let (_, Op::Release { nodes, .. }) = s.request("delete", |op| matches!(op, Op::Release { .. })) else {
+        unreachable!()
+    };
+    assert_eq!(nodes.iter().map(|n| n.node.clone()).collect::<Vec<_>>(), [Some(high)]);
+    let (id, Op::List(listed)) = s.request("listing for the stat", |op| matches!(op, Op::List(_))) else {
+        unreachable!()
+    };
+    assert_eq!(listed, [(0, Some(low.clone()))], "the kept node's stat is read");
+    s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![low.clone()], 99))]))));
+    assert_eq!(s.core.held_node(0), Some(low.as_str()));
+}
