@@ -10,12 +10,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use zookeeper_client::{Client, MultiWriteError};
-
-use crate::session::SessionRef;
+use zookeeper_client::Client;
 
 use crate::error::{is_transient, session_end};
 use crate::party::{Paths, retry_transient};
+use crate::session::SessionRef;
+use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
 
 /// The largest checkpoint accepted by a save, in bytes (512 KiB): ZooKeeper keeps every node in memory and sends it
@@ -48,9 +48,9 @@ pub struct Checkpoint {
 
 /// Where a partitioner's checkpoints live, and the session that writes them. Shared by a handle's clones.
 #[derive(Clone, Debug)]
-pub(crate) struct Checkpoints {
+pub(crate) struct Checkpoints<Z = Client> {
     /// The member's session, until its background task ends.
-    session: SessionRef,
+    session: SessionRef<Z>,
     /// The partition path.
     path: String,
     paths: Paths,
@@ -58,9 +58,9 @@ pub(crate) struct Checkpoints {
     dir: String,
 }
 
-impl Checkpoints {
+impl<Z: ZooKeeper> Checkpoints<Z> {
     /// The checkpoints of the partition whose nodes are `paths` (their ACL included).
-    pub(crate) fn new(session: SessionRef, base: &str, paths: Paths) -> Self {
+    pub(crate) fn new(session: SessionRef<Z>, base: &str, paths: Paths) -> Self {
         Checkpoints { session, path: base.to_owned(), paths, dir: format!("{base}/checkpoints") }
     }
 
@@ -81,8 +81,8 @@ impl Checkpoints {
         lock_node: &str,
         token: FencingToken,
         member: Arc<str>,
-    ) -> CheckpointWriter {
-        CheckpointWriter {
+    ) -> Writer<Z> {
+        Writer {
             store: self.clone(),
             item: item.clone(),
             node: self.node(item),
@@ -95,10 +95,10 @@ impl Checkpoints {
     /// Reads `item`'s checkpoint, if any.
     pub(crate) async fn load(&self, item: &Item) -> Result<Option<Checkpoint>, Error> {
         let node = self.node(item);
-        let client = self.session.client().ok_or(Error::Stopped)?;
-        let (blob, stat) = match retry_transient(|| client.get_data(&node)).await {
+        let zk = self.session.client().ok_or(Error::Stopped)?;
+        let (blob, stat) = match retry_transient(&zk, || zk.get_data(&node)).await {
             Ok(read) => read,
-            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(ZkError::NoNode) => return Ok(None),
             Err(err) => return Err(Error::zk("get_data", node, err)),
         };
         let corrupt = |reason: &str| Error::CheckpointCorrupt {
@@ -155,8 +155,12 @@ impl Checkpoints {
 /// directory with a name that sorts before `N` (ZooKeeper lets anyone create any name), or writes to the checkpoint
 /// node that do not go through this check.
 #[derive(Clone, Debug)]
-pub struct CheckpointWriter {
-    store: Arc<Checkpoints>,
+pub struct CheckpointWriter(pub(crate) Writer<Client>);
+
+/// A [`CheckpointWriter`] on any session (the simulation's too).
+#[derive(Clone, Debug)]
+pub(crate) struct Writer<Z> {
+    store: Arc<Checkpoints<Z>>,
     item: Item,
     /// `<path>/checkpoints/<item>`.
     node: String,
@@ -169,17 +173,17 @@ pub struct CheckpointWriter {
 impl CheckpointWriter {
     /// The item.
     pub fn item(&self) -> &Item {
-        &self.item
+        &self.0.item
     }
 
     /// The fencing token of the ownership this writer belongs to (stored with every save).
     pub fn token(&self) -> FencingToken {
-        self.token
+        self.0.token
     }
 
     /// The lock node whose existence every save checks.
     pub fn lock_node(&self) -> &str {
-        &self.lock_node
+        &self.0.lock_node
     }
 
     /// Saves `data` as the item's checkpoint if, and only if, this member still holds the item through the same lock
@@ -193,7 +197,7 @@ impl CheckpointWriter {
     /// # Errors
     /// - [`Error::CheckpointTooLarge`] if `data` is longer than [`MAX_CHECKPOINT_SIZE`], before any request;
     /// - [`Error::CheckpointFenced`] if the member no longer holds the item through this writer's lock node (released,
-    ///   or its session ended): nothing was written;
+    ///   or its session ended, or its partitioner stopped): nothing was written;
     /// - [`Error::ZooKeeper`] if ZooKeeper refuses the write otherwise.
     ///
     /// A request lost with the connection is sent again (the check runs again with it). So after a connection loss, a
@@ -204,6 +208,13 @@ impl CheckpointWriter {
     /// Not cancel safe in the sense that a dropped save may or may not have been applied; whatever was applied was
     /// applied while the item was held.
     pub async fn save(&self, data: &[u8]) -> Result<(), Error> {
+        self.0.save(data).await
+    }
+}
+
+impl<Z: ZooKeeper> Writer<Z> {
+    /// See [`CheckpointWriter::save`].
+    pub(crate) async fn save(&self, data: &[u8]) -> Result<(), Error> {
         if data.len() > MAX_CHECKPOINT_SIZE {
             return Err(Error::CheckpointTooLarge {
                 item: self.item.node_name(),
@@ -213,60 +224,58 @@ impl CheckpointWriter {
         }
         let mut blob = format!("{MAGIC} {} {}\n", self.token.get(), self.member).into_bytes();
         blob.extend_from_slice(data);
-        let Some(client) = self.store.session.client() else {
+        let Some(zk) = self.store.session.client() else {
             return Err(self.fenced("the partitioner has stopped, and its session with it"));
         };
         let mut create = false;
         for _ in 0..MAX_ROUNDS {
-            let (index, source) = match self.commit(&client, &blob, create).await {
+            let MultiError { index, error } = match self.commit(&zk, &blob, create).await {
                 Ok(()) => {
                     tracing::debug!(item = %self.item, bytes = data.len(), "checkpoint saved");
                     return Ok(());
                 }
-                Err(MultiWriteError::OperationFailed { index, source }) => (Some(index), source),
-                Err(MultiWriteError::RequestFailed { source }) => (None, source),
+                Err(err) => err,
             };
-            match (index, source) {
-                (_, source) if session_end(&source).is_some() => return Err(self.fenced("its session has ended")),
-                (Some(0), zookeeper_client::Error::NoNode) => {
+            match (index, error) {
+                (_, error) if session_end(&error).is_some() => return Err(self.fenced("its session has ended")),
+                (Some(0), ZkError::NoNode) => {
                     return Err(self.fenced("its lock node is gone: the item was released, or its session ended"));
                 }
                 // The checkpoint node does not exist yet: create it.
-                (Some(1), zookeeper_client::Error::NoNode) if !create => create = true,
+                (Some(1), ZkError::NoNode) if !create => create = true,
                 // `<path>/checkpoints` does not exist yet.
-                (Some(1), zookeeper_client::Error::NoNode) => {
-                    let options = self.store.paths.acls.persistent();
-                    retry_transient(|| client.mkdir(&self.store.dir, &options))
+                (Some(1), ZkError::NoNode) => {
+                    retry_transient(&zk, || zk.mkdir(&self.store.dir, &self.store.paths.acls))
                         .await
                         .map_err(|err| Error::zk("mkdir", self.store.dir.as_str(), err))?;
                 }
                 // Created meanwhile (by another save of ours): update it.
-                (Some(1), zookeeper_client::Error::NodeExists) if create => create = false,
-                (_, source) => {
+                (Some(1), ZkError::NodeExists) if create => create = false,
+                (_, error) => {
                     let op = if create { "multi check+create" } else { "multi check+set_data" };
-                    return Err(Error::zk(op, self.node.as_str(), source));
+                    return Err(Error::zk(op, self.node.as_str(), error));
                 }
             }
         }
-        Err(Error::zk("multi check+set_data", self.node.as_str(), zookeeper_client::Error::NoNode))
+        Err(Error::zk("multi check+set_data", self.node.as_str(), ZkError::NoNode))
     }
 
     /// One `multi`: check our lock node, then set (or create) the checkpoint node. Sent again while it is lost with
     /// the connection; the client fails it for good once the session ends.
-    async fn commit(&self, client: &Client, blob: &[u8], create: bool) -> Result<(), MultiWriteError> {
+    async fn commit(&self, zk: &Z, blob: &[u8], create: bool) -> Result<(), MultiError> {
         let mut delay = Duration::from_millis(10);
+        let acls = &self.store.paths.acls;
         loop {
-            let mut writer = client.new_multi_writer();
-            writer.add_check_version(&self.lock_node, -1)?;
-            if create {
-                writer.add_create(&self.node, blob, &self.store.paths.acls.persistent())?;
+            let write = if create {
+                WriteOp::Create { path: &self.node, data: blob, mode: Mode::Persistent, acls }
             } else {
-                writer.add_set_data(&self.node, blob, None)?;
-            }
-            match writer.commit().await {
-                Err(MultiWriteError::RequestFailed { source }) if is_transient(&source) => {
-                    tracing::warn!(error = %source, item = %self.item, "retrying a checkpoint save lost with the connection");
-                    tokio::time::sleep(delay).await;
+                WriteOp::SetData { path: &self.node, data: blob, version: None }
+            };
+            let ops = [WriteOp::Check { path: &self.lock_node, version: None }, write];
+            match zk.multi_write(&ops).await {
+                Err(MultiError { index: None, error }) if is_transient(&error) => {
+                    tracing::warn!(%error, item = %self.item, "retrying a checkpoint save lost with the connection");
+                    zk.sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
                 result => return result.map(drop),

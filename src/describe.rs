@@ -285,7 +285,7 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
 
     // The sync, the existence check and both listings go out together; the session applies them in order, so the
     // listings are at least as new as the sync.
-    let first = retry_transient(|| async {
+    let first = retry_transient(client, || async {
         let (sync, exists, party, locks) = futures::join!(
             client.sync(path),
             client.check_stat(path),
@@ -408,7 +408,7 @@ async fn read_dirs(
     batch: Vec<String>,
 ) -> Result<Vec<(String, Vec<RawContender>)>, Error> {
     let dir_paths: Vec<String> = batch.iter().map(|dir| paths.lock_dir(dir)).collect();
-    let listings = retry_transient(|| {
+    let listings = retry_transient(client, || {
         let mut reader = client.new_multi_reader();
         let added = dir_paths.iter().try_for_each(|dir| reader.add_get_children(dir));
         async move {
@@ -466,7 +466,7 @@ async fn read_dirs(
 /// Reads the data and stat of every node in `nodes` in one read `multi` (each read answers on its own), sent again
 /// if lost with the connection.
 async fn read_data(client: &Client, nodes: &[String]) -> Result<Vec<MultiReadResult>, zookeeper_client::Error> {
-    retry_transient(|| {
+    retry_transient(client, || {
         let mut reader = client.new_multi_reader();
         let added = nodes.iter().try_for_each(|node| reader.add_get_data(node));
         async move {

@@ -177,6 +177,8 @@ mod partition_fn;
 mod partitioner;
 mod party;
 mod policy;
+mod publisher;
+mod requests;
 mod session;
 #[cfg(test)]
 mod sim;
@@ -186,6 +188,7 @@ mod state;
 pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
+mod zookeeper;
 
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
 pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};

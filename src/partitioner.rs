@@ -13,7 +13,10 @@ use crate::acl::NodeAcls;
 use crate::agreement::Agreement;
 use crate::checkpoint::Checkpoints;
 use crate::decision::{Core, CoreConfig};
-use crate::driver::{self, Command, Config, Driver};
+use crate::driver::{self, Command, Driver};
+use crate::item_set::SharedSet;
+use crate::publisher::Publisher;
+use crate::requests::Context;
 use crate::item::validate_items;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Membership, Paths};
@@ -460,18 +463,12 @@ impl Builder {
         party::ensure_base(&self.client, &paths).await?;
         let lock_dirs_exist = crate::locks::any_dir(&self.client, &paths).await?;
         let (items, item_set, set_version) = if self.shared_item_set {
-            let set = ItemSet::new(self.client.clone(), self.path.clone())?.with_node_acls(paths.acls.clone());
+            let set = SharedSet::new(SessionRef::Owned(self.client.clone()), &self.path, paths.acls.clone());
             let read = if items.is_empty() { set.read().await? } else { set.create_if_missing(items).await?.0 };
-            if read.updating {
-                tracing::warn!(
-                    path = set.path(),
-                    "the shared item set is being updated; starting from its current items"
-                );
-            }
             if read.items.is_empty() {
-                return Err(Error::EmptyItemSet { path: set.path().to_owned() });
+                return Err(Error::EmptyItemSet { path: set.paths().node.clone() });
             }
-            (read.items, Some(set), Some(read.version))
+            (read.items, Some(set.paths().clone()), Some(read.version))
         } else {
             (items, None, None)
         };
@@ -479,7 +476,7 @@ impl Builder {
         let node_data = agreement.node_data(&identifier);
         let (membership, guard) = if self.static_membership {
             // The node's whole name is unique: the guard finds it by it.
-            let node = party::static_node(&identifier);
+            let node = party::static_node(&party::random_hex(&self.client), &identifier);
             let guard =
                 JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix: node, armed: true };
             let wait = Some(identity_wait);
@@ -487,7 +484,7 @@ impl Builder {
                 party::join_static(&self.client, &paths, &identifier, &node_data, &guard.prefix, wait).await?;
             (membership, guard)
         } else {
-            let prefix = party::node_prefix(&identifier);
+            let prefix = party::node_prefix(&party::random_hex(&self.client), &identifier);
             let guard = JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix, armed: true };
             let membership = party::join_with_prefix(&self.client, &paths, &node_data, &guard.prefix).await?;
             (membership, guard)
@@ -513,21 +510,26 @@ impl Builder {
             uuid::Uuid::new_v4().as_u128(),
             tokio::time::Instant::now().into_std(),
         );
-        let config = Arc::new(Config {
-            set_node: item_set.as_ref().map(|set| set.path().to_owned()),
-            paths,
+        let item_set = item_set.map(|set| {
+            let on_member = SharedSet::new(member_session.clone(), &self.path, paths.acls.clone());
+            debug_assert_eq!(on_member.paths(), &set);
+            Arc::new(ItemSet::from_shared(on_member))
+        });
+        let context = Context::new(
+            paths.clone(),
             identifier,
             node_data,
-            // A rejoin (the driver's `party::join`) must create the same kind of node as this first join.
-            static_membership: self.static_membership,
-        });
+            item_set.as_ref().map(|set| set.inner().paths().clone()),
+            // A rejoin (the request path's `party::join`) must create the same kind of node as this first join.
+            self.static_membership,
+        );
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let (publisher, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
+        let (sender, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
+        let publisher = Publisher::new(Arc::new(sender), &paths, tokio::time::Instant::now().into_std());
         tracing::info!(parent: &span, "joined the party");
-        let driver = Driver::new(self.client, config, core, membership, session, command_rx, Arc::new(publisher));
+        let driver = Driver::new(self.client, Arc::new(context), core, membership, session, command_rx, publisher);
         runtime.spawn(driver::supervise(driver, release_session).instrument(span));
         guard.disarm();
-        let item_set = item_set.map(|set| Arc::new(set.on_member_session(member_session)));
         Ok(SetPartitioner { commands, snapshot, checkpoints, item_set })
     }
 }
@@ -555,7 +557,7 @@ impl Drop for JoinGuard {
         let (client, party, prefix) = (self.client.clone(), self.party.clone(), std::mem::take(&mut self.prefix));
         runtime.spawn(async move {
             // Requests on one session apply in order: this listing sees the join if it was sent.
-            let Ok(children) = party::retry_transient(|| client.list_children(&party)).await else { return };
+            let Ok(children) = party::retry_transient(&client, || client.list_children(&party)).await else { return };
             for child in children.into_iter().filter(|child| child.starts_with(&prefix)) {
                 let membership = Membership::from_node(child);
                 if let Err(err) = party::leave(&client, &Paths::from_party(&party), &membership).await {
@@ -887,7 +889,7 @@ impl SetPartitioner {
             let held = index.and_then(|index| Some((snapshot.lock_nodes.get(index)?, snapshot.tokens.get(index)?)));
             match held {
                 Some((node, &token)) if !node.is_empty() => {
-                    Ok(self.checkpoints.writer(item, node, token, snapshot.member.clone()))
+                    Ok(CheckpointWriter(self.checkpoints.writer(item, node, token, snapshot.member.clone())))
                 }
                 _ => Err(Error::NotHeld { item: item.node_name(), path: self.checkpoints.path().to_owned() }),
             }

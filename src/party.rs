@@ -13,11 +13,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::{Client, Stat};
-
 use crate::Error;
 use crate::acl::NodeAcls;
 use crate::error::is_transient;
+use crate::zookeeper::{Mode, Stat, ZkError, ZooKeeper};
 
 /// The znode paths of one partitioner, relative to the client's chroot.
 #[derive(Clone, Debug)]
@@ -53,9 +52,10 @@ pub(crate) struct Membership {
     pub name: Arc<str>,
 }
 
-/// 32 random lowercase hex digits, as Python's `uuid.uuid4().hex`.
-pub(crate) fn random_hex() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+/// 32 random lowercase hex digits, as Python's `uuid.uuid4().hex` (from the session's randomness, so the simulation
+/// replays them).
+pub(crate) fn random_hex<Z: ZooKeeper>(zk: &Z) -> String {
+    format!("{:016x}{:016x}", zk.random(), zk.random())
 }
 
 /// The member name of a child of `<path>/party`, or `None` for a child that is not a member node.
@@ -86,62 +86,59 @@ pub(crate) fn members(children: &[String]) -> (Vec<String>, Vec<&str>) {
 
 /// Creates the base path, `party` and `locks` (persistent, empty, open ACL, as kazoo's `ensure_path`). `mkdir -p`
 /// fails with `NoNode` only when the client's chroot is missing, which the error then names.
-pub(crate) async fn ensure_base(client: &Client, paths: &Paths) -> Result<(), Error> {
-    let options = paths.acls.persistent();
+pub(crate) async fn ensure_base<Z: ZooKeeper>(zk: &Z, paths: &Paths) -> Result<(), Error> {
     for path in [&paths.party, &paths.locks] {
-        retry_transient(|| client.mkdir(path, &options)).await.map_err(|e| match e {
-            zookeeper_client::Error::NoNode if client.path() != "/" => {
-                Error::ChrootMissing { chroot: client.path().to_string() }
-            }
+        retry_transient(zk, || zk.mkdir(path, &paths.acls)).await.map_err(|e| match e {
+            ZkError::NoNode if zk.chroot() != "/" => Error::ChrootMissing { chroot: zk.chroot().to_string() },
             e => Error::zk("mkdir", path.as_str(), e),
         })?;
     }
     Ok(())
 }
 
-/// The start of a new member node's name, `<32 hex>-<identifier>-`: ours alone.
-pub(crate) fn node_prefix(identifier: &str) -> String {
-    format!("{}-{identifier}-", random_hex())
+/// The start of a new member node's name, `<32 hex>-<identifier>-` (`hex` from [`random_hex`]): ours alone.
+pub(crate) fn node_prefix(hex: &str, identifier: &str) -> String {
+    format!("{hex}-{identifier}-")
 }
 
 /// A static member's node name, `<32 hex>-<identifier>` (kazoo's `ShallowParty` node): ours alone.
-pub(crate) fn static_node(identifier: &str) -> String {
-    format!("{}-{identifier}", random_hex())
+pub(crate) fn static_node(hex: &str, identifier: &str) -> String {
+    format!("{hex}-{identifier}")
 }
 
 /// Joins the party again (the driver's rejoin, after our node disappeared): a dynamic member creates a new ephemeral
 /// sequential node; a static member creates a new `<32 hex>-<identifier>` node, and fails at once with
 /// [`Error::IdentifierInUse`] if another node carries its identifier by then (a process with the same identifier
 /// took its place: it must not join twice).
-pub(crate) async fn join(
-    client: &Client,
+pub(crate) async fn join<Z: ZooKeeper>(
+    zk: &Z,
     paths: &Paths,
     identifier: &str,
     data: &str,
     static_membership: bool,
 ) -> Result<Membership, Error> {
     if static_membership {
-        join_static(client, paths, identifier, data, &static_node(identifier), None).await
+        join_static(zk, paths, identifier, data, &static_node(&random_hex(zk), identifier), None).await
     } else {
-        join_with_prefix(client, paths, data, &node_prefix(identifier)).await
+        join_with_prefix(zk, paths, data, &node_prefix(&random_hex(zk), identifier)).await
     }
 }
 
 /// Joins the party with a node named `<prefix><sequence>` (see [`node_prefix`]).
-pub(crate) async fn join_with_prefix(
-    client: &Client,
+pub(crate) async fn join_with_prefix<Z: ZooKeeper>(
+    zk: &Z,
     paths: &Paths,
     data: &str,
     prefix: &str,
 ) -> Result<Membership, Error> {
     let path = format!("{}/{prefix}", paths.party);
     loop {
-        match client.create(&path, data.as_bytes(), &paths.acls.ephemeral_sequential()).await {
+        match zk.create(&path, data.as_bytes(), Mode::EphemeralSequential, &paths.acls).await {
             Ok((_, sequence)) => return Ok(Membership::from_node(format!("{prefix}{sequence}"))),
             Err(err) if is_transient(&err) => {
                 // The create may have happened: our random prefix finds it if so.
                 tracing::warn!(error = %err, "party join lost its reply; looking for our node");
-                let children = retry_transient(|| client.list_children(&paths.party))
+                let children = retry_transient(zk, || zk.list_children(&paths.party))
                     .await
                     .map_err(|e| Error::zk("get_children", paths.party.as_str(), e))?;
                 if let Some(node) = children.into_iter().find(|child| child.starts_with(prefix)) {
@@ -164,29 +161,30 @@ pub(crate) async fn join_with_prefix(
 ///
 /// Cancel safe in the same sense as [`join_with_prefix`]: the node's name is unique, so whoever drops the future can
 /// find and delete it.
-pub(crate) async fn join_static(
-    client: &Client,
+pub(crate) async fn join_static<Z: ZooKeeper>(
+    zk: &Z,
     paths: &Paths,
     identifier: &str,
     data: &str,
     node: &str,
     wait: Option<Duration>,
 ) -> Result<Membership, Error> {
-    let started = tokio::time::Instant::now();
+    let started = zk.now();
+    let elapsed = || zk.now().saturating_duration_since(started);
     let path = format!("{}/{node}", paths.party);
     let mut announced = HashSet::new();
     loop {
         // 1. Wait until nobody else carries our name.
-        let holders = namesakes(client, paths, identifier, node).await?;
+        let holders = namesakes(zk, paths, identifier, node).await?;
         if let Some((other, stat)) = holders.into_iter().next() {
             let in_use = || Error::IdentifierInUse {
                 identifier: identifier.to_owned(),
                 node: other.clone(),
                 session: stat.ephemeral_owner,
-                waited: started.elapsed(),
+                waited: elapsed(),
             };
             let Some(limit) = wait else { return Err(in_use()) };
-            let left = limit.saturating_sub(started.elapsed());
+            let left = limit.saturating_sub(elapsed());
             if left.is_zero() {
                 return Err(in_use());
             }
@@ -201,25 +199,32 @@ pub(crate) async fn join_static(
                 );
             }
             let other_path = format!("{}/{other}", paths.party);
-            match tokio::time::timeout(left, crate::locks::wait_for(client, &other_path)).await {
-                Err(_) => return Err(in_use()),
-                Ok(Ok(())) => {
-                    tracing::info!(identifier, node = %other, waited = ?started.elapsed(), "the other node is gone");
+            let gone = std::pin::pin!(crate::locks::wait_for(zk, &other_path));
+            let timeout = std::pin::pin!(zk.sleep(left));
+            match futures::future::select(gone, timeout).await {
+                futures::future::Either::Right(_) => return Err(in_use()),
+                futures::future::Either::Left((Ok(()), _)) => {
+                    tracing::info!(identifier, node = %other, waited = ?elapsed(), "the other node is gone");
                 }
-                Ok(Err(err)) if is_transient(&err) => tokio::time::sleep(Duration::from_millis(50)).await,
-                Ok(Err(err)) => return Err(Error::zk("exists", other_path, err)),
+                futures::future::Either::Left((Err(err), _)) if is_transient(&err) => {
+                    zk.sleep(Duration::from_millis(50)).await;
+                }
+                futures::future::Either::Left((Err(err), _)) => {
+                    return Err(Error::zk("exists", other_path.as_str(), err));
+                }
             }
             continue;
         }
         // 2. Take our place. A create replayed after a lost reply finds our own node (the hex makes it ours).
-        let created = match retry_transient(|| client.create(&path, data.as_bytes(), &paths.acls.ephemeral())).await {
-            Ok((stat, _)) if !stat.is_invalid() => Some(stat.czxid),
-            Ok(_) | Err(zookeeper_client::Error::NodeExists) => None,
-            Err(err) => return Err(Error::zk("create", path, err)),
-        };
+        let created =
+            match retry_transient(zk, || zk.create(&path, data.as_bytes(), Mode::Ephemeral, &paths.acls)).await {
+                Ok((stat, _)) if !stat.is_invalid() => Some(stat.czxid),
+                Ok(_) | Err(ZkError::NodeExists) => None,
+                Err(err) => return Err(Error::zk("create", path, err)),
+            };
         let czxid = match created {
             Some(czxid) => czxid,
-            None => match retry_transient(|| client.check_stat(&path)).await {
+            None => match retry_transient(zk, || zk.check_stat(&path)).await {
                 Ok(Some(stat)) => stat.czxid,
                 // Gone already (deleted by hand): start over.
                 Ok(None) => continue,
@@ -228,7 +233,7 @@ pub(crate) async fn join_static(
         };
         let membership = Membership::from_node(node.to_owned());
         // 3. Did an older node with our name appear while we joined? Then it keeps its place and we step back.
-        let others = namesakes(client, paths, identifier, node).await?;
+        let others = namesakes(zk, paths, identifier, node).await?;
         if let Some((other, stat)) = others.iter().find(|(_, stat)| stat.czxid < czxid) {
             tracing::warn!(
                 identifier,
@@ -236,13 +241,13 @@ pub(crate) async fn join_static(
                 session = format_args!("{:#x}", stat.ephemeral_owner),
                 "an older party node with our static identifier appeared while we joined; stepping back"
             );
-            leave(client, paths, &membership).await?;
+            leave(zk, paths, &membership).await?;
             if wait.is_none() {
                 return Err(Error::IdentifierInUse {
                     identifier: identifier.to_owned(),
                     node: other.clone(),
                     session: stat.ephemeral_owner,
-                    waited: started.elapsed(),
+                    waited: elapsed(),
                 });
             }
             continue;
@@ -263,14 +268,19 @@ pub(crate) async fn join_static(
 
 /// The other children of `<path>/party` whose member name is `identifier` (every node but `ours`), with their stats,
 /// oldest first. Nodes that vanish while being read are left out.
-async fn namesakes(client: &Client, paths: &Paths, identifier: &str, ours: &str) -> Result<Vec<(String, Stat)>, Error> {
-    let children = retry_transient(|| client.list_children(&paths.party))
+async fn namesakes<Z: ZooKeeper>(
+    zk: &Z,
+    paths: &Paths,
+    identifier: &str,
+    ours: &str,
+) -> Result<Vec<(String, Stat)>, Error> {
+    let children = retry_transient(zk, || zk.list_children(&paths.party))
         .await
         .map_err(|e| Error::zk("get_children", paths.party.as_str(), e))?;
     let mut found = Vec::new();
     for child in children.into_iter().filter(|child| child != ours && member_name(child) == Some(identifier)) {
         let path = format!("{}/{child}", paths.party);
-        match retry_transient(|| client.check_stat(&path)).await {
+        match retry_transient(zk, || zk.check_stat(&path)).await {
             Ok(Some(stat)) => found.push((child, stat)),
             Ok(None) => {}
             Err(err) => return Err(Error::zk("exists", path, err)),
@@ -289,27 +299,28 @@ impl Membership {
 }
 
 /// Leaves the party. A node that is already gone (deleted, or its session ended) counts as left.
-pub(crate) async fn leave(client: &Client, paths: &Paths, membership: &Membership) -> Result<(), Error> {
+pub(crate) async fn leave<Z: ZooKeeper>(zk: &Z, paths: &Paths, membership: &Membership) -> Result<(), Error> {
     let path = format!("{}/{}", paths.party, membership.node);
-    match retry_transient(|| client.delete(&path, None)).await {
-        Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+    match retry_transient(zk, || zk.delete(&path, None)).await {
+        Ok(()) | Err(ZkError::NoNode) => Ok(()),
         Err(err) => Err(Error::zk("delete", path, err)),
     }
 }
 
 /// Runs a request until it gives an answer that is not a lost connection. The client queues requests while it
 /// reconnects and fails them for good once the session ends, so this loop ends with the session at the latest.
-pub(crate) async fn retry_transient<T, F, Fut>(mut request: F) -> Result<T, zookeeper_client::Error>
+pub(crate) async fn retry_transient<Z, T, F, Fut>(zk: &Z, mut request: F) -> Result<T, ZkError>
 where
+    Z: ZooKeeper,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, zookeeper_client::Error>>,
+    Fut: Future<Output = Result<T, ZkError>>,
 {
     let mut delay = Duration::from_millis(10);
     loop {
         match request().await {
             Err(err) if is_transient(&err) => {
                 tracing::warn!(error = %err, ?delay, "retrying a request lost with the connection");
-                tokio::time::sleep(delay).await;
+                zk.sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
             other => return other,
@@ -350,7 +361,7 @@ mod tests {
 
     #[test]
     fn static_nodes_are_named_by_their_identifier() {
-        let node = static_node("worker-3");
+        let node = static_node("0123456789abcdef0123456789abcdef", "worker-3");
         assert_eq!(member_name(&node), Some("worker-3"));
         assert_eq!(&*Membership::from_node(node).name, "worker-3");
     }

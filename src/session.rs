@@ -10,30 +10,30 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use zookeeper_client::Client;
+use crate::zookeeper::ZooKeeper;
 
 /// A client, owned or borrowed from a member that may release it.
 #[derive(Clone, Debug)]
-pub(crate) enum SessionRef {
+pub(crate) enum SessionRef<Z> {
     /// A standalone handle's own client (an [`ItemSet`](crate::ItemSet) made by the user).
-    Owned(Client),
+    Owned(Z),
     /// The member's client, for as long as its background task runs.
-    Member(Arc<RwLock<Option<Client>>>),
+    Member(Arc<RwLock<Option<Z>>>),
 }
 
 /// Empties a member's [`SessionRef`]s: held by the background task, used once, when it ends.
 #[derive(Debug)]
-pub(crate) struct SessionRelease(Arc<RwLock<Option<Client>>>);
+pub(crate) struct SessionRelease<Z>(Arc<RwLock<Option<Z>>>);
 
-impl SessionRef {
+impl<Z: ZooKeeper> SessionRef<Z> {
     /// The member's client, and what releases it.
-    pub fn member(client: Client) -> (SessionRef, SessionRelease) {
+    pub fn member(client: Z) -> (SessionRef<Z>, SessionRelease<Z>) {
         let slot = Arc::new(RwLock::new(Some(client)));
         (SessionRef::Member(slot.clone()), SessionRelease(slot))
     }
 
     /// The client, unless the member released it (its task ended).
-    pub fn client(&self) -> Option<Client> {
+    pub fn client(&self) -> Option<Z> {
         match self {
             SessionRef::Owned(client) => Some(client.clone()),
             // The lock is held only to clone or take the client, never across an await: a poisoned one is still usable.
@@ -42,7 +42,7 @@ impl SessionRef {
     }
 }
 
-impl SessionRelease {
+impl<Z> SessionRelease<Z> {
     /// Drops the handles' clone of the client: once the task's own clones are gone too, the session closes (unless
     /// the user kept a clone).
     pub fn release(&self) {

@@ -1,0 +1,444 @@
+//! The shared item set's nodes, and what a read of them means: pure rules, shared by the members' decision core and
+//! by the writers ([`SharedSet`](super::SharedSet)).
+//!
+//! ```text
+//! <path>/items                      persistent, data = the header (below)
+//! <path>/items/<item>               persistent, empty: the base set, one child per item (its lock node name)
+//! <path>/item-changes/<tag>/add/<item>     a staged change's additions       (large updates only)
+//! <path>/item-changes/<tag>/remove/<item>  its removals
+//! <path>/item-writers/<tag>         ephemeral: the lease of the writer of change <tag>
+//! ```
+//!
+//! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
+//! [log=<token>,...]`. `version` is the committed version: it counts the updates in force. The set in force is:
+//!
+//! | state | the set in force | what is under way |
+//! |---|---|---|
+//! | `ready` | the base set | nothing |
+//! | `staging` | the base set | the writer of `change` stages a large update out of sight, under `item-changes` |
+//! | `applying` | the base set plus the change's additions, minus its removals | anyone applies the change to the base set |
+//! | `creating` | none yet (readers see no set) | the writer of `change` writes the first base set |
+//! | `deleting` | none (readers see no set) | an abandoned creation is being deleted, by anyone |
+//!
+//! So every reader (a member, `build()`, an admin) sees a set a writer committed, never a mix: an update that fits
+//! one `multi` commits in it (the header's new version with the children's creates and deletes); a larger one
+//! commits with one conditional write of the header, from `staging` to `applying`. A writer that stops part-way (a
+//! crash, an expired session) leaves its lease gone: a `staging` or `creating` change is then undone, an `applying`
+//! one finished, by the next writer or by the party's first member. `log` lists the tokens of the latest updates in
+//! force (at most [`LOG`]), so a writer whose reply was lost with the connection finds out whether its update landed.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::Item;
+use crate::error::shown;
+
+/// The first words of the header.
+pub(crate) const MAGIC: &str = "zk-partitioner item set v2";
+/// How many update tokens the header keeps.
+pub(crate) const LOG: usize = 16;
+
+/// The kind of every item of a shared set: its children parse back into items of this kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Int,
+    Str,
+}
+
+impl Kind {
+    pub fn of(items: &[Item]) -> Kind {
+        match items.first() {
+            Some(Item::Int(_)) => Kind::Int,
+            _ => Kind::Str,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Int => "int",
+            Kind::Str => "str",
+        }
+    }
+}
+
+/// Where the set's latest update stands (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Ready,
+    Staging(String),
+    Applying(String),
+    Creating(String),
+    Deleting(String),
+}
+
+impl State {
+    /// The change under way, if any.
+    pub fn change(&self) -> Option<&str> {
+        match self {
+            State::Ready => None,
+            State::Staging(tag) | State::Applying(tag) | State::Creating(tag) | State::Deleting(tag) => Some(tag),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Staging(_) => "staging",
+            State::Applying(_) => "applying",
+            State::Creating(_) => "creating",
+            State::Deleting(_) => "deleting",
+        }
+    }
+}
+
+/// The set node's data, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub kind: Kind,
+    /// The committed version.
+    pub version: u64,
+    pub state: State,
+    /// Tokens of the latest updates in force, oldest first.
+    pub log: Vec<String>,
+}
+
+impl Header {
+    pub fn parse(data: &[u8]) -> Result<Header, String> {
+        let text = std::str::from_utf8(data).map_err(|_| "its data is not UTF-8".to_owned())?;
+        let Some(rest) = text.trim().strip_prefix(MAGIC) else {
+            if text.starts_with("zk-partitioner item set v1") {
+                return Err("it was written by an earlier version of this crate (v1): recreate the set".into());
+            }
+            return Err(format!("its data {} does not start with {MAGIC:?} (not written by this crate?)", shown(text)));
+        };
+        let (mut kind, mut version, mut state, mut change, mut log) = (None, None, None, None, Vec::new());
+        for word in rest.split_whitespace() {
+            match word.split_once('=') {
+                Some(("kind", "int")) => kind = Some(Kind::Int),
+                Some(("kind", "str")) => kind = Some(Kind::Str),
+                Some(("version", n)) => version = n.parse::<u64>().ok(),
+                Some(("state", name)) => state = Some(name),
+                Some(("change", tag)) if is_tag(tag) => change = Some(tag.to_owned()),
+                Some(("log", tokens)) if tokens.split(',').all(is_tag) => {
+                    log = tokens.split(',').map(str::to_owned).collect();
+                }
+                _ => return Err(format!("its data has an unknown or malformed field {}", shown(word))),
+            }
+        }
+        let (Some(kind), Some(version), Some(state)) = (kind, version, state) else {
+            return Err(format!("its data {} lacks kind=, version= or state=", shown(text)));
+        };
+        let state = match (state, change) {
+            ("ready", None) => State::Ready,
+            ("staging", Some(tag)) => State::Staging(tag),
+            ("applying", Some(tag)) => State::Applying(tag),
+            ("creating", Some(tag)) => State::Creating(tag),
+            ("deleting", Some(tag)) => State::Deleting(tag),
+            (state, change) => return Err(format!("its state {} with change {change:?} is not one", shown(state))),
+        };
+        Ok(Header { kind, version, state, log })
+    }
+
+    pub fn render(&self) -> String {
+        let mut text = format!("{MAGIC} kind={} version={} state={}", self.kind.name(), self.version, self.state.name());
+        if let Some(tag) = self.state.change() {
+            text.push_str(&format!(" change={tag}"));
+        }
+        if !self.log.is_empty() {
+            text.push_str(&format!(" log={}", self.log.join(",")));
+        }
+        text
+    }
+
+    /// The header of the next version, in `state`, recording `token` (the oldest tokens make room).
+    pub fn next(&self, kind: Kind, state: State, token: &str) -> Header {
+        let mut log = self.log.clone();
+        log.push(token.to_owned());
+        let excess = log.len().saturating_sub(LOG);
+        log.drain(..excess);
+        Header { kind, version: self.version + 1, state, log }
+    }
+
+    /// The same version in another state (the log unchanged).
+    pub fn with_state(&self, state: State) -> Header {
+        Header { state, ..self.clone() }
+    }
+
+    /// Whether the update that wrote `token` is in force.
+    pub fn landed(&self, token: &str) -> bool {
+        self.log.iter().any(|t| t == token)
+    }
+}
+
+/// A change token or tag: 16 lowercase hex digits.
+fn is_tag(text: &str) -> bool {
+    text.len() == 16 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A fresh token from 64 random bits.
+pub(crate) fn token(random: u64) -> String {
+    format!("{random:016x}")
+}
+
+/// The set's nodes under one partition path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SetPaths {
+    /// The partition path.
+    pub base: String,
+    /// `<path>/items`: the header's node, parent of the base set.
+    pub node: String,
+    /// `<path>/item-changes`.
+    pub changes: String,
+    /// `<path>/item-writers`.
+    pub writers: String,
+}
+
+impl SetPaths {
+    pub fn new(base: &str) -> Self {
+        SetPaths {
+            base: base.to_owned(),
+            node: format!("{base}/items"),
+            changes: format!("{base}/item-changes"),
+            writers: format!("{base}/item-writers"),
+        }
+    }
+
+    /// The base set's child for an item name.
+    pub fn item(&self, name: &str) -> String {
+        format!("{}/{name}", self.node)
+    }
+
+    pub fn change(&self, tag: &str) -> String {
+        format!("{}/{tag}", self.changes)
+    }
+
+    pub fn additions(&self, tag: &str) -> String {
+        format!("{}/{tag}/add", self.changes)
+    }
+
+    pub fn removals(&self, tag: &str) -> String {
+        format!("{}/{tag}/remove", self.changes)
+    }
+
+    pub fn lease(&self, tag: &str) -> String {
+        format!("{}/{tag}", self.writers)
+    }
+}
+
+/// One consistent read of the set's nodes (a read `multi`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RawRead {
+    /// The header's data and znode data version; `None` if `<path>/items` does not exist.
+    pub header: Option<(Vec<u8>, i32)>,
+    /// The base set's children.
+    pub children: Vec<String>,
+    /// For an `applying` header: the change's additions and removals, if they were read along.
+    pub change: Option<(Vec<String>, Vec<String>)>,
+    /// For a header with a change under way: whether its writer's lease exists, if it was read along.
+    pub lease: Option<bool>,
+}
+
+/// What a read says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SetView {
+    /// No set: `<path>/items` does not exist, or is being created or deleted.
+    Missing { unfinished: Option<Unfinished> },
+    /// The header cannot be read (written by something else).
+    Unreadable(String),
+    /// The read does not hold what the header asks for (an update landed between the reads): read again.
+    Torn,
+    /// The set in force.
+    Committed(Committed),
+}
+
+/// The set in force, as a read found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Committed {
+    /// Sorted, without duplicates.
+    pub items: Vec<Item>,
+    pub version: u64,
+    /// Children of the base set that are not items of the set's kind (written by hand): not in the set.
+    pub skipped: Vec<String>,
+    pub header: Header,
+    /// The header's znode data version (what a conditional write of the header expects).
+    pub header_version: i32,
+    pub unfinished: Option<Unfinished>,
+}
+
+/// An update under way, or abandoned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unfinished {
+    pub state: State,
+    /// Whether its writer's lease exists (`None`: not read).
+    pub lease: Option<bool>,
+}
+
+impl Unfinished {
+    /// Whether its writer is gone: a `staging` or `creating` change is then to be undone, an `applying` one (or a
+    /// `deleting` set) to be finished, by anyone.
+    pub fn abandoned(&self) -> bool {
+        self.lease == Some(false) || matches!(self.state, State::Deleting(_))
+    }
+}
+
+impl fmt::Display for Unfinished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = self.state.change().unwrap_or_default();
+        match self.lease {
+            Some(false) => write!(f, "{} change {tag}, whose writer is gone", self.state.name()),
+            _ => write!(f, "{} change {tag}", self.state.name()),
+        }
+    }
+}
+
+/// What the reads needed to interpret a header: the change's lists (for `applying`), the lease (for a change under
+/// way).
+pub(crate) fn wants(header: &Header) -> (Option<&str>, Option<&str>) {
+    let lists = match &header.state {
+        State::Applying(tag) => Some(tag.as_str()),
+        _ => None,
+    };
+    (lists, header.state.change())
+}
+
+/// Interprets a read.
+pub(crate) fn interpret(read: RawRead) -> SetView {
+    let Some((data, header_version)) = read.header else { return SetView::Missing { unfinished: None } };
+    let header = match Header::parse(&data) {
+        Ok(header) => header,
+        Err(reason) => return SetView::Unreadable(reason),
+    };
+    let (lists, lease) = wants(&header);
+    if lists.is_some() && read.change.is_none() || lease.is_some() && read.lease.is_none() {
+        return SetView::Torn;
+    }
+    let unfinished = header.state.change().map(|_| Unfinished { state: header.state.clone(), lease: read.lease });
+    if matches!(header.state, State::Creating(_) | State::Deleting(_)) {
+        return SetView::Missing { unfinished };
+    }
+    let mut names: BTreeSet<String> = read.children.into_iter().collect();
+    if let (State::Applying(_), Some((adds, removes))) = (&header.state, read.change) {
+        names.extend(adds);
+        for name in &removes {
+            names.remove(name);
+        }
+    }
+    let (items, skipped) = parse_names(header.kind, names);
+    SetView::Committed(Committed {
+        items,
+        version: header.version,
+        skipped,
+        header,
+        header_version,
+        unfinished,
+    })
+}
+
+/// Item names as items of `kind`, sorted; names that are not such items come back apart.
+pub(crate) fn parse_names(kind: Kind, names: impl IntoIterator<Item = String>) -> (Vec<Item>, Vec<String>) {
+    let (mut items, mut skipped) = (Vec::new(), Vec::new());
+    for name in names {
+        match kind {
+            Kind::Str => items.push(Item::Str(name)),
+            Kind::Int => match name.parse::<i64>() {
+                // Only the canonical rendering ("7", not "07" or "+7") names the item.
+                Ok(value) if value.to_string() == name => items.push(Item::Int(value)),
+                _ => skipped.push(name),
+            },
+        }
+    }
+    items.sort();
+    (items, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(state: State) -> Header {
+        Header { kind: Kind::Int, version: 3, state, log: vec!["00000000000000aa".into()] }
+    }
+
+    fn read(header: &Header, children: &[&str]) -> RawRead {
+        RawRead {
+            header: Some((header.render().into_bytes(), 5)),
+            children: children.iter().map(|c| c.to_string()).collect(),
+            change: None,
+            lease: None,
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_and_garbage_is_refused() {
+        let tag = "0123456789abcdef".to_string();
+        for state in [State::Ready, State::Staging(tag.clone()), State::Applying(tag.clone()), State::Creating(tag)] {
+            let h = header(state);
+            assert_eq!(Header::parse(h.render().as_bytes()), Ok(h));
+        }
+        for garbage in [
+            &b""[..],
+            b"{}",
+            b"zk-partitioner item set v2",
+            b"zk-partitioner item set v2 kind=int version=1 state=staging",
+            b"zk-partitioner item set v2 kind=int version=1 state=ready change=0123456789abcdef",
+            b"zk-partitioner item set v2 kind=int version=x state=ready",
+            b"zk-partitioner item set v2 kind=int version=1 state=ready log=xyz",
+            b"zk-partitioner item set v1 kind=int state=ready",
+            b"\xff",
+        ] {
+            assert!(Header::parse(garbage).is_err(), "{garbage:?}");
+        }
+        let next = header(State::Ready).next(Kind::Str, State::Ready, "00000000000000bb");
+        assert_eq!((next.version, next.kind, next.log.len()), (4, Kind::Str, 2));
+        assert!(next.landed("00000000000000aa") && next.landed("00000000000000bb") && !next.landed("x"));
+        let mut long = header(State::Ready);
+        for i in 0..40u64 {
+            long = long.next(Kind::Int, State::Ready, &token(i));
+        }
+        assert_eq!(long.log.len(), LOG);
+        assert!(long.landed(&token(39)) && !long.landed(&token(39 - LOG as u64)));
+    }
+
+    #[test]
+    fn every_reader_sees_a_committed_set() {
+        let tag = "0123456789abcdef".to_string();
+        // ready, and staging: the base set
+        for state in [State::Ready, State::Staging(tag.clone())] {
+            let h = header(state.clone());
+            let mut r = read(&h, &["1", "2", "07"]);
+            if state != State::Ready {
+                r.lease = Some(true);
+            }
+            let SetView::Committed(c) = interpret(r) else { panic!("{state:?}") };
+            assert_eq!(c.items, [Item::Int(1), Item::Int(2)]);
+            assert_eq!((c.version, c.header_version, c.skipped), (3, 5, vec!["07".to_string()]));
+        }
+        // applying: the base set with the change, however much of it was applied
+        let h = header(State::Applying(tag.clone()));
+        let mut r = read(&h, &["1", "2", "3"]);
+        assert_eq!(interpret(r.clone()), SetView::Torn, "the change's lists must be read along");
+        r.change = Some((vec!["4".into(), "3".into()], vec!["1".into()]));
+        r.lease = Some(false);
+        let SetView::Committed(c) = interpret(r) else { panic!() };
+        assert_eq!(c.items, [2, 3, 4].map(Item::from));
+        assert!(c.unfinished.as_ref().is_some_and(Unfinished::abandoned));
+        // creating and deleting: no set yet
+        let mut r = read(&header(State::Creating(tag)), &["1"]);
+        r.lease = Some(true);
+        assert!(matches!(interpret(r), SetView::Missing { unfinished: Some(u) } if !u.abandoned()));
+        // missing, unreadable
+        assert_eq!(interpret(RawRead { header: None, ..read(&h, &[]) }), SetView::Missing { unfinished: None });
+        assert!(matches!(interpret(RawRead { header: Some((b"junk".to_vec(), 0)), ..read(&h, &[]) }), SetView::Unreadable(_)));
+    }
+
+    #[test]
+    fn names_parse_by_kind() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (items, skipped) = parse_names(Kind::Int, names(&["10", "9", "07", "x", "-3"]));
+        assert_eq!(items, [-3, 9, 10].map(Item::from));
+        assert_eq!(skipped, ["07", "x"]);
+        let (items, skipped) = parse_names(Kind::Str, names(&["b", "a"]));
+        assert_eq!(items, ["a", "b"].map(Item::from));
+        assert!(skipped.is_empty());
+    }
+}
