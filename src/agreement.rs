@@ -8,10 +8,12 @@
 //!
 //! ```text
 //! zkp/1 set=<16 hex> fn=<16 hex>       (a fixed set: a digest of the set)
-//! zkp/1 set=shared fn=<16 hex>         (the shared set in ZooKeeper, which every member reads)
+//! zkp/1 set=shared@<version> fn=<16 hex>  (the shared set in ZooKeeper, at the version the member follows)
 //! ```
 //!
-//! and compares its own line with every other member's. kazoo's members (and older members of this crate) write only
+//! and compares its own line with every other member's. A member on the shared set writes its line again whenever it
+//! follows a new version, so a member left on another version (one whose watch is lost, or an old build) is reported
+//! like a member with another fixed set. kazoo's members (and older members of this crate) write only
 //! their identifier: they are not checked. kazoo's `SetPartitioner` reads party node names only, never their data, so
 //! the line changes nothing for kazoo peers.
 //!
@@ -38,8 +40,8 @@ const PROBE_ITEMS: i64 = 48;
 pub(crate) enum SetSource {
     /// A set fixed at build time, with its digest.
     Fixed(u64),
-    /// The shared set in ZooKeeper.
-    Shared,
+    /// The shared set in ZooKeeper, at the version the member follows (`None` from members that do not say).
+    Shared(Option<u64>),
 }
 
 /// One member's announcement.
@@ -51,11 +53,16 @@ pub(crate) struct Agreement {
 }
 
 impl Agreement {
-    /// This member's announcement for its set (`None`: the shared set) and function.
-    pub fn new(fixed_set: Option<&[Item]>, function: &dyn PartitionFn, kind_hint: Option<&Item>) -> Self {
+    /// This member's announcement for its set (`None`: the shared set, at `shared_version`) and function.
+    pub fn new(
+        fixed_set: Option<&[Item]>,
+        shared_version: Option<u64>,
+        function: &dyn PartitionFn,
+        kind_hint: Option<&Item>,
+    ) -> Self {
         let set = match fixed_set {
             Some(items) => SetSource::Fixed(set_digest(items)),
-            None => SetSource::Shared,
+            None => SetSource::Shared(shared_version),
         };
         Agreement { set, function: function_fingerprint(function, kind_hint) }
     }
@@ -71,7 +78,10 @@ impl Agreement {
         let (mut set, mut function) = (None, None);
         for word in words {
             match word.split_once('=') {
-                Some(("set", "shared")) => set = Some(SetSource::Shared),
+                Some(("set", "shared")) => set = Some(SetSource::Shared(None)),
+                Some(("set", shared)) if shared.starts_with("shared@") => {
+                    set = Some(SetSource::Shared(Some(shared["shared@".len()..].parse().ok()?)));
+                }
                 Some(("set", hex)) => set = Some(SetSource::Fixed(u64::from_str_radix(hex, 16).ok()?)),
                 Some(("fn", "?")) => function = Some(None),
                 Some(("fn", hex)) => function = Some(Some(u64::from_str_radix(hex, 16).ok()?)),
@@ -88,8 +98,14 @@ impl Agreement {
 
     /// How `theirs` differs from this member's announcement, if it does.
     pub fn compare(&self, theirs: &Agreement) -> Option<crate::DisagreementKind> {
-        if self.set != theirs.set {
-            return Some(crate::DisagreementKind::ItemSet);
+        match (self.set, theirs.set) {
+            (SetSource::Shared(Some(ours)), SetSource::Shared(Some(other))) if ours != other => {
+                return Some(crate::DisagreementKind::ItemSetVersion);
+            }
+            // A member that does not say which version it follows is not compared on it.
+            (SetSource::Shared(_), SetSource::Shared(_)) => {}
+            (ours, other) if ours != other => return Some(crate::DisagreementKind::ItemSet),
+            _ => {}
         }
         match (self.function, theirs.function) {
             (Some(ours), Some(other)) if ours != other => Some(crate::DisagreementKind::PartitionFn),
@@ -103,7 +119,8 @@ impl fmt::Display for Agreement {
         f.write_str(MARKER)?;
         match self.set {
             SetSource::Fixed(digest) => write!(f, " set={digest:016x}")?,
-            SetSource::Shared => f.write_str(" set=shared")?,
+            SetSource::Shared(None) => f.write_str(" set=shared")?,
+            SetSource::Shared(Some(version)) => write!(f, " set=shared@{version}")?,
         }
         match self.function {
             Some(fingerprint) => write!(f, " fn={fingerprint:016x}"),
@@ -189,12 +206,15 @@ mod tests {
 
     #[test]
     fn round_trips_through_node_data() {
-        let ours = Agreement::new(Some(&items(&["a", "b"])), &KazooStride, None);
+        let ours = Agreement::new(Some(&items(&["a", "b"])), None, &KazooStride, None);
         let data = ours.node_data("host-1");
         assert!(data.starts_with("host-1\nzkp/1 set="), "{data}");
         assert_eq!(Agreement::from_node_data(data.as_bytes()), Some(ours));
-        let shared = Agreement::new(None, &Rendezvous::default(), Some(&Item::from("x")));
+        let shared = Agreement::new(None, Some(7), &Rendezvous::default(), Some(&Item::from("x")));
+        assert!(shared.node_data("h").contains(" set=shared@7 "), "{}", shared.node_data("h"));
         assert_eq!(Agreement::from_node_data(shared.node_data("h").as_bytes()), Some(shared));
+        let unversioned = Agreement { set: SetSource::Shared(None), ..shared };
+        assert_eq!(Agreement::from_node_data(unversioned.node_data("h").as_bytes()), Some(unversioned));
     }
 
     #[test]
@@ -207,25 +227,29 @@ mod tests {
 
     #[test]
     fn finds_a_different_set_or_function() {
-        let abc = Agreement::new(Some(&items(&["a", "b", "c"])), &KazooStride, None);
-        let bc = Agreement::new(Some(&items(&["b", "c"])), &KazooStride, None);
-        let rendezvous = Agreement::new(Some(&items(&["a", "b", "c"])), &Rendezvous::default(), None);
-        let shared = Agreement::new(None, &KazooStride, None);
+        let abc = Agreement::new(Some(&items(&["a", "b", "c"])), None, &KazooStride, None);
+        let bc = Agreement::new(Some(&items(&["b", "c"])), None, &KazooStride, None);
+        let rendezvous = Agreement::new(Some(&items(&["a", "b", "c"])), None, &Rendezvous::default(), None);
+        let shared = Agreement::new(None, Some(3), &KazooStride, None);
+        let (shared_4, shared_unsaid) =
+            (Agreement::new(None, Some(4), &KazooStride, None), Agreement::new(None, None, &KazooStride, None));
+        assert_eq!(shared.compare(&shared_4), Some(crate::DisagreementKind::ItemSetVersion));
+        assert_eq!(shared.compare(&shared_unsaid), None);
         assert_eq!(abc.compare(&abc), None);
         assert_eq!(abc.compare(&bc), Some(crate::DisagreementKind::ItemSet));
         assert_eq!(abc.compare(&shared), Some(crate::DisagreementKind::ItemSet));
         assert_eq!(abc.compare(&rendezvous), Some(crate::DisagreementKind::PartitionFn));
         // Integers and strings render alike but are different sets.
-        let ints = Agreement::new(Some(&[Item::from(1)]), &KazooStride, None);
-        let strs = Agreement::new(Some(&items(&["1"])), &KazooStride, None);
+        let ints = Agreement::new(Some(&[Item::from(1)]), None, &KazooStride, None);
+        let strs = Agreement::new(Some(&items(&["1"])), None, &KazooStride, None);
         assert_eq!(ints.compare(&strs), Some(crate::DisagreementKind::ItemSet));
     }
 
     #[test]
     fn a_panicking_function_is_not_compared() {
         let panics = |_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("no") };
-        let ours = Agreement::new(Some(&items(&["a"])), &panics, None);
+        let ours = Agreement::new(Some(&items(&["a"])), None, &panics, None);
         assert_eq!(ours.function, None);
-        assert_eq!(ours.compare(&Agreement::new(Some(&items(&["a"])), &KazooStride, None)), None);
+        assert_eq!(ours.compare(&Agreement::new(Some(&items(&["a"])), None, &KazooStride, None)), None);
     }
 }

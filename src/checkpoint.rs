@@ -245,9 +245,11 @@ impl<Z: ZooKeeper> Writer<Z> {
                 (Some(1), ZkError::NoNode) if !create => create = true,
                 // `<path>/checkpoints` does not exist yet.
                 (Some(1), ZkError::NoNode) => {
-                    retry_transient(&zk, || zk.mkdir(&self.store.dir, &self.store.paths.acls))
-                        .await
-                        .map_err(|err| Error::zk("mkdir", self.store.dir.as_str(), err))?;
+                    match retry_transient(&zk, || zk.mkdir(&self.store.dir, &self.store.paths.acls)).await {
+                        Ok(()) => {}
+                        Err(err) if session_end(&err).is_some() => return Err(self.fenced("its session has ended")),
+                        Err(err) => return Err(Error::zk("mkdir", self.store.dir.as_str(), err)),
+                    }
                 }
                 // Created meanwhile (by another save of ours): update it.
                 (Some(1), ZkError::NodeExists) if create => create = false,

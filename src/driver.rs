@@ -14,20 +14,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState, StateWatcher};
 
+use crate::Error;
 use crate::decision::{self, AckId, Action, Core, Event, Op, Reply, ReqId};
+use crate::handle::Command;
 use crate::party::{self, Membership, Paths};
 use crate::publisher::Publisher;
 use crate::requests::{self, Context, Done};
 use crate::session::SessionRelease;
-use crate::zookeeper::WatchEvent;
-use crate::Error;
-
-/// Requests from handles to the driver; each carries the channel its answer goes back on.
-#[derive(Debug)]
-pub(crate) enum Command {
-    ReleaseSet(oneshot::Sender<Result<(), Error>>),
-    Finish(oneshot::Sender<()>),
-}
+use crate::zookeeper::{WatchEvent, ZooKeeper};
 
 /// A watch of the real client.
 type Watch = BoxFuture<'static, WatchEvent>;
@@ -189,7 +183,7 @@ impl Driver {
             Action::Publish(publication) => self.publisher.publish(&self.core, publication, now()),
             Action::Ack(id, result) => {
                 if let Some(ack) = self.release_acks.remove(&id) {
-                    let _ = ack.send(result);
+                    let _ = ack.send(result.map_err(crate::publisher::error_of));
                 } else if let Some(ack) = self.finish_acks.remove(&id) {
                     let _ = ack.send(());
                 }
@@ -245,8 +239,8 @@ fn now() -> std::time::Instant {
 
 /// The core's view of a session state.
 fn session_event(state: SessionState) -> Event {
-    if state.is_terminated() {
-        Event::SessionLost(Error::SessionLost { state })
+    if let Some(end) = crate::publisher::session_end(state) {
+        Event::SessionEnded(end)
     } else if state == SessionState::Disconnected {
         Event::Suspended
     } else {
@@ -274,7 +268,18 @@ pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
 /// Deletes every ephemeral node of our session under the partition path (after a panic, when no bookkeeping is left
 /// to trust). One session serves one member of a partition path, so these are all ours. Requests lost with the
 /// connection are sent again; the client fails them for good once the session ends, which ends this too.
-async fn delete_our_nodes(client: &Client, paths: &Paths) {
+pub(crate) async fn delete_our_nodes<Z: ZooKeeper>(client: &Z, paths: &Paths) {
+    #[cfg(test)]
+    if crate::decision::sabotaged(crate::decision::Sabotage::CleanupOnce) {
+        for base in [&paths.locks, &paths.party] {
+            let Ok(nodes) = client.list_ephemerals(base).await else { continue };
+            for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/')))
+            {
+                let _ = client.delete(node, None).await;
+            }
+        }
+        return;
+    }
     for base in [&paths.locks, &paths.party] {
         let nodes = match party::retry_transient(client, || client.list_ephemerals(base)).await {
             Ok(nodes) => nodes,
@@ -285,7 +290,7 @@ async fn delete_our_nodes(client: &Client, paths: &Paths) {
         };
         for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/'))) {
             match party::retry_transient(client, || client.delete(node, None)).await {
-                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                Ok(()) | Err(crate::zookeeper::ZkError::NoNode) => {}
                 Err(err) => tracing::warn!(%err, node, "could not delete a node after a panic"),
             }
         }

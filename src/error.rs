@@ -128,6 +128,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The session ended while an update of the shared item set had a request whose reply was lost: the update may
+    /// be in force or not. Read the set (on a new session) to find out.
+    #[error(
+        "the update of the shared item set at {path} may or may not have been applied: the session ended before its \
+         outcome could be read"
+    )]
+    ItemSetOutcomeUnknown {
+        /// The set's node.
+        path: String,
+    },
+
     /// An update would leave the shared item set empty. A set of nothing would silently stop every member's work;
     /// to retire a partition path, stop its members instead.
     #[error("refusing to leave the shared item set at {path} empty")]

@@ -91,8 +91,11 @@
 //! <path>/locks/<item>                      persistent, empty                          (one per item, kept)
 //! <path>/locks/<item>/<32 hex>__lock__<seq> ephemeral sequential, data = member name  (contenders; lowest holds)
 //! <path>/checkpoints/<item>                persistent, data = writer + token + bytes  (fenced checkpoints, if used)
-//! <path>/items                             persistent, data = kind and state          (the shared set, if used)
+//! <path>/items                             persistent, data = header: kind, version,  (the shared set, if used)
+//!                                          state, log of recent update tokens
 //! <path>/items/<item>                      persistent, empty                          (one per item of it)
+//! <path>/item-changes/<tag>/{add,remove}/… persistent, empty                          (a large update, staged)
+//! <path>/item-writers/<tag>                ephemeral                                  (its writer's lease)
 //! ```
 //!
 //! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
@@ -103,9 +106,10 @@
 //! set, the directories of removed items are deleted once free).
 //!
 //! After the identifier, a member's party node data carries a line announcing its configuration:
-//! `zkp/1 set=<digest> fn=<fingerprint>` (`set=shared` with the shared set). Members compare the others' lines with
-//! their own and report a difference at once in [`Snapshot::disagreements`] (a rolling deploy that changed the item
-//! list would otherwise stall silently). kazoo reads party node names only; its members announce nothing and are not
+//! `zkp/1 set=<digest> fn=<fingerprint>` (`set=shared@<version>` with the shared set: the version the member
+//! follows). Members compare the others' lines with their own and report a difference at once in
+//! [`Snapshot::disagreements`] (a rolling deploy that changed the item list would otherwise stall silently; a member on
+//! another version of the shared set is reported until it catches up). kazoo reads party node names only; its members announce nothing and are not
 //! checked.
 //!
 //! # Guarantees
@@ -115,8 +119,8 @@
 //!   lock, and stops listing everything as soon as its connection is suspended. Before deleting a lock it stops
 //!   listing the item. Each held lock node is watched: if someone else deletes it (an operator, a tool), the member
 //!   stops listing the item as soon as ZooKeeper tells it (one watch notification; for a lock just taken, when its
-//!   watch is registered, `time_boundary` after the allocation's last lock request), then takes it again by the
-//!   normal rules. Between the deletion and that notification another process may already take the item: the
+//!   watch is registered: once the lock work has been quiet for `time_boundary`, and at the latest 2 ×
+//!   `time_boundary` after the lock was taken), then takes it again by the normal rules. Between the deletion and that notification another process may already take the item: the
 //!   [`FencingToken`] is what protects the data in that window.
 //! - **Liveness**: once the party is stable for `time_boundary` and every member has released what it no longer owns,
 //!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition
@@ -168,6 +172,7 @@ mod decision;
 mod describe;
 mod driver;
 mod error;
+mod handle;
 mod item;
 mod item_set;
 mod locks;
@@ -182,6 +187,7 @@ mod requests;
 mod session;
 #[cfg(test)]
 mod sim;
+mod startup;
 mod state;
 #[cfg(all(feature = "testing", unix))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]

@@ -178,7 +178,11 @@ pub(crate) async fn wait_gone<Z: ZooKeeper>(
 /// `<dir>/<prefix>` texts in `kept`: orphans, which the bookkeeping should never leave, but which would block an item
 /// forever if it did (kazoo #732/#760). One request to list them (`GetEphemerals`, ZooKeeper 3.6+; skipped on older
 /// servers). Returns how many were deleted.
-pub(crate) async fn sweep_orphans<Z: ZooKeeper>(zk: &Z, locks_dir: &str, kept: &HashSet<String>) -> Result<usize, Error> {
+pub(crate) async fn sweep_orphans<Z: ZooKeeper>(
+    zk: &Z,
+    locks_dir: &str,
+    kept: &HashSet<String>,
+) -> Result<usize, Error> {
     // The server matches a string prefix (and refuses a trailing '/'): `/p/locks` would also match `/p/locksmith`.
     let ours = match zk.list_ephemerals(locks_dir).await {
         Ok(ours) => ours,

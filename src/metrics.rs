@@ -35,6 +35,7 @@ use std::time::Instant;
 
 use zookeeper_client::SessionState;
 
+use crate::decision::Reason;
 use crate::party::Paths;
 use crate::{Item, PartitionState};
 
@@ -110,18 +111,6 @@ impl crate::PartitionFn for Timed {
     }
 }
 
-/// The `cause` label of a rebalance, from the core's reason for the publication that left `ACQUIRED`.
-pub(crate) fn cause(reason: &str) -> &'static str {
-    match reason {
-        r if r.starts_with("party changed") || r == "taking gained items" => "party_changed",
-        "connection state changed" | "connection suspended" => "connection",
-        "item set changed" => "item_set_changed",
-        "a lock node did not survive the suspension" | "a held lock node was deleted by someone else" => "lock_lost",
-        "release_set" => "release_set",
-        _ => "other",
-    }
-}
-
 /// What the driver records, and the little state that needs (the allocation clock, the last session state).
 #[derive(Debug)]
 pub(crate) struct DriverMetrics {
@@ -148,12 +137,13 @@ impl DriverMetrics {
     pub(crate) fn published(
         &mut self,
         (before, revoked_before): (PartitionState, &[Item]),
-        (after, reason, items, revoked): (PartitionState, &str, usize, &[Item]),
+        (after, reason, items, revoked): (PartitionState, Reason, usize, &[Item]),
         now: Instant,
     ) {
         let path = self.path.clone();
         if before == PartitionState::Acquired && matches!(after, PartitionState::Release | PartitionState::Allocating) {
-            ::metrics::counter!(REBALANCES, "path" => path.clone(), "cause" => cause(reason)).increment(1);
+            let cause = reason.rebalance_cause().unwrap_or("other");
+            ::metrics::counter!(REBALANCES, "path" => path.clone(), "cause" => cause).increment(1);
         }
         match after {
             PartitionState::Allocating => {
@@ -220,20 +210,12 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             let mut m = DriverMetrics::new(&Paths::new("/p"), start);
             use PartitionState::*;
-            m.published(
-                (Allocating, &[]),
-                (Acquired, "all assigned locks held", 3, &[]),
-                start + Duration::from_secs(2),
-            );
-            m.published((Acquired, &[]), (Release, "party changed", 0, &items), start + Duration::from_secs(3));
+            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 3, &[]), start + Duration::from_secs(2));
+            m.published((Acquired, &[]), (Release, Reason::PartyChanged, 0, &items), start + Duration::from_secs(3));
             // Republished with one more revoked item: only the new one counts.
-            m.published((Release, &items[..2]), (Release, "party changed: items revoked", 0, &items), start);
-            m.published((Release, &items), (Allocating, "release_set", 0, &[]), start + Duration::from_secs(4));
-            m.published(
-                (Allocating, &[]),
-                (Acquired, "all assigned locks held", 2, &[]),
-                start + Duration::from_secs(5),
-            );
+            m.published((Release, &items[..2]), (Release, Reason::ItemsRevoked, 0, &items), start);
+            m.published((Release, &items), (Allocating, Reason::ReleaseSet, 0, &[]), start + Duration::from_secs(4));
+            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 2, &[]), start + Duration::from_secs(5));
             m.session(SessionState::Disconnected);
             m.session(SessionState::SyncConnected);
             m.session(SessionState::SyncConnected); // folded
@@ -260,59 +242,34 @@ mod tests {
         assert_eq!(seconds, [2.0, 1.0]);
     }
 
-    /// Every reason the core publishes with, as written in `src/decision/mod.rs`: the last string literal of each
-    /// `show(..)` and `ask_release_all(..)` call.
-    fn core_reasons() -> Vec<&'static str> {
-        let source = include_str!("decision/mod.rs");
-        let mut reasons = Vec::new();
-        for call in ["show(", "ask_release_all("] {
-            // Calls only (`self.show(`), not the definitions.
-            for (at, _) in source.match_indices(call).filter(|(at, _)| source[..*at].ends_with('.')) {
-                let args = &source[at + call.len()..];
-                let args = &args[..args.find(';').unwrap_or(args.len())];
-                if let Some(end) = args.rfind('"')
-                    && let Some(start) = args[..end].rfind('"')
-                {
-                    reasons.push(&args[start + 1..end]);
-                }
+    #[test]
+    fn every_reason_that_leaves_acquired_has_a_cause_among_the_documented_ones() {
+        use Reason::*;
+        // Exhaustive by construction: a new reason must be listed in `Reason::rebalance_cause`'s match.
+        let all = [
+            AllAcquired,
+            Ended,
+            RevokedReleased,
+            SessionSurvived,
+            ConnectionChanged,
+            ConnectionSuspended,
+            PartyChanged,
+            ItemSetChanged,
+            ItemsRevoked,
+            TakingGained,
+            LockLostInSuspension,
+            HeldLockDeleted,
+            ReleaseSet,
+            Disagreement,
+        ];
+        for reason in all {
+            if let Some(cause) = reason.rebalance_cause() {
+                assert!(CAUSES.contains(&cause), "{reason}: {cause}");
             }
         }
-        reasons
-    }
-
-    #[test]
-    fn every_reason_the_core_gives_for_leaving_acquired_has_a_cause() {
-        // Reasons of publications that never leave ACQUIRED (or never start from it): they need no cause.
-        let not_rebalances = [
-            "all assigned locks held",
-            "ended",
-            "revoked items released",
-            "session survived the suspension",
-            "sabotaged resumption",
-        ];
-        let reasons = core_reasons();
-        assert!(reasons.len() >= 10, "the scan of src/decision/mod.rs found only {reasons:?}");
-        for reason in reasons {
-            assert!(
-                not_rebalances.contains(&reason) || cause(reason) != "other",
-                "the core publishes with the reason {reason:?}: give it a cause in metrics::cause (or list it here)"
-            );
-        }
-    }
-
-    #[test]
-    fn causes_are_a_closed_set() {
-        for reason in ["party changed", "party changed: items revoked", "taking gained items"] {
-            assert_eq!(cause(reason), "party_changed");
-        }
-        assert_eq!(cause("connection suspended"), "connection");
-        assert_eq!(cause("item set changed"), "item_set_changed");
-        assert_eq!(cause("a held lock node was deleted by someone else"), "lock_lost");
-        assert_eq!(cause("something new"), "other");
-        assert!(
-            ["x", "release_set", "a lock node did not survive the suspension"]
-                .iter()
-                .all(|r| CAUSES.contains(&cause(r)))
-        );
+        assert_eq!(PartyChanged.rebalance_cause(), Some("party_changed"));
+        assert_eq!(ItemSetChanged.rebalance_cause(), Some("item_set_changed"));
+        assert_eq!(HeldLockDeleted.rebalance_cause(), Some("lock_lost"));
+        assert_eq!(AllAcquired.rebalance_cause(), None);
     }
 }

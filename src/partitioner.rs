@@ -5,22 +5,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
-use crate::agreement::Agreement;
 use crate::checkpoint::Checkpoints;
-use crate::decision::{Core, CoreConfig};
-use crate::driver::{self, Command, Driver};
-use crate::item_set::SharedSet;
-use crate::publisher::Publisher;
-use crate::requests::Context;
+use crate::driver::{self, Driver};
+use crate::handle::Handle;
 use crate::item::validate_items;
+use crate::item_set::SharedSet;
 use crate::names::{check_base_path, check_identifier};
 use crate::party::{self, Membership, Paths};
+use crate::publisher::Publisher;
 use crate::session::SessionRef;
+use crate::startup::{self, Settings};
 use crate::{
     Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, KazooStride, PartitionFn, PartitionState,
     Rebalance, SessionPolicy, Snapshot,
@@ -455,82 +454,56 @@ impl Builder {
             paths.acls = acls;
         }
         let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
+        let client = self.client;
 
-        let session = self.client.state_watcher();
+        // The start of our party node's name (its whole name under static membership): ours alone, so a guard can
+        // find and delete the node if this future is dropped before the member's task owns it.
+        let hex = party::random_hex(&client);
+        let join_name = if self.static_membership {
+            party::static_node(&hex, &identifier)
+        } else {
+            party::node_prefix(&hex, &identifier)
+        };
+        let guard =
+            JoinGuard { client: client.clone(), party: paths.party.clone(), prefix: join_name.clone(), armed: true };
+        let settings = Settings {
+            path: self.path.clone(),
+            items,
+            partition_fn: Box::new(crate::metrics::Timed { inner: partition_fn, path: self.path.clone() }),
+            identifier,
+            time_boundary: self.time_boundary,
+            retry_delay: self.max_reaction_time,
+            max_allocation_time: self.max_allocation_time,
+            session_policy: self.session_policy,
+            rebalance: self.rebalance,
+            static_membership: self.static_membership,
+            identity_wait,
+            shared_item_set: self.shared_item_set,
+            acls: paths.acls.clone(),
+            window: DEFAULT_WINDOW,
+            batch: crate::locks::WRITE_BATCH,
+            set_chunk: crate::item_set::CHUNK_OPS,
+        };
+        let session = client.state_watcher();
+        let started = startup::start(&client, settings, &join_name, uuid::Uuid::new_v4().as_u128()).await?;
+
         // The handle reaches the member's session only while the background task runs (see `session.rs`).
-        let (member_session, release_session) = SessionRef::member(self.client.clone());
+        let (member_session, release_session) = SessionRef::member(client.clone());
         let checkpoints = Arc::new(Checkpoints::new(member_session.clone(), &self.path, paths.clone()));
-        party::ensure_base(&self.client, &paths).await?;
-        let lock_dirs_exist = crate::locks::any_dir(&self.client, &paths).await?;
-        let (items, item_set, set_version) = if self.shared_item_set {
-            let set = SharedSet::new(SessionRef::Owned(self.client.clone()), &self.path, paths.acls.clone());
-            let read = if items.is_empty() { set.read().await? } else { set.create_if_missing(items).await?.0 };
-            if read.items.is_empty() {
-                return Err(Error::EmptyItemSet { path: set.paths().node.clone() });
-            }
-            (read.items, Some(set.paths().clone()), Some(read.version))
-        } else {
-            (items, None, None)
-        };
-        let agreement = Agreement::new(item_set.is_none().then_some(&items[..]), &*partition_fn, items.first());
-        let node_data = agreement.node_data(&identifier);
-        let (membership, guard) = if self.static_membership {
-            // The node's whole name is unique: the guard finds it by it.
-            let node = party::static_node(&party::random_hex(&self.client), &identifier);
-            let guard =
-                JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix: node, armed: true };
-            let wait = Some(identity_wait);
-            let membership =
-                party::join_static(&self.client, &paths, &identifier, &node_data, &guard.prefix, wait).await?;
-            (membership, guard)
-        } else {
-            let prefix = party::node_prefix(&party::random_hex(&self.client), &identifier);
-            let guard = JoinGuard { client: self.client.clone(), party: paths.party.clone(), prefix, armed: true };
-            let membership = party::join_with_prefix(&self.client, &paths, &node_data, &guard.prefix).await?;
-            (membership, guard)
-        };
-
-        let span = tracing::info_span!("partitioner", path = %self.path, member = %membership.name);
-        let core = Core::new(
-            CoreConfig {
-                items,
-                shared_set: set_version,
-                agreement,
-                partition_fn: Box::new(crate::metrics::Timed { inner: partition_fn, path: self.path.clone() }),
-                time_boundary: self.time_boundary,
-                retry_delay: self.max_reaction_time,
-                max_allocation_time: self.max_allocation_time,
-                session_policy: self.session_policy,
-                rebalance: self.rebalance,
-                window: DEFAULT_WINDOW,
-                batch: crate::locks::WRITE_BATCH,
-                lock_dirs_exist,
-            },
-            membership.name.clone(),
-            uuid::Uuid::new_v4().as_u128(),
-            tokio::time::Instant::now().into_std(),
-        );
-        let item_set = item_set.map(|set| {
+        let item_set = started.context.set.as_ref().map(|_| {
             let on_member = SharedSet::new(member_session.clone(), &self.path, paths.acls.clone());
-            debug_assert_eq!(on_member.paths(), &set);
             Arc::new(ItemSet::from_shared(on_member))
         });
-        let context = Context::new(
-            paths.clone(),
-            identifier,
-            node_data,
-            item_set.as_ref().map(|set| set.inner().paths().clone()),
-            // A rejoin (the request path's `party::join`) must create the same kind of node as this first join.
-            self.static_membership,
-        );
+        let span = tracing::info_span!("partitioner", path = %self.path, member = %started.membership.name);
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let (sender, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
-        let publisher = Publisher::new(Arc::new(sender), &paths, tokio::time::Instant::now().into_std());
+        let (sender, snapshot) = watch::channel(Snapshot::initial(started.membership.name.clone()));
+        let publisher = Publisher::new(Arc::new(sender), &started.paths, tokio::time::Instant::now().into_std());
         tracing::info!(parent: &span, "joined the party");
-        let driver = Driver::new(self.client, Arc::new(context), core, membership, session, command_rx, publisher);
+        let startup::Started { core, context, membership, .. } = started;
+        let driver = Driver::new(client, Arc::new(context), core, membership, session, command_rx, publisher);
         runtime.spawn(driver::supervise(driver, release_session).instrument(span));
         guard.disarm();
-        Ok(SetPartitioner { commands, snapshot, checkpoints, item_set })
+        Ok(SetPartitioner { handle: Handle::new(commands, snapshot, checkpoints), item_set })
     }
 }
 
@@ -633,16 +606,15 @@ fn default_identifier() -> String {
 /// ```
 #[derive(Clone)]
 pub struct SetPartitioner {
-    commands: mpsc::UnboundedSender<Command>,
-    snapshot: watch::Receiver<Snapshot>,
-    /// Checkpoint reads and fenced writes, on a clone of the member's client (the same session as its locks).
-    checkpoints: Arc<Checkpoints>,
+    /// Snapshot reads, commands, checkpoints: the workings, shared with the simulation (`handle.rs`).
+    handle: Handle<Client>,
     item_set: Option<Arc<ItemSet>>,
 }
 
 impl fmt::Debug for SetPartitioner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let snapshot = self.snapshot.borrow();
+        let snapshot = self.handle.subscribe();
+        let snapshot = snapshot.borrow();
         f.debug_struct("SetPartitioner")
             .field("member", &snapshot.member)
             .field("state", &snapshot.state)
@@ -693,20 +665,9 @@ impl SetPartitioner {
         }
     }
 
-    /// Reads the latest snapshot. If the background task is gone without publishing `Failure` (its runtime shut
-    /// down), the snapshot says `Failure` with [`Error::Stopped`]: a stale `Acquired` must never outlive the task.
+    /// Reads the latest snapshot (a `Failure` with [`Error::Stopped`] once the task is gone without publishing one).
     fn read<R>(&self, read: impl FnOnce(&Snapshot) -> R) -> R {
-        let snapshot = self.snapshot.borrow();
-        let task_gone = self.snapshot.has_changed().is_err();
-        if task_gone && snapshot.state != PartitionState::Failure {
-            let mut stopped = Snapshot::initial(snapshot.member.clone());
-            stopped.state = PartitionState::Failure;
-            stopped.generation = snapshot.generation + 1;
-            stopped.members = snapshot.members.clone();
-            stopped.cause = Some(Error::Stopped);
-            return read(&stopped);
-        }
-        read(&snapshot)
+        self.handle.read(read)
     }
 
     /// The current state.
@@ -851,10 +812,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn fencing_token(&self, item: &Item) -> Option<FencingToken> {
-        self.read(|snapshot| {
-            let index = snapshot.items.binary_search(item).ok()?;
-            snapshot.tokens.get(index).copied()
-        })
+        self.handle.fencing_token(item)
     }
 
     /// A writer of `item`'s checkpoint, fenced by the lock node through which this member holds the item now: its
@@ -884,16 +842,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn checkpoint_writer(&self, item: &Item) -> Result<CheckpointWriter, Error> {
-        self.read(|snapshot| {
-            let index = snapshot.items.binary_search(item).ok();
-            let held = index.and_then(|index| Some((snapshot.lock_nodes.get(index)?, snapshot.tokens.get(index)?)));
-            match held {
-                Some((node, &token)) if !node.is_empty() => {
-                    Ok(CheckpointWriter(self.checkpoints.writer(item, node, token, snapshot.member.clone())))
-                }
-                _ => Err(Error::NotHeld { item: item.node_name(), path: self.checkpoints.path().to_owned() }),
-            }
-        })
+        self.handle.checkpoint_writer(item).map(CheckpointWriter)
     }
 
     /// Saves `data` as `item`'s checkpoint, if this member holds the item, in one `multi` request that checks the
@@ -952,7 +901,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub async fn load_checkpoint(&self, item: &Item) -> Result<Option<Checkpoint>, Error> {
-        self.checkpoints.load(item).await
+        self.handle.load_checkpoint(item).await
     }
 
     /// Why the partitioner failed, once it has.
@@ -986,7 +935,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn member(&self) -> Arc<str> {
-        self.snapshot.borrow().member.clone()
+        self.read(|snapshot| snapshot.member.clone())
     }
 
     /// The shared item set this member follows ([`Builder::shared_item_set`]), on the member's own session; `None`
@@ -1035,7 +984,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
-        self.snapshot.clone()
+        self.handle.subscribe()
     }
 
     /// A stream of snapshots: the current one first, then one after each transition (intermediate snapshots may be
@@ -1055,7 +1004,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn changes(&self) -> impl Stream<Item = Snapshot> + Send + Unpin + 'static {
-        let mut receiver = self.snapshot.clone();
+        let mut receiver = self.handle.subscribe();
         receiver.mark_changed();
         Box::pin(futures::stream::unfold(receiver, |mut receiver| async move {
             receiver.changed().await.ok()?;
@@ -1089,7 +1038,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub async fn wait_for_acquire(&self, timeout: Duration) -> PartitionState {
-        let mut receiver = self.snapshot.clone();
+        let mut receiver = self.handle.subscribe();
         let reached = tokio::time::timeout(timeout, receiver.wait_for(|s| s.state != PartitionState::Allocating))
             .await
             .ok()
@@ -1125,16 +1074,7 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn release_set(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let (ack, done) = oneshot::channel();
-        let sent = self.commands.send(Command::ReleaseSet(ack));
-        let snapshot = self.snapshot.clone();
-        async move {
-            let cause = || snapshot.borrow().cause.clone().unwrap_or(Error::Stopped);
-            if sent.is_err() {
-                return Err(cause());
-            }
-            done.await.unwrap_or_else(|_| Err(cause()))
-        }
+        self.handle.release_set()
     }
 
     /// Releases every lock, leaves the party and moves to [`Failure`](PartitionState::Failure) with cause
@@ -1154,12 +1094,6 @@ impl SetPartitioner {
     /// # }
     /// ```
     pub fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
-        let (ack, done) = oneshot::channel();
-        let sent = self.commands.send(Command::Finish(ack)).is_ok();
-        async move {
-            if sent {
-                let _ = done.await;
-            }
-        }
+        self.handle.finish()
     }
 }

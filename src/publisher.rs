@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 use zookeeper_client::SessionState;
 
-use crate::decision::{Core, Publication, SetInForce};
+use crate::decision::{Cause, Core, Publication, SessionEnd, SetInForce};
 use crate::metrics::DriverMetrics;
 use crate::party::Paths;
 use crate::{Error, Snapshot};
@@ -45,9 +45,10 @@ impl Publisher {
         let items = core.items_of(&indexes);
         let tokens = p.items.iter().map(|&(_, token)| token).collect();
         let revoked = core.items_of(&p.revoked);
+        let cause = p.cause.map(error_of);
         // The core may learn of the session's end from any request's reply or watch (a held-lock watch, the set's)
         // before the session watcher says so: count it from the cause, once (`session` ignores a second Expired).
-        if let Some(Error::SessionLost { state }) = &p.cause {
+        if let Some(Error::SessionLost { state }) = &cause {
             self.metrics.session(*state);
         }
         let before = self.sender.borrow().state;
@@ -85,12 +86,12 @@ impl Publisher {
                 from = %snapshot.state,
                 to = %p.state,
                 generation = snapshot.generation + 1,
-                reason = p.reason,
+                reason = p.reason.as_str(),
                 items = items.len(),
                 revoked = revoked.len(),
                 "state change"
             );
-            if let Some(cause) = &p.cause {
+            if let Some(cause) = &cause {
                 if matches!(cause, Error::Finished) {
                     tracing::info!("partitioner finished: locks released, party left");
                 } else {
@@ -104,7 +105,7 @@ impl Publisher {
             snapshot.tokens = tokens;
             snapshot.revoked = revoked;
             snapshot.members = p.members;
-            snapshot.cause = p.cause;
+            snapshot.cause = cause;
             snapshot.suspended = p.suspended;
             snapshot.lock_nodes = p.nodes.into();
         });
@@ -121,5 +122,37 @@ impl Publisher {
             snapshot.cause = Some(Error::Internal { reason });
             snapshot.suspended = false;
         });
+    }
+}
+
+/// The error a handle reports for the core's cause of a failure.
+pub(crate) fn error_of(cause: Cause) -> Error {
+    match cause {
+        Cause::Finished => Error::Finished,
+        Cause::SessionEnded(end) => Error::SessionLost { state: session_state(end) },
+        Cause::Refused(error) => error,
+        Cause::PartitionFn(reason) => Error::PartitionFn { reason },
+        Cause::AllocationTimeout(limit) => Error::AllocationTimeout(limit),
+        Cause::Internal(reason) => Error::Internal { reason },
+    }
+}
+
+/// The client's terminal session state for the core's.
+pub(crate) fn session_state(end: SessionEnd) -> SessionState {
+    match end {
+        SessionEnd::Expired => SessionState::Expired,
+        SessionEnd::Closed => SessionState::Closed,
+        SessionEnd::AuthFailed => SessionState::AuthFailed,
+    }
+}
+
+/// The core's session end for the client's terminal state (`None` for a state that is not terminal).
+pub(crate) fn session_end(state: SessionState) -> Option<SessionEnd> {
+    match state {
+        SessionState::Expired => Some(SessionEnd::Expired),
+        SessionState::Closed => Some(SessionEnd::Closed),
+        SessionState::AuthFailed => Some(SessionEnd::AuthFailed),
+        state if state.is_terminated() => Some(SessionEnd::Expired),
+        _ => None,
     }
 }

@@ -1,18 +1,22 @@
 //! The one request path: turns each operation the decision core asks for into ZooKeeper requests, and their outcome
 //! into the core's reply. Written once against [`ZooKeeper`], so the driver runs it on zookeeper-client and the
 //! deterministic simulation on its in-memory model: the simulation tests the requests that ship.
+//!
+//! It decides nothing: a failed request comes back as ZooKeeper's answer ([`Code`]) with the error to report, and the
+//! core decides what it means. The helpers it calls retry what they must do whole (a release, a verification, a
+//! join) while the connection is lost, until the session ends.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 
-use crate::agreement::Agreement;
-use crate::decision::{Op, PartyRead, Reply, ReqError, ReqId, SetRead};
-use crate::error::{is_transient, session_end};
-use crate::item_set::layout::{self, Header, SetPaths, SetView};
+use crate::Error;
+use crate::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
+use crate::item_set::layout::{Header, RawRead, SetPaths};
+use crate::item_set::{SharedSet, read_raw};
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership, Paths};
+use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
-use crate::Error;
 
 /// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED` (the
 /// core asks for them once its lock work has been quiet for `time_boundary`), yet each is a request of its own: a
@@ -25,34 +29,31 @@ const HELD_WATCH_REGISTRATIONS: usize = 32;
 pub(crate) struct Context {
     pub paths: Paths,
     pub identifier: String,
-    /// Our party node's data: the identifier and our announcement.
-    pub node_data: String,
     /// The shared set's nodes, when the set is the shared one.
     pub set: Option<SetPaths>,
     /// A rejoin creates a static member's node (`Builder::static_membership`).
     pub static_membership: bool,
+    /// Operations per `multi` of the shared set's updates (a recovery's).
+    pub set_chunk: usize,
     /// Bounds how many held-lock watches are being registered at once ([`HELD_WATCH_REGISTRATIONS`]).
     held_watch_registrations: tokio::sync::Semaphore,
-    /// What each party node announces (its data never changes, so each is read once), by node name.
-    agreements: Mutex<HashMap<String, Option<Agreement>>>,
 }
 
 impl Context {
     pub fn new(
         paths: Paths,
         identifier: String,
-        node_data: String,
         set: Option<SetPaths>,
         static_membership: bool,
+        set_chunk: usize,
     ) -> Self {
         Context {
             paths,
             identifier,
-            node_data,
             set,
             static_membership,
+            set_chunk,
             held_watch_registrations: tokio::sync::Semaphore::new(HELD_WATCH_REGISTRATIONS),
-            agreements: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -76,6 +77,53 @@ impl<W> Done<W> {
     }
 }
 
+impl Code {
+    /// The client's error, as the core's code.
+    pub(crate) fn of(err: &ZkError) -> Code {
+        match err {
+            ZkError::NoNode => Code::NoNode,
+            ZkError::NodeExists => Code::NodeExists,
+            ZkError::BadVersion => Code::BadVersion,
+            ZkError::NotEmpty => Code::NotEmpty,
+            ZkError::NoAuth => Code::NoAuth,
+            ZkError::ConnectionLoss => Code::ConnectionLoss,
+            ZkError::Custom(_) => Code::Io,
+            ZkError::Throttled => Code::Throttled,
+            ZkError::Timeout => Code::Timeout,
+            ZkError::NoHosts => Code::NoHosts,
+            ZkError::SessionExpired => Code::SessionExpired,
+            ZkError::SessionMoved => Code::SessionMoved,
+            ZkError::ClientClosed => Code::ClientClosed,
+            ZkError::AuthFailed => Code::AuthFailed,
+            ZkError::Unimplemented => Code::Unimplemented,
+            _ => Code::Other,
+        }
+    }
+}
+
+impl Failed {
+    /// A request `op` on `path` that failed with `err`.
+    pub(crate) fn of(op: &'static str, path: &str, err: ZkError) -> Failed {
+        Failed { code: Code::of(&err), error: Error::zk(op, path, err) }
+    }
+
+    /// An operation of several requests that failed with `error` (the requests' errors already wrapped).
+    pub(crate) fn from_error(error: Error) -> Failed {
+        use zookeeper_client::SessionState;
+        let code = match &error {
+            Error::ZooKeeper { source, .. } => Code::of(source),
+            Error::SessionLost { state: SessionState::Closed } => Code::ClientClosed,
+            Error::SessionLost { state: SessionState::AuthFailed } => Code::AuthFailed,
+            Error::SessionLost { .. } => Code::SessionExpired,
+            Error::PermissionDenied { .. } => Code::NoAuth,
+            Error::IdentifierInUse { .. } => Code::IdentifierInUse,
+            Error::ChrootMissing { .. } => Code::NoNode,
+            _ => Code::Other,
+        };
+        Failed { code, error }
+    }
+}
+
 /// Performs `op` (request `id`) on the session `zk`. `lock_dirs` names each item's lock directory by the core's
 /// index; `own` is our party node as of now.
 pub(crate) async fn perform<Z: ZooKeeper>(
@@ -92,48 +140,82 @@ pub(crate) async fn perform<Z: ZooKeeper>(
     match op {
         Op::ReadParty => match zk.get_and_watch_children(&paths.party).await {
             Ok((children, _, watch)) => {
-                let ours = children.contains(&own.node);
-                let (members, foreign) = party::members(&children);
+                let foreign: Vec<&String> = children.iter().filter(|c| party::member_name(c).is_none()).collect();
                 if !foreign.is_empty() {
                     tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
                 }
-                let agreements = read_agreements(&zk, paths, &children, &own.node, &ctx.agreements).await;
-                let reply = Reply::Party(Ok(PartyRead { members, ours, agreements }));
+                let reply = Reply::Party(Ok(PartyRead { children }));
                 Done { id, reply, party_watch: Some(watch), set_watch: None, joined: None }
             }
-            Err(err) => Done::reply_to(id, Reply::Party(Err(classify("get_children", &paths.party, err)))),
+            Err(err) => Done::reply_to(id, Reply::Party(Err(Failed::of("get_children", &paths.party, err)))),
         },
-        Op::Join => {
+        Op::ReadAnnouncements(nodes) => {
+            let paths: Vec<String> = nodes.iter().map(|node| format!("{}/{node}", ctx.paths.party)).collect();
+            let ops: Vec<ReadOp<'_>> = paths.iter().map(|path| ReadOp::Data(path)).collect();
+            let result = match zk.multi_read(&ops).await {
+                Ok(results) => Ok(results
+                    .into_iter()
+                    .map(|result| match result {
+                        ReadResult::Data(data, _) => Some(data),
+                        _ => None,
+                    })
+                    .collect()),
+                Err(err) => Err(Failed::of("multi get_data", &ctx.paths.party, err)),
+            };
+            Done::reply_to(id, Reply::Announcements(result))
+        }
+        Op::Announce(data) => {
+            let node = format!("{}/{}", paths.party, own.node);
+            let result = party::retry_transient(&zk, || zk.set_data(&node, data.as_bytes(), None)).await;
+            let result = match result {
+                // Our node is gone (the core finds out from the party, and joins again with the new data).
+                Ok(_) | Err(ZkError::NoNode) => Ok(()),
+                Err(err) => Err(Failed::of("set_data", &node, err)),
+            };
+            Done::reply_to(id, Reply::Announced(result))
+        }
+        Op::DeleteStrayNodes(nodes) => {
+            let mut result = Ok(());
+            for node in nodes {
+                let path = format!("{}/{node}", paths.party);
+                tracing::warn!(
+                    node,
+                    "deleting a party node of ours that is not our member node (a join that landed late)"
+                );
+                match party::retry_transient(&zk, || zk.delete(&path, None)).await {
+                    Ok(()) | Err(ZkError::NoNode) => {}
+                    Err(err) => result = Err(Failed::of("delete", &path, err)),
+                }
+            }
+            Done::reply_to(id, Reply::StraysDeleted(result))
+        }
+        Op::Join(data) => {
             // `<path>/party` may be gone too (an operator removed it).
             let joined = match party::ensure_base(&zk, paths).await {
-                Ok(()) => party::join(&zk, paths, &ctx.identifier, &ctx.node_data, ctx.static_membership).await,
+                Ok(()) => party::join(&zk, paths, &ctx.identifier, &data, ctx.static_membership).await,
                 Err(err) => Err(err),
             };
             match joined {
                 Ok(membership) => {
-                    let reply = Reply::Joined(Ok(membership.name.clone()));
+                    let reply = Reply::Joined(Ok(membership.node.clone()));
                     Done { id, reply, party_watch: None, set_watch: None, joined: Some(membership) }
                 }
-                Err(err) => Done::reply_to(id, Reply::Joined(Err(ReqError::Fatal(err)))),
+                Err(err) => Done::reply_to(id, Reply::Joined(Err(Failed::from_error(err)))),
             }
         }
         Op::MakeDirs(items) => {
             let dirs: Vec<String> = items.into_iter().map(dir).collect();
             let result = locks::make_dirs(&zk, &dirs, &paths.acls).await;
-            Done::reply_to(id, Reply::DirsMade(result.map_err(|err| classify("mkdir", &paths.locks, err))))
+            Done::reply_to(id, Reply::DirsMade(result.map_err(|err| Failed::of("mkdir", &paths.locks, err))))
         }
         Op::Create { contenders, data } => {
             let prefixes: Vec<String> =
                 contenders.into_iter().map(|(item, prefix)| format!("{}/{prefix}", dir(item))).collect();
             let result = locks::create_contenders(&zk, &prefixes, data.as_bytes(), &paths.acls).await;
-            let result = result.map_err(|(err, index)| match err {
-                // Sequential names never collide: treat it as an unknown outcome, which a listing settles.
-                ZkError::NodeExists => ReqError::Transient,
+            let result = result.map_err(|(err, index)| {
                 // Named by the operation that failed (a protected directory among open ones, say).
-                err => {
-                    let failed = index.and_then(|index| prefixes.get(index)).or(prefixes.first());
-                    classify("create", failed.map_or("", String::as_str), err)
-                }
+                let failed = index.and_then(|index| prefixes.get(index)).or(prefixes.first());
+                Failed::of("create", failed.map_or("", String::as_str), err)
             });
             Done::reply_to(id, Reply::Created(result))
         }
@@ -150,16 +232,16 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 Ok(listings) => Ok(listings
                     .into_iter()
                     .zip(&dirs)
-                    .map(|(listing, (dir, _))| listing.map_err(|err| classify("get_children", dir, err)))
+                    .map(|(listing, (dir, _))| listing.map_err(|err| Failed::of("get_children", dir, err)))
                     .collect()),
-                Err(err) => Err(classify("multi get_children", &paths.locks, err)),
+                Err(err) => Err(Failed::of("multi get_children", &paths.locks, err)),
             };
             Done::reply_to(id, Reply::Listed(result))
         }
         Op::Watch { item, node } => {
             let path = format!("{}/{node}", dir(item));
             let result = locks::wait_for(&zk, &path).await;
-            Done::reply_to(id, Reply::Changed(result.map_err(|err| classify("get_data", &path, err))))
+            Done::reply_to(id, Reply::Changed(result.map_err(|err| Failed::of("get_data", &path, err))))
         }
         Op::Release { nodes, keep, window } => {
             let nodes: Vec<NodeRef> =
@@ -172,20 +254,42 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 result = locks::sweep_orphans(&zk, &paths.locks, &kept).await.map(drop);
             }
             tracing::debug!(count, ok = result.is_ok(), "locks released");
-            Done::reply_to(id, Reply::Released(result))
+            Done::reply_to(id, Reply::Released(result.map_err(Failed::from_error)))
         }
         Op::Verify(nodes) => {
             let nodes: Vec<String> = nodes.into_iter().map(|(item, node)| format!("{}/{node}", dir(item))).collect();
             let result = locks::still_ours(&zk, &paths.locks, &nodes).await;
-            Done::reply_to(id, Reply::Verified(result))
+            Done::reply_to(id, Reply::Verified(result.map_err(Failed::from_error)))
         }
         Op::ReadSet => {
             let Some(set) = &ctx.set else {
-                return Done::reply_to(id, Reply::Set(Err(ReqError::Fatal(Error::Internal { reason: "no shared set".into() }))));
+                let failed = Failed { code: Code::Other, error: Error::Internal { reason: "no shared set".into() } };
+                return Done::reply_to(id, Reply::Set(Err(failed)));
             };
             let (result, set_watch) = read_set(&zk, set).await;
-            let reply = Reply::Set(result.map_err(|err| classify("read", &set.node, err)));
+            let reply = Reply::Set(result.map_err(|err| Failed::of("read", &set.node, err)));
             Done { id, reply, party_watch: None, set_watch, joined: None }
+        }
+        Op::RecoverSet(unfinished) => {
+            let result = match &ctx.set {
+                Some(set) => {
+                    let shared = SharedSet::new(SessionRef::Owned(zk.clone()), &set.base, paths.acls.clone())
+                        .with_chunk(ctx.set_chunk);
+                    crate::item_set::recover(&zk, &shared, &unfinished).await.map_err(Failed::from_error)
+                }
+                None => Ok(()),
+            };
+            Done::reply_to(id, Reply::Recovered(result))
+        }
+        Op::WatchLease(tag) => {
+            let result = match &ctx.set {
+                Some(set) => {
+                    let lease = set.lease(&tag);
+                    locks::wait_for(&zk, &lease).await.map_err(|err| Failed::of("get_data", &lease, err))
+                }
+                None => Ok(()),
+            };
+            Done::reply_to(id, Reply::LeaseGone(result))
         }
         Op::RemoveDirs(items) => {
             let dirs: Vec<String> = items.into_iter().map(dir).collect();
@@ -196,7 +300,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         Op::WatchHeld { item, node } => {
             let path = format!("{}/{node}", dir(item));
             let result = locks::wait_gone(&zk, &path, &ctx.held_watch_registrations).await;
-            Done::reply_to(id, Reply::HeldGone(result.map_err(|err| classify("get_data", &path, err))))
+            Done::reply_to(id, Reply::HeldGone(result.map_err(|err| Failed::of("get_data", &path, err))))
         }
         Op::Leave => {
             if let Err(err) = party::leave(&zk, paths, &own).await {
@@ -207,85 +311,24 @@ pub(crate) async fn perform<Z: ZooKeeper>(
     }
 }
 
-/// A member's read of the shared set, with the one watch that tells of its next change: a data watch on the header
-/// (every update that commits writes it), or an existence watch while the set is missing. One watch, never dropped
-/// before it fires: dropping an unfired watch makes the client ask the server to remove the path's watches, which
-/// races with the next read's new watch on the same path.
-async fn read_set<Z: ZooKeeper>(zk: &Z, set: &SetPaths) -> (Result<Option<SetRead>, ZkError>, Option<Z::Watch>) {
+/// A member's read of the shared set (the core interprets it), with the one watch that tells of its next change: a
+/// data watch on the header (every update that commits writes it), or an existence watch while the set is missing.
+/// One watch, never dropped before it fires: dropping an unfired watch makes the client ask the server to remove the
+/// path's watches, which races with the next read's new watch on the same path.
+async fn read_set<Z: ZooKeeper>(zk: &Z, set: &SetPaths) -> (Result<RawRead, ZkError>, Option<Z::Watch>) {
     let (header, watch) = match zk.get_and_watch_data(&set.node).await {
         Ok((data, _, watch)) => (Header::parse(&data).ok(), watch),
         Err(ZkError::NoNode) => {
-            tracing::warn!(node = %set.node, "the shared item set is missing: keeping the set in force until it is back");
+            // If it was created meanwhile, the watch fires and the next read finds it.
             return match zk.check_and_watch_stat(&set.node).await {
-                Ok((_, watch)) => (Ok(None), Some(watch)),
+                Ok((_, watch)) => {
+                    let missing = RawRead { header: None, children: Vec::new(), change: None, lease: None };
+                    (Ok(missing), Some(watch))
+                }
                 Err(err) => (Err(err), None),
             };
         }
         Err(err) => return (Err(err), None),
     };
-    let read = match crate::item_set::read_raw(zk, set, header.as_ref()).await {
-        Ok(read) => read,
-        Err(err) => return (Err(err), Some(watch)),
-    };
-    let read = match layout::interpret(read) {
-        SetView::Committed(committed) if committed.items.is_empty() => {
-            tracing::warn!(node = %set.node, "the shared item set is empty: keeping the set in force");
-            None
-        }
-        SetView::Committed(committed) => Some(SetRead { items: committed.items, version: committed.version }),
-        SetView::Missing { .. } => {
-            tracing::info!(node = %set.node, "the shared item set is being created: keeping the set in force");
-            None
-        }
-        SetView::Unreadable(reason) => {
-            tracing::warn!(node = %set.node, %reason, "the shared item set's node is unreadable: keeping the set in force");
-            None
-        }
-        // An update landed between the reads: the watch fires, and the next read is whole.
-        SetView::Torn => None,
-    };
-    (Ok(read), Some(watch))
-}
-
-/// What each other member announces, reading the data of party nodes not seen before (one read `multi`); `known`
-/// keeps what was read, for the nodes still in the party. A failed read only delays the check to the next change.
-async fn read_agreements<Z: ZooKeeper>(
-    zk: &Z,
-    paths: &Paths,
-    children: &[String],
-    own: &str,
-    known: &Mutex<HashMap<String, Option<Agreement>>>,
-) -> Vec<(String, Agreement)> {
-    let unknown: Vec<String> = {
-        let Ok(mut known) = known.lock() else { return Vec::new() };
-        known.retain(|node, _| children.contains(node));
-        children.iter().filter(|child| *child != own && !known.contains_key(*child)).cloned().collect()
-    };
-    if !unknown.is_empty() {
-        let nodes: Vec<String> = unknown.iter().map(|node| format!("{}/{node}", paths.party)).collect();
-        let ops: Vec<ReadOp<'_>> = nodes.iter().map(|node| ReadOp::Data(node)).collect();
-        if let Ok(results) = zk.multi_read(&ops).await {
-            let Ok(mut known) = known.lock() else { return Vec::new() };
-            for (node, result) in unknown.into_iter().zip(results) {
-                if let ReadResult::Data(data, _) = result {
-                    known.insert(node, Agreement::from_node_data(&data));
-                }
-            }
-        }
-    }
-    let Ok(known) = known.lock() else { return Vec::new() };
-    children.iter().filter_map(|child| Some((party::member_name(child)?.to_owned(), (*known.get(child)?)?))).collect()
-}
-
-/// How the core should treat a failed request.
-fn classify(op: &'static str, path: &str, err: ZkError) -> ReqError {
-    if session_end(&err).is_some() {
-        ReqError::Fatal(Error::zk(op, path, err))
-    } else if err == ZkError::NoNode {
-        ReqError::NoNode
-    } else if is_transient(&err) {
-        ReqError::Transient
-    } else {
-        ReqError::Fatal(Error::zk(op, path, err))
-    }
+    (read_raw(zk, set, header.as_ref()).await, Some(watch))
 }

@@ -112,6 +112,9 @@ pub enum DisagreementKind {
     ItemSet,
     /// Its partition function answers differently (same set).
     PartitionFn,
+    /// It follows another version of the shared item set: it has not caught up with a change (or lost its watch).
+    /// Reported once it has been on another version for `time_boundary` after this member followed a change.
+    ItemSetVersion,
 }
 
 /// A member of the party whose configuration disagrees with this member's (see [`Snapshot::disagreements`]).
@@ -133,6 +136,7 @@ impl fmt::Display for Disagreement {
         let what = match self.kind {
             DisagreementKind::ItemSet => "item set",
             DisagreementKind::PartitionFn => "partition function",
+            DisagreementKind::ItemSetVersion => "version of the shared item set",
         };
         write!(f, "member {} uses a different {what} ({} here, {} there)", self.member, self.ours, self.theirs)
     }

@@ -33,11 +33,26 @@ pub(crate) enum Mode {
 /// One operation of a write `multi`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum WriteOp<'a> {
-    Create { path: &'a str, data: &'a [u8], mode: Mode, acls: &'a NodeAcls },
-    Delete { path: &'a str, version: Option<i32> },
-    SetData { path: &'a str, data: &'a [u8], version: Option<i32> },
+    Create {
+        path: &'a str,
+        data: &'a [u8],
+        mode: Mode,
+        acls: &'a NodeAcls,
+    },
+    Delete {
+        path: &'a str,
+        version: Option<i32>,
+    },
+    SetData {
+        path: &'a str,
+        data: &'a [u8],
+        version: Option<i32>,
+    },
     /// Fails the `multi` unless the node exists (at this data version, if given).
-    Check { path: &'a str, version: Option<i32> },
+    Check {
+        path: &'a str,
+        version: Option<i32>,
+    },
 }
 
 /// The outcome of one operation of a write `multi` that succeeded.
@@ -45,7 +60,10 @@ pub(crate) enum WriteOp<'a> {
 pub(crate) enum Written {
     /// The created node's path (with its sequence, if sequential) and stat (invalid from servers before
     /// 3.7.2/3.8.2/3.9.0, ZOOKEEPER-4026).
-    Created { path: String, stat: Stat },
+    Created {
+        path: String,
+        stat: Stat,
+    },
     Deleted,
     Set(Stat),
     Checked,
@@ -123,6 +141,12 @@ pub(crate) trait ZooKeeper: Clone + Send + Sync + 'static {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<(Vec<u8>, Stat, Self::Watch), ZkError>> + Send;
+    fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<Stat, ZkError>> + Send;
     fn check_stat(&self, path: &str) -> impl Future<Output = Result<Option<Stat>, ZkError>> + Send;
     /// Stat and a watch that fires on creation, deletion or a data change.
     fn check_and_watch_stat(
@@ -196,6 +220,15 @@ impl ZooKeeper for Client {
     ) -> impl Future<Output = Result<(Vec<u8>, Stat, Self::Watch), ZkError>> + Send {
         let watched = Client::get_and_watch_data(self, path);
         async move { watched.await.map(|(data, stat, watcher)| (data, stat, watch(watcher))) }
+    }
+
+    fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<Stat, ZkError>> + Send {
+        Client::set_data(self, path, data, version)
     }
 
     fn check_stat(&self, path: &str) -> impl Future<Output = Result<Option<Stat>, ZkError>> + Send {

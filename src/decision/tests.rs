@@ -23,7 +23,9 @@ struct Script {
 fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Option<Duration>) -> CoreConfig {
     let items: Vec<Item> = (0..items as i64).map(Item::from).collect();
     CoreConfig {
-        agreement: Agreement::new(Some(&items), &KazooStride, None),
+        agreement: Agreement::new(Some(&items), None, &KazooStride, None),
+        identifier: "a".into(),
+        party_node: node_of("a-0000000000"),
         items,
         shared_set: None,
         partition_fn: Box::new(KazooStride),
@@ -35,6 +37,28 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
         window: 100,
         batch: 100,
         lock_dirs_exist: true,
+    }
+}
+
+/// A request lost with the connection.
+fn lost_connection() -> Failed {
+    Failed { code: Code::ConnectionLoss, error: crate::Error::Internal { reason: "lost".into() } }
+}
+
+/// The party node of a member named `member`.
+fn node_of(member: &str) -> String {
+    format!("0123456789abcdef0123456789abcdef-{member}")
+}
+
+/// A read of a shared set in force at `version` with `items` (integers or strings), nothing under way.
+fn set_read(items: &[Item], version: u64) -> crate::item_set::layout::RawRead {
+    use crate::item_set::layout::{Header, Kind, RawRead, State};
+    let header = Header { kind: Kind::of(items), version, state: State::Ready, log: Vec::new() };
+    RawRead {
+        header: Some((header.render().into_bytes(), version as i32)),
+        children: items.iter().map(Item::node_name).collect(),
+        change: None,
+        lease: None,
     }
 }
 
@@ -79,8 +103,8 @@ impl Script {
     /// Answers the party read with these members.
     fn party(&mut self, members: &[&str]) {
         let (id, _) = self.request("party read", |op| *op == Op::ReadParty);
-        let members = members.iter().map(|m| m.to_string()).collect();
-        self.send(Event::Reply(id, Reply::Party(Ok(PartyRead { members, ours: true, agreements: Vec::new() }))));
+        let children = members.iter().map(|m| node_of(m)).collect();
+        self.send(Event::Reply(id, Reply::Party(Ok(PartyRead { children }))));
     }
 
     /// Answers every create and listing (every directory exists): our nodes are the only contenders, so every lock
@@ -113,7 +137,7 @@ impl Script {
         self.published().last().map(|p| p.state).unwrap_or_else(|| self.core.state())
     }
 
-    fn acks(&mut self) -> Vec<(AckId, Result<(), Error>)> {
+    fn acks(&mut self) -> Vec<(AckId, Result<(), Cause>)> {
         let (acks, rest) = std::mem::take(&mut self.seen).into_iter().partition(|a| matches!(a, Action::Ack(..)));
         self.seen = rest;
         acks.into_iter().map(|a| if let Action::Ack(id, r) = a { (id, r) } else { unreachable!() }).collect()
@@ -315,7 +339,7 @@ fn max_allocation_time_bounds_an_incremental_rebalance() {
         }
         assert!(s.now - started < limit * 2, "still rebalancing after twice the limit");
     };
-    assert_eq!(failed.cause, Some(Error::AllocationTimeout(limit)));
+    assert_eq!(failed.cause, Some(Cause::AllocationTimeout(limit)));
     assert!(s.now - started >= limit, "failed before the limit");
 }
 
@@ -323,9 +347,9 @@ fn max_allocation_time_bounds_an_incremental_rebalance() {
 fn a_lost_session_fails_at_once_and_asks_nothing_more() {
     let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
     s.seen.clear();
-    let lost = Error::SessionLost { state: zookeeper_client::SessionState::Expired };
-    s.send(Event::SessionLost(lost.clone()));
+    s.send(Event::SessionEnded(SessionEnd::Expired));
     let failed = s.published().pop().expect("Failure");
+    let lost = Cause::SessionEnded(SessionEnd::Expired);
     assert_eq!((failed.state, failed.cause, failed.items.len()), (PartitionState::Failure, Some(lost), 0));
     assert!(s.seen.iter().all(|a| !matches!(a, Action::Request(..))), "nothing to clean after the session");
     assert!(matches!(s.seen.last(), Some(Action::Stop)));
@@ -335,7 +359,7 @@ fn a_lost_session_fails_at_once_and_asks_nothing_more() {
 fn finish_releases_then_leaves_then_stops() {
     let mut s = Script::acquired(config(2, Rebalance::Eager, SessionPolicy::Standard, None));
     s.send(Event::Finish(Some(5)));
-    assert_eq!(s.published().pop().map(|p| (p.state, p.cause)), Some((PartitionState::Failure, Some(Error::Finished))));
+    assert_eq!(s.published().pop().map(|p| (p.state, p.cause)), Some((PartitionState::Failure, Some(Cause::Finished))));
     let (id, _) = s.request("release", |op| matches!(op, Op::Release { .. }));
     assert!(s.seen.iter().all(|a| !matches!(a, Action::Request(_, Op::Leave))), "left before releasing");
     s.send(Event::Reply(id, Reply::Released(Ok(()))));
@@ -474,7 +498,7 @@ fn publications_list_items_in_item_order_after_items_that_sort_first_are_added()
     cfg.shared_set = Some(0);
     let mut s = Script::new(cfg);
     let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
-    s.send(Event::Reply(id, Reply::Set(Ok(Some(SetRead { items: strs(&["i0", "i1"]), version: 0 })))));
+    s.send(Event::Reply(id, Reply::Set(Ok(set_read(&strs(&["i0", "i1"]), 0)))));
     s.party(&["a-0000000000"]);
     s.wait(SETTLED);
     s.grant_locks();
@@ -483,7 +507,7 @@ fn publications_list_items_in_item_order_after_items_that_sort_first_are_added()
     s.send(Event::SetChanged);
     let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
     let items = strs(&["a0", "a1", "i0", "i1", "z0"]);
-    s.send(Event::Reply(id, Reply::Set(Ok(Some(SetRead { items: items.clone(), version: 1 })))));
+    s.send(Event::Reply(id, Reply::Set(Ok(set_read(&items, 1)))));
     s.wait(SETTLED);
     // The added items' directories are made first (a shared set's new items have none yet).
     let (id, _) = s.request("directories", |op| matches!(op, Op::MakeDirs(_)));
@@ -512,7 +536,7 @@ fn a_late_landing_create_of_ours_is_deleted_not_waited_for() {
         unreachable!()
     };
     let prefix = contenders[0].1.clone();
-    s.send(Event::Reply(id, Reply::Created(Err(ReqError::Transient))));
+    s.send(Event::Reply(id, Reply::Created(Err(lost_connection()))));
     s.wait(Duration::from_millis(10));
     let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
     s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![], 0))]))));
@@ -554,7 +578,7 @@ fn two_nodes_of_ours_found_after_a_lost_reply_keep_the_lowest() {
         unreachable!()
     };
     let prefix = contenders[0].1.clone();
-    s.send(Event::Reply(id, Reply::Created(Err(ReqError::Transient))));
+    s.send(Event::Reply(id, Reply::Created(Err(lost_connection()))));
     s.wait(Duration::from_millis(10));
     let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
     let (low, high) = (format!("{prefix}0000000004"), format!("{prefix}0000000007"));
@@ -569,4 +593,158 @@ fn two_nodes_of_ours_found_after_a_lost_reply_keep_the_lowest() {
     assert_eq!(listed, [(0, Some(low.clone()))], "the kept node's stat is read");
     s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![low.clone()], 99))]))));
     assert_eq!(s.core.held_node(0), Some(low.as_str()));
+}
+
+/// A core on the shared set, as member `a` of `party`, following `items` at `version`.
+fn on_shared_set(items: &[Item], version: u64, party: &[&str]) -> Script {
+    let mut cfg = config(0, Rebalance::Incremental, SessionPolicy::Standard, None);
+    cfg.items = items.to_vec();
+    cfg.shared_set = Some(version);
+    cfg.agreement = Agreement::new(None, Some(version), &KazooStride, items.first());
+    let mut s = Script::new(cfg);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(set_read(items, version)))));
+    s.party(party);
+    s
+}
+
+/// Another member's party node data, announcing the shared set at `version`.
+fn announcing(member: &str, version: u64, items: &[Item]) -> Vec<u8> {
+    Agreement::new(None, Some(version), &KazooStride, items.first()).node_data(member).into_bytes()
+}
+
+/// Members announce the shared set's version they follow (`set=shared@<version>`): one that follows another version
+/// is a reported disagreement, checked again every `time_boundary` while it lasts, and cleared once it catches up.
+/// (Before, members announced `set=shared` alone, and a member started from a half-written set said nothing.)
+#[test]
+fn a_member_on_another_version_of_the_shared_set_is_a_reported_disagreement_until_it_catches_up() {
+    let items: Vec<Item> = (0..4).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 3, &["a-0000000000", "b-0000000001"]);
+    let (id, Op::ReadAnnouncements(nodes)) = s.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(nodes, [node_of("b-0000000001")]);
+    s.send(Event::Reply(id, Reply::Announcements(Ok(vec![Some(announcing("b", 2, &items))]))));
+    let report = s.published().pop().expect("the disagreement is published at once");
+    assert_eq!(report.reason, Reason::Disagreement);
+    assert_eq!(report.disagreements.len(), 1);
+    assert_eq!(report.disagreements[0].kind, crate::DisagreementKind::ItemSetVersion);
+    assert_eq!(report.disagreements[0].member, "b-0000000001");
+    assert!(report.disagreements[0].theirs.contains("set=shared@2"), "{:?}", report.disagreements[0]);
+
+    // Read again a time_boundary later; b has caught up: the report ends.
+    s.wait(TB);
+    let (id, _) = s.request("announcements again", |op| matches!(op, Op::ReadAnnouncements(_)));
+    s.send(Event::Reply(id, Reply::Announcements(Ok(vec![Some(announcing("b", 3, &items))]))));
+    let cleared = s.published().pop().expect("the end of the disagreement is published");
+    assert!(cleared.disagreements.is_empty());
+}
+
+/// Once a member follows a new version, it says so in its party node.
+#[test]
+fn a_member_announces_each_version_of_the_shared_set_it_follows() {
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    s.seen.retain(|a| !matches!(a, Action::Request(_, Op::Announce(_))));
+
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    let bigger: Vec<Item> = (0..4).map(Item::from).collect();
+    s.send(Event::Reply(id, Reply::Set(Ok(set_read(&bigger, 2)))));
+    s.wait(SETTLED);
+    let (_, Op::Announce(data)) = s.request("announcement", |op| matches!(op, Op::Announce(_))) else { unreachable!() };
+    assert_eq!(
+        Agreement::from_node_data(data.as_bytes()).map(|a| a.set),
+        Some(crate::agreement::SetSource::Shared(Some(2)))
+    );
+    assert!(data.starts_with("a\n"), "the identifier first, as kazoo writes it: {data:?}");
+}
+
+/// An update's tag (random hex, as a writer draws it).
+const TAG: &str = "00000000000000a1";
+
+/// A read of the shared set with an update under way, with or without its writer's lease.
+fn unfinished_read(items: &[Item], version: u64, tag: &str, lease: bool) -> crate::item_set::layout::RawRead {
+    use crate::item_set::layout::{Header, Kind, State};
+    let mut read = set_read(items, version);
+    let header = Header { kind: Kind::of(items), version, state: State::Staging(tag.into()), log: Vec::new() };
+    read.header = Some((header.render().into_bytes(), version as i32 + 1));
+    read.lease = Some(lease);
+    read
+}
+
+/// The party's first member takes care of an update whose writer may be gone: it watches the writer's lease while
+/// it lives, and undoes (or finishes) the update once it is gone. Another member leaves it to the first.
+#[test]
+fn the_first_member_recovers_an_update_whose_writer_is_gone() {
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000", "b-0000000001"]);
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(unfinished_read(&items, 1, TAG, true)))));
+    let (id, Op::WatchLease(tag)) = s.request("lease watch", |op| matches!(op, Op::WatchLease(_))) else {
+        unreachable!()
+    };
+    assert_eq!(tag, TAG);
+    // The writer's session ends: its lease goes; the member reads the set again and undoes the update.
+    s.send(Event::Reply(id, Reply::LeaseGone(Ok(()))));
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(unfinished_read(&items, 1, TAG, false)))));
+    let (_, Op::RecoverSet(unfinished)) = s.request("recovery", |op| matches!(op, Op::RecoverSet(_))) else {
+        unreachable!()
+    };
+    assert!(unfinished.abandoned());
+    assert_eq!(unfinished.state.change(), Some(TAG));
+
+    // The second member of the party does nothing of the kind.
+    let mut s = on_shared_set(&items, 1, &["b-0000000000", "a-0000000001"]);
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(unfinished_read(&items, 1, TAG, false)))));
+    assert!(
+        !s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::RecoverSet(_) | Op::WatchLease(_)))),
+        "only the first member recovers: {:?}",
+        s.seen
+    );
+}
+
+/// Under churn (the lock work never quiet for `time_boundary`: here a create whose reply does not come), a held lock
+/// is still watched 2 × `time_boundary` after its acquisition: the bound on how long a member may keep listing an
+/// item whose node an operator deleted. (Before, held locks were watched only once the lock work was quiet.)
+#[test]
+fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_churn() {
+    for sabotage in [Sabotage::None, Sabotage::HeldWatchOnlyWhenQuiet] {
+        let mut cfg = config(2, Rebalance::Incremental, SessionPolicy::Standard, None);
+        (cfg.window, cfg.batch) = (1, 1);
+        let mut s = Script::new(cfg);
+        s.core.sabotage = sabotage;
+        s.party(&["a-0000000000"]);
+        s.wait(SETTLED);
+        // Item 0's lock is taken; item 1's create is sent and its reply is slow.
+        let (id, Op::Create { contenders, .. }) = s.request("create", |op| matches!(op, Op::Create { .. })) else {
+            unreachable!()
+        };
+        assert_eq!(contenders.len(), 1, "one create at a time");
+        let node = format!("{}0000000001", contenders[0].1);
+        s.send(Event::Reply(id, Reply::Created(Ok(vec![(node.clone(), 42)]))));
+        let (id, _) = s.request("listing", |op| matches!(op, Op::List(_)));
+        s.send(Event::Reply(id, Reply::Listed(Ok(vec![Ok((vec![node.clone()], 0))]))));
+        assert_eq!(s.core.held_node(contenders[0].0), Some(node.as_str()));
+        let acquired = s.now;
+        s.request("the next create", |op| matches!(op, Op::Create { .. }));
+        let watched = |s: &Script| s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::WatchHeld { .. })));
+        s.wait(TB * 2);
+        match sabotage {
+            Sabotage::None => {
+                assert!(watched(&s), "watched 2 × time_boundary after the acquisition: {:?}", s.seen);
+                assert_eq!(s.now, acquired + TB * 2);
+            }
+            _ => assert!(!watched(&s), "the sabotaged core waits for quiet"),
+        }
+    }
 }

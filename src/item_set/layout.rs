@@ -140,7 +140,8 @@ impl Header {
     }
 
     pub fn render(&self) -> String {
-        let mut text = format!("{MAGIC} kind={} version={} state={}", self.kind.name(), self.version, self.state.name());
+        let mut text =
+            format!("{MAGIC} kind={} version={} state={}", self.kind.name(), self.version, self.state.name());
         if let Some(tag) = self.state.change() {
             text.push_str(&format!(" change={tag}"));
         }
@@ -313,25 +314,27 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         return SetView::Torn;
     }
     let unfinished = header.state.change().map(|_| Unfinished { state: header.state.clone(), lease: read.lease });
-    if matches!(header.state, State::Creating(_) | State::Deleting(_)) {
+    #[cfg(test)]
+    let creating_read = crate::decision::sabotaged(crate::decision::Sabotage::CreatingReadAsCommitted);
+    #[cfg(not(test))]
+    let creating_read = false;
+    if matches!(header.state, State::Creating(_) | State::Deleting(_)) && !creating_read {
         return SetView::Missing { unfinished };
     }
     let mut names: BTreeSet<String> = read.children.into_iter().collect();
-    if let (State::Applying(_), Some((adds, removes))) = (&header.state, read.change) {
+    #[cfg(test)]
+    let change =
+        if crate::decision::sabotaged(crate::decision::Sabotage::ApplyingReadAsBase) { None } else { read.change };
+    #[cfg(not(test))]
+    let change = read.change;
+    if let (State::Applying(_), Some((adds, removes))) = (&header.state, change) {
         names.extend(adds);
         for name in &removes {
             names.remove(name);
         }
     }
     let (items, skipped) = parse_names(header.kind, names);
-    SetView::Committed(Committed {
-        items,
-        version: header.version,
-        skipped,
-        header,
-        header_version,
-        unfinished,
-    })
+    SetView::Committed(Committed { items, version: header.version, skipped, header, header_version, unfinished })
 }
 
 /// Item names as items of `kind`, sorted; names that are not such items come back apart.
@@ -428,7 +431,10 @@ mod tests {
         assert!(matches!(interpret(r), SetView::Missing { unfinished: Some(u) } if !u.abandoned()));
         // missing, unreadable
         assert_eq!(interpret(RawRead { header: None, ..read(&h, &[]) }), SetView::Missing { unfinished: None });
-        assert!(matches!(interpret(RawRead { header: Some((b"junk".to_vec(), 0)), ..read(&h, &[]) }), SetView::Unreadable(_)));
+        assert!(matches!(
+            interpret(RawRead { header: Some((b"junk".to_vec(), 0)), ..read(&h, &[]) }),
+            SetView::Unreadable(_)
+        ));
     }
 
     #[test]

@@ -48,7 +48,7 @@ use crate::{Error, Item};
 use layout::{Committed, Header, Kind, RawRead, SetPaths, SetView, State, Unfinished};
 
 /// Operations per `multi` (each a create or a delete of one item) ...
-const CHUNK_OPS: usize = 1000;
+pub(crate) const CHUNK_OPS: usize = 1000;
 /// ... and bytes of paths per `multi`, far below ZooKeeper's 1 MB packet limit (`jute.maxbuffer`).
 const CHUNK_BYTES: usize = 512 * 1024;
 /// Attempts of one update against concurrent writers before giving up (with the backoff below, about 10 s of
@@ -140,10 +140,6 @@ impl ItemSet {
     /// The same set on a member's session, which the member releases when its background task ends.
     pub(crate) fn from_shared(inner: SharedSet<Client>) -> Self {
         ItemSet { inner }
-    }
-
-    pub(crate) fn inner(&self) -> &SharedSet<Client> {
-        &self.inner
     }
 
     /// The path of the set's node, `<path>/items`.
@@ -238,6 +234,11 @@ pub(crate) struct SharedSet<Z> {
     session: SessionRef<Z>,
     paths: SetPaths,
     acls: NodeAcls,
+    /// Operations per `multi` ([`CHUNK_OPS`]; the simulation uses a few, so that its small sets take the staged path).
+    chunk: usize,
+    /// The tokens of this handle's updates, in order (test builds: the simulation's checker reads them).
+    #[cfg(test)]
+    pub tokens: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// Why one attempt of an update did not complete (the update reads the set again and starts over).
@@ -250,7 +251,20 @@ enum Retry {
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     pub fn new(session: SessionRef<Z>, base: &str, acls: NodeAcls) -> Self {
-        SharedSet { session, paths: SetPaths::new(base), acls }
+        SharedSet {
+            session,
+            paths: SetPaths::new(base),
+            acls,
+            chunk: CHUNK_OPS,
+            #[cfg(test)]
+            tokens: Default::default(),
+        }
+    }
+
+    /// With at most `chunk` operations per `multi` (at least 3: the header's and two more), instead of 1,000.
+    pub fn with_chunk(mut self, chunk: usize) -> Self {
+        self.chunk = chunk.clamp(3, CHUNK_OPS);
+        self
     }
 
     /// The set's nodes.
@@ -364,6 +378,28 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
         let mut uncertain = false;
+        let result = self.update_as(&zk, &token, &mut uncertain, expected, change).await;
+        match result {
+            // The session ended with our update's outcome unknown: say so, rather than that it failed.
+            Err(Error::SessionLost { .. } | Error::Stopped) if uncertain => {
+                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() })
+            }
+            result => result,
+        }
+    }
+
+    /// [`SharedSet::update`]'s attempts, with our update's `token`; `uncertain` says whether one of them may have
+    /// landed unseen.
+    async fn update_as(
+        &self,
+        zk: &Z,
+        token: &str,
+        uncertain: &mut bool,
+        expected: Option<u64>,
+        change: impl Fn(&BTreeSet<Item>, bool) -> Result<BTreeSet<Item>, Error>,
+    ) -> Result<SharedItems, Error> {
+        let zk = zk.clone();
+        let token = token.to_owned();
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             let current = match self.view(&zk).await? {
@@ -374,8 +410,19 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
                 SetView::Torn => continue,
             };
-            if uncertain && current.header.landed(&token) {
-                // Our update landed; its reply was lost.
+            #[cfg(test)]
+            if crate::decision::sabotaged(crate::decision::Sabotage::LostRepliesUnresolved) {
+                *uncertain = false;
+            }
+            if *uncertain && current.header.landed(&token) {
+                // Our update landed; its reply was lost. If it is still ours to apply, apply it now (as the lost
+                // reply's sequel would have).
+                if let Some(unfinished) = &current.unfinished
+                    && unfinished.state == State::Applying(token.clone())
+                    && let Err(err) = self.finish_applying(&zk, &token).await
+                {
+                    tracing::warn!(%err, change = %token, "an update is committed but not yet applied; it will be finished");
+                }
                 return Ok(SharedItems::of(current));
             }
             if let Some(unfinished) = &current.unfinished {
@@ -391,7 +438,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 });
             }
             let before: BTreeSet<Item> = current.items.iter().cloned().collect();
-            let after = change(&before, uncertain)?;
+            let after = change(&before, *uncertain)?;
+            #[cfg(test)]
+            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
             if after.is_empty() {
                 return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
             }
@@ -408,7 +457,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             if adds.is_empty() && removes.is_empty() && kind == current.header.kind && current.skipped.is_empty() {
                 return Ok(SharedItems::of(current));
             }
-            let written = if fits_one_request(&self.paths, &adds, &removes) {
+            let written = if fits_one_request(&self.paths, self.chunk, &adds, &removes) {
                 self.write_small(&zk, &current, kind, &adds, &removes, &token).await
             } else {
                 self.write_large(&zk, &current, kind, &adds, &removes, &token).await
@@ -418,14 +467,14 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     let version = current.version + 1;
                     return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new() });
                 }
-                Err(Ok(Retry::Moved)) if expected.is_some() && !uncertain => {
+                Err(Ok(Retry::Moved)) if expected.is_some() && !*uncertain => {
                     return Err(Error::ItemSetConflict {
                         path: self.paths.node.clone(),
                         reason: format!("the set changed after version {}", current.version),
                     });
                 }
                 Err(Ok(Retry::Moved)) => {}
-                Err(Ok(Retry::Unknown)) => uncertain = true,
+                Err(Ok(Retry::Unknown)) => *uncertain = true,
                 Err(Err(err)) => return Err(err),
             }
         }
@@ -468,45 +517,57 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         for dir in [&self.paths.changes, &self.paths.writers] {
             retry_transient(zk, || zk.mkdir(dir, &self.acls)).await.map_err(|e| Err(self.zk_error("mkdir", e)))?;
         }
-        self.collect_garbage(zk, None).await;
+        self.collect_garbage(zk).await;
         // 1. The intent: the header says `staging` under our lease; the set in force is unchanged.
         let staging = current.header.with_state(State::Staging(tag.to_owned())).render();
         let (lease, change) = (self.paths.lease(tag), self.paths.change(tag));
         let (additions, removals) = (self.paths.additions(tag), self.paths.removals(tag));
         let ops = [
-            WriteOp::SetData { path: &self.paths.node, data: staging.as_bytes(), version: Some(current.header_version) },
+            WriteOp::SetData {
+                path: &self.paths.node,
+                data: staging.as_bytes(),
+                version: Some(current.header_version),
+            },
             WriteOp::Create { path: &lease, data: b"", mode: Mode::Ephemeral, acls: &self.acls },
             self.create_op(&change),
             self.create_op(&additions),
             self.create_op(&removals),
         ];
         // A lost intent may have landed: the next read then finds our own `staging`, and undoes it.
-        self.commit(zk, &ops).await?;
+        let outcome = match self.commit(zk, &ops).await {
+            Ok(()) => self.stage_and_commit(zk, current, kind, adds, removes, tag).await,
+            Err(err) => Err(err),
+        };
+        // Whatever happened, our lease goes before we return: while it lives nobody finishes or undoes a change of
+        // ours left part-way, and an intent whose reply was lost may have taken it.
+        self.release_lease(zk, tag).await;
+        outcome
+    }
+
+    /// Steps 2 to 5 of [`SharedSet::write_large`], under our lease.
+    async fn stage_and_commit(
+        &self,
+        zk: &Z,
+        current: &Committed,
+        kind: Kind,
+        adds: &[String],
+        removes: &[String],
+        tag: &str,
+    ) -> Result<(), Result<Retry, Error>> {
         let staged_version = current.header_version + 1;
         // 2. Staging, each request checking that the header is still our intent (nobody undid it).
         self.stage(zk, tag, staged_version, adds, removes).await?;
         // 3. The commit: from `staging` to `applying`, one conditional write; every reader now sees the change.
-        let applying = current.header.next(kind, State::Applying(tag.to_owned()), token).render();
-        let ops = [WriteOp::SetData {
-            path: &self.paths.node,
-            data: applying.as_bytes(),
-            version: Some(staged_version),
-        }];
-        match self.commit(zk, &ops).await {
-            Ok(()) => {}
-            Err(Ok(Retry::Unknown)) => {
-                // Landed or not: the header tells.
-                let view = self.view(zk).await.map_err(Err)?;
-                match view {
-                    SetView::Committed(c) if c.header.landed(token) => {}
-                    _ => return Err(Ok(Retry::Unknown)),
-                }
-            }
-            Err(other) => return Err(other),
+        let applying = current.header.next(kind, State::Applying(tag.to_owned()), tag).render();
+        let ops =
+            [WriteOp::SetData { path: &self.paths.node, data: applying.as_bytes(), version: Some(staged_version) }];
+        // A lost reply: the next read tells whether it landed (our token in the header's log).
+        self.commit(zk, &ops).await?;
+        // 4. and 5. Apply it to the base set and say `ready`. The update is in force whatever happens now: if this
+        // fails (the session ends, say), whoever finds the change abandoned finishes it.
+        if let Err(err) = self.finish_applying(zk, tag).await {
+            tracing::warn!(%err, change = tag, "an update is committed but not yet applied; it will be finished");
         }
-        // 4. and 5. Apply it to the base set and say `ready`; whoever finds it abandoned would finish it too.
-        self.finish_applying(zk, tag).await.map_err(Err)?;
-        let _ = zk.delete(&lease, None).await;
         Ok(())
     }
 
@@ -524,8 +585,11 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let mut staged_adds: BTreeSet<String> = BTreeSet::new();
         let mut staged_removes: BTreeSet<String> = BTreeSet::new();
         for _ in 0..MAX_ATTEMPTS {
-            let mut todo: Vec<String> =
-                adds.iter().filter(|name| !staged_adds.contains(*name)).map(|name| format!("{additions}/{name}")).collect();
+            let mut todo: Vec<String> = adds
+                .iter()
+                .filter(|name| !staged_adds.contains(*name))
+                .map(|name| format!("{additions}/{name}"))
+                .collect();
             todo.extend(
                 removes.iter().filter(|name| !staged_removes.contains(*name)).map(|name| format!("{removals}/{name}")),
             );
@@ -533,7 +597,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 return Ok(());
             }
             let mut lost = false;
-            for chunk in chunks(&todo) {
+            for chunk in chunks(&todo, self.chunk) {
                 let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(version) }];
                 ops.extend(chunk.iter().map(|path| self.create_op(path)));
                 match zk.multi_write(&ops).await {
@@ -553,9 +617,16 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             // Some of it may have landed: list what is staged, and stage the rest.
             let listed = |dir: String| async move { retry_transient(zk, || zk.list_children(&dir)).await };
-            staged_adds = listed(additions.clone()).await.map_err(|e| Err(self.zk_error("get_children", e)))?.into_iter().collect();
-            staged_removes =
-                listed(removals.clone()).await.map_err(|e| Err(self.zk_error("get_children", e)))?.into_iter().collect();
+            staged_adds = listed(additions.clone())
+                .await
+                .map_err(|e| Err(self.zk_error("get_children", e)))?
+                .into_iter()
+                .collect();
+            staged_removes = listed(removals.clone())
+                .await
+                .map_err(|e| Err(self.zk_error("get_children", e)))?
+                .into_iter()
+                .collect();
         }
         Err(Err(self.too_busy()))
     }
@@ -564,7 +635,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// run by several processes at once: each request checks that the header still says `applying` this change.
     pub async fn finish_applying(&self, zk: &Z, tag: &str) -> Result<(), Error> {
         for _ in 0..MAX_ATTEMPTS {
-            let read = read_raw(zk, &self.paths, None).await.map_err(|e| self.zk_error("read", e))?;
+            let read =
+                retry_transient(zk, || read_raw(zk, &self.paths, None)).await.map_err(|e| self.zk_error("read", e))?;
             let Some((data, version)) = &read.header else { return Ok(()) };
             let header = match Header::parse(data) {
                 Ok(header) if header.state == State::Applying(tag.to_owned()) => header,
@@ -578,7 +650,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             todo.extend(adds.iter().filter(|name| !base.contains(name)).map(|name| (self.paths.item(name), true)));
             if todo.is_empty() {
                 let ready = header.with_state(State::Ready).render();
-                let ops = [WriteOp::SetData { path: &self.paths.node, data: ready.as_bytes(), version: Some(*version) }];
+                let ops =
+                    [WriteOp::SetData { path: &self.paths.node, data: ready.as_bytes(), version: Some(*version) }];
                 match self.commit(zk, &ops).await {
                     Ok(()) => {
                         self.delete_tree(zk, &self.paths.change(tag)).await;
@@ -589,7 +662,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
             }
             let paths: Vec<String> = todo.iter().map(|(path, _)| path.clone()).collect();
-            for chunk in chunks(&paths) {
+            for chunk in chunks(&paths, self.chunk) {
                 let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(*version) }];
                 for path in chunk {
                     let create = todo.iter().any(|(p, create)| p == path && *create);
@@ -657,7 +730,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let ready = Header { kind, version: 1, state: State::Ready, log: vec![token.to_owned()] };
         let ready_text = ready.render();
         let created = paths_of(&self.paths.node, &names);
-        if fits_one_request(&self.paths, &names, &[]) {
+        if fits_one_request(&self.paths, self.chunk, &names, &[]) {
             let mut ops = vec![self.create_data_op(&self.paths.node, ready_text.as_bytes())];
             ops.extend(created.iter().map(|path| self.create_op(path)));
             return self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
@@ -673,11 +746,19 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         ];
         // A lost reply: the next read finds our `creating` header (ours, so undone at once) or nothing.
         self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown))?;
+        let outcome = self.create_under_lease(zk, &created, &ready_text).await;
+        // Whatever happened, our lease goes before we return (see `write_large`).
+        self.release_lease(zk, token).await;
+        outcome
+    }
+
+    /// Creates the items of a first version under a `creating` header, then says `ready` (which commits it).
+    async fn create_under_lease(&self, zk: &Z, created: &[String], ready_text: &str) -> Result<(), Retry> {
         let mut done: BTreeSet<String> = BTreeSet::new();
         for _ in 0..MAX_ATTEMPTS {
             let todo: Vec<String> = created.iter().filter(|path| !done.contains(*path)).cloned().collect();
             let mut lost = false;
-            for chunk in chunks(&todo) {
+            for chunk in chunks(&todo, self.chunk) {
                 let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(0) }];
                 ops.extend(chunk.iter().map(|path| self.create_op(path)));
                 match zk.multi_write(&ops).await {
@@ -691,11 +772,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
             }
             if !lost {
-                let ops =
-                    [WriteOp::SetData { path: &self.paths.node, data: ready_text.as_bytes(), version: Some(0) }];
-                let committed = self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
-                let _ = zk.delete(&lease, None).await;
-                return committed;
+                let ops = [WriteOp::SetData { path: &self.paths.node, data: ready_text.as_bytes(), version: Some(0) }];
+                return self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
             }
             let Ok(children) = retry_transient(zk, || zk.list_children(&self.paths.node)).await else {
                 return Err(Retry::Unknown);
@@ -727,11 +805,41 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         WriteOp::Create { path, data, mode: Mode::Persistent, acls: &self.acls }
     }
 
-    /// Deletes the staged changes other than `keep` (left by writers that stopped, or not cleaned up). Best effort.
-    async fn collect_garbage(&self, zk: &Z, keep: Option<&str>) {
+    /// Deletes a writer's lease, retrying while the connection is lost (once the session ends, it is gone anyway).
+    async fn release_lease(&self, zk: &Z, tag: &str) {
+        let lease = self.paths.lease(tag);
+        if let Err(err) = retry_transient(zk, || zk.delete(&lease, None)).await
+            && err != ZkError::NoNode
+        {
+            tracing::debug!(%err, %lease, "could not delete a lease; it goes with the session");
+        }
+    }
+
+    /// Deletes staged changes left behind: those whose writer's lease is gone and that the header does not name (a
+    /// writer that stopped before its intent landed or after it was undone, or a clean-up that did not finish). A
+    /// change with a live lease may be about to be named: never touched. Best effort.
+    async fn collect_garbage(&self, zk: &Z) {
         let Ok(tags) = zk.list_children(&self.paths.changes).await else { return };
-        for tag in tags.into_iter().filter(|tag| Some(tag.as_str()) != keep) {
-            self.delete_tree(zk, &self.paths.change(&tag)).await;
+        if tags.is_empty() {
+            return;
+        }
+        // Listed first, then the header and the leases in one read: a change named after this read has a live lease.
+        let leases: Vec<String> = tags.iter().map(|tag| self.paths.lease(tag)).collect();
+        let mut ops = vec![ReadOp::Data(&self.paths.node)];
+        ops.extend(leases.iter().map(|lease| ReadOp::Data(lease)));
+        let Ok(results) = zk.multi_read(&ops).await else { return };
+        let mut results = results.into_iter();
+        let named = match results.next() {
+            Some(ReadResult::Data(data, _)) => {
+                Header::parse(&data).ok().and_then(|h| h.state.change().map(str::to_owned))
+            }
+            _ => return,
+        };
+        for (tag, lease) in tags.iter().zip(results) {
+            let dead = matches!(lease, ReadResult::Failed(ZkError::NoNode));
+            if dead && named.as_deref() != Some(tag.as_str()) {
+                self.delete_tree(zk, &self.paths.change(tag)).await;
+            }
         }
     }
 
@@ -741,8 +849,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let dir = format!("{change}/{dir}");
             if let Ok(names) = zk.list_children(&dir).await {
                 let paths = paths_of(&dir, &names);
-                for chunk in chunks(&paths) {
-                    let ops: Vec<WriteOp<'_>> = chunk.iter().map(|path| WriteOp::Delete { path, version: None }).collect();
+                for chunk in chunks(&paths, self.chunk) {
+                    let ops: Vec<WriteOp<'_>> =
+                        chunk.iter().map(|path| WriteOp::Delete { path, version: None }).collect();
                     let _ = zk.multi_write(&ops).await;
                 }
             }
@@ -784,7 +893,7 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
                 Ok(()) => {
                     tracing::info!(node = %set.paths.node, change = %tag, "undid an update whose writer is gone");
                     set.delete_tree(zk, &set.paths.change(tag)).await;
-                    let _ = zk.delete(&set.paths.lease(tag), None).await;
+                    set.release_lease(zk, tag).await;
                     Ok(())
                 }
                 Err(Err(err)) => Err(err),
@@ -801,17 +910,19 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
             let mut version = version;
             if matches!(header.state, State::Creating(_)) {
                 let deleting = header.with_state(State::Deleting(tag.clone())).render();
-                let ops = [WriteOp::SetData { path: &set.paths.node, data: deleting.as_bytes(), version: Some(version) }];
+                let ops =
+                    [WriteOp::SetData { path: &set.paths.node, data: deleting.as_bytes(), version: Some(version) }];
                 match set.commit(zk, &ops).await {
                     Ok(()) => version += 1,
                     Err(Err(err)) => return Err(err),
                     Err(Ok(_)) => return Ok(()),
                 }
             }
-            let children =
-                retry_transient(zk, || zk.list_children(&set.paths.node)).await.map_err(|e| set.zk_error("get_children", e))?;
+            let children = retry_transient(zk, || zk.list_children(&set.paths.node))
+                .await
+                .map_err(|e| set.zk_error("get_children", e))?;
             let paths = paths_of(&set.paths.node, &children);
-            for chunk in chunks(&paths) {
+            for chunk in chunks(&paths, set.chunk) {
                 // Each checks the header: once the set is gone and created afresh, a late deleter deletes nothing.
                 let mut ops = vec![WriteOp::Check { path: &set.paths.node, version: Some(version) }];
                 ops.extend(chunk.iter().map(|path| WriteOp::Delete { path, version: None }));
@@ -822,6 +933,8 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
             match zk.delete(&set.paths.node, Some(version)).await {
                 Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::NotEmpty) => {
                     tracing::info!(node = %set.paths.node, change = %tag, "undid a creation whose writer is gone");
+                    // Our own creation, undone after its reply was lost, holds a lease its next attempt re-creates.
+                    set.release_lease(zk, tag).await;
                     Ok(())
                 }
                 Err(err) => Err(set.zk_error("delete", err)),
@@ -833,7 +946,11 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
 /// One consistent read of the set's nodes: the header and the base set in one read `multi`, and when the header asks
 /// for more (a change's lists, a writer's lease) a second `multi` with everything again. `header_hint` (the header as
 /// just read with a watch) saves the first `multi` when it already says what to read.
-pub(crate) async fn read_raw<Z: ZooKeeper>(zk: &Z, paths: &SetPaths, header_hint: Option<&Header>) -> Result<RawRead, ZkError> {
+pub(crate) async fn read_raw<Z: ZooKeeper>(
+    zk: &Z,
+    paths: &SetPaths,
+    header_hint: Option<&Header>,
+) -> Result<RawRead, ZkError> {
     let mut wanted: (Option<String>, Option<String>) = match header_hint {
         Some(header) => {
             let (lists, lease) = layout::wants(header);
@@ -867,9 +984,13 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(zk: &Z, paths: &SetPaths, header_hint
             Some(ReadResult::Children(children)) => children,
             _ => Vec::new(),
         };
-        let change = match (additions.is_some(), results.next(), results.next()) {
-            (true, Some(ReadResult::Children(adds)), Some(ReadResult::Children(removes))) => Some((adds, removes)),
-            _ => None,
+        let change = if additions.is_some() {
+            match (results.next(), results.next()) {
+                (Some(ReadResult::Children(adds)), Some(ReadResult::Children(removes))) => Some((adds, removes)),
+                _ => None,
+            }
+        } else {
+            None
         };
         let lease_alive = lease_path.is_some().then(|| matches!(results.next(), Some(ReadResult::Data(..))));
         let read = RawRead { header, children, change, lease: lease_alive };
@@ -902,20 +1023,20 @@ fn paths_of(dir: &str, names: &[String]) -> Vec<String> {
     names.iter().map(|name| format!("{dir}/{name}")).collect()
 }
 
-/// Whether an update's creates and deletes, with the header's write, fit one request.
-fn fits_one_request(paths: &SetPaths, adds: &[String], removes: &[String]) -> bool {
+/// Whether an update's creates and deletes, with the header's write, fit one request of `chunk` operations.
+fn fits_one_request(paths: &SetPaths, chunk: usize, adds: &[String], removes: &[String]) -> bool {
     let ops = adds.len() + removes.len() + 1;
     let bytes: usize = adds.iter().chain(removes).map(|name| paths.node.len() + name.len() + 17).sum();
-    ops <= CHUNK_OPS && bytes <= CHUNK_BYTES
+    ops <= chunk && bytes <= CHUNK_BYTES
 }
 
-/// Splits paths into `multi`s small enough for one request (leaving room for one more operation each); at least one
-/// (possibly empty) chunk.
-fn chunks(paths: &[String]) -> Vec<&[String]> {
+/// Splits paths into `multi`s of at most `chunk` operations and [`CHUNK_BYTES`] (leaving room for one more operation
+/// each); at least one (possibly empty) chunk.
+fn chunks(paths: &[String], chunk: usize) -> Vec<&[String]> {
     let mut chunks = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (index, path) in paths.iter().enumerate() {
-        if index > start && (index - start >= CHUNK_OPS - 1 || bytes + path.len() > CHUNK_BYTES) {
+        if index > start && (index - start >= chunk - 1 || bytes + path.len() > CHUNK_BYTES) {
             chunks.push(&paths[start..index]);
             (start, bytes) = (index, 0);
         }
@@ -932,13 +1053,14 @@ mod tests {
     #[test]
     fn chunks_respect_both_limits() {
         let paths: Vec<String> = (0..2500).map(|i| format!("/p/items/{i}")).collect();
-        let sizes: Vec<usize> = chunks(&paths).iter().map(|c| c.len()).collect();
+        let sizes: Vec<usize> = chunks(&paths, CHUNK_OPS).iter().map(|c| c.len()).collect();
         assert_eq!(sizes, [999, 999, 502]);
         let long: Vec<String> = (0..3).map(|_| "x".repeat(300 * 1024)).collect();
-        assert_eq!(chunks(&long).len(), 3);
-        assert_eq!(chunks(&[]).len(), 1);
+        assert_eq!(chunks(&long, CHUNK_OPS).len(), 3);
+        assert_eq!(chunks(&[], CHUNK_OPS).len(), 1);
+        assert_eq!(chunks(&paths[..5], 3).iter().map(|c| c.len()).collect::<Vec<_>>(), [2, 2, 1]);
         let set = SetPaths::new("/p");
-        assert!(fits_one_request(&set, &paths[..999], &[]));
-        assert!(!fits_one_request(&set, &paths[..999], &paths[..1]));
+        assert!(fits_one_request(&set, CHUNK_OPS, &paths[..999], &[]));
+        assert!(!fits_one_request(&set, CHUNK_OPS, &paths[..999], &paths[..1]));
     }
 }

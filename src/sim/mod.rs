@@ -1,45 +1,77 @@
-//! Deterministic simulation: many members' decision cores against an in-memory ZooKeeper, under seeded faults, with
-//! the safety invariants checked after every step (FoundationDB's and TigerBeetle's discipline: one seed replays one
-//! run exactly).
+//! Deterministic simulation: many members, admins and starting processes running the crate's own code against an
+//! in-memory ZooKeeper, under seeded faults, with the invariants checked after every step (FoundationDB's and
+//! TigerBeetle's discipline: one seed replays one run exactly).
 //!
-//! The world plays the driver's part for every member: it performs each core's actions against the model
-//! ([`zk::Zk`]) with network latency, delivers replies and watch events in order per session, and injects faults from
-//! the same random stream: connections cut (the outcome of requests in flight unknown), server stalls longer than the
-//! client's read timeout, session expiry, crashes, graceful leaves, joins, server restarts, and (in runs with the
-//! shared item set) admins adding and removing items, in one step or in two with the set marked `updating` between.
-//! A worker per member answers every `Release` with `release_set()` after a random delay, as kazoo's loop does.
+//! What runs is what ships: each member is the decision core fed by the request path ([`crate::requests`]), the
+//! publisher and the handle ([`crate::handle`]), started by [`crate::startup`], on a [`SimClient`] (the
+//! [`ZooKeeper`](crate::zookeeper::ZooKeeper) implementation of [`net`]); admins change the shared set with the
+//! production [`SharedSet`]. Only the driver's `select!` loop is the simulation's own: it picks among the ready sources
+//! at random, as `select!` does. The network ([`net`]) queues each session's requests in order, serves them with
+//! latency, delivers replies and watch events in order per session, and loses, fails or delays requests at a cut.
 //!
-//! Checked after every step that changes ZooKeeper or a publication:
-//! - **safety**: no item is listed by two members whose sessions are both alive; a member lists an item only while its
-//!   session is alive and its lock node is the lowest contender of the item's directory;
-//! - **liveness**: once faults stop, within the liveness bound (session timeout + time_boundary + margin), every live
-//!   member is `Acquired` over the real party and the latest version of the set, and their listings are a disjoint
-//!   cover of that set;
+//! Faults, from the same random stream: connection cuts (short, or past the session timeout), server stalls past the
+//! clients' read timeout (some past the session timeout, expiring sessions), joins, crashes, graceful leaves, a
+//! panicking task, admins changing the shared set (concurrently, with changes large enough to be staged, cut and
+//! crashed part-way), and operators deleting held lock nodes. A worker per member answers every `Release` with
+//! `release_set()` after a random delay, and on every `Acquired` takes each listed item's fencing token and saves its
+//! checkpoint through the handle.
+//!
+//! Checked after every step:
+//! - **safety**: no item listed by two members whose sessions are both alive; a member lists an item only while its
+//!   session is alive and its lock node is the lowest contender (or, for a node an operator deleted, for at most the
+//!   stated bound); `release_set()` returns only once its revoked items' nodes are gone;
+//! - **the handle**: every listed item has its fencing token and a checkpoint writer; every save of the listed owner
+//!   succeeds or is fenced; no checkpoint write lands unless its lock node is the item's lowest contender;
+//! - **the shared set**: every set a member follows is one a writer committed (a version is committed once, with one
+//!   set); an admin's reported result matches the set stored at its version; an update reported as failed changed
+//!   nothing (its token is in no committed header);
+//! - **liveness**: once faults stop, within the liveness bound, every live member is `Acquired` over the real party
+//!   and the latest committed set, with nothing left unfinished in the set, their listings a disjoint cover;
 //! - **hygiene**: then, no lock node of a live session is anything but its member's held lock (no orphans).
 //!
-//! `SIM_SEED=<seed>` replays one failing run; `SIM_RUNS` and `SIM_STEPS` scale the run (see `RELIABILITY.md`).
+//! `SIM_SEED=<seed>` replays one failing run; `SIM_RUNS`, `SIM_BASE` scale and move the run (see `RELIABILITY.md`).
 
+mod net;
 mod zk;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+use std::time::Duration;
 
-use zk::{Mode, ReadOp, ReadResult, SessionId, WatchId, WriteOp, WriteResult, Zk, ZkErr};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot, watch};
+use zookeeper_client::SessionState;
 
-use crate::agreement::Agreement;
-use crate::decision::{
-    Action, Core, CoreConfig, Event, Op, PartyRead, Publication, Reply, ReqError, ReqId, Sabotage, SetRead,
-};
-use crate::{Error, Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy};
+use net::{ActorId, Delivery, Ev, Net, SimClient, SimWatch, lock};
+use zk::SessionId;
+
+use crate::acl::NodeAcls;
+use crate::checkpoint::Checkpoints;
+use crate::decision::{AckId, Action, Core, Event, ReqId, Sabotage};
+use crate::handle::{Command, Handle};
+use crate::item_set::SharedSet;
+use crate::item_set::layout::{self, Header, RawRead, SetView, State};
+use crate::party::{Membership, Paths};
+use crate::publisher::Publisher;
+use crate::requests::{self, Context, Done};
+use crate::session::SessionRef;
+use crate::startup::{self, Settings, Started};
+use crate::zookeeper::WatchEvent;
+use crate::{Error, Item, KazooStride, PartitionState, Rebalance, Rendezvous, SessionPolicy, Snapshot};
 
 /// A run that takes more steps than this is stuck in a loop.
-const MAX_STEPS: u64 = 2_000_000;
+const MAX_STEPS: u64 = 3_000_000;
+const PATH: &str = "/p";
 const PARTY: &str = "/p/party";
 const LOCKS: &str = "/p/locks";
 const ITEMS: &str = "/p/items";
+const CHECKPOINTS: &str = "/p/checkpoints";
+/// Operations per `multi` of the shared set's updates: a few, so that the simulation's small sets are staged.
+const SET_CHUNK: usize = 3;
 
 /// SplitMix64: small, seedable, the same everywhere.
 #[derive(Clone, Debug)]
@@ -56,11 +88,11 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
     /// A duration between `low` and `high` (in milliseconds).
-    fn millis(&mut self, low: u64, high: u64) -> Duration {
+    pub fn millis(&mut self, low: u64, high: u64) -> Duration {
         Duration::from_millis(low + self.below(high - low + 1))
     }
 }
@@ -98,7 +130,7 @@ pub(crate) struct Plan {
     pub time_boundary: Duration,
     pub max_allocation_time: Option<Duration>,
     /// Static membership: a member's name is its identifier (`s<slot>`), and a member that is gone is replaced by
-    /// one with the same identifier once its party node has gone (after a crash: once its session has expired).
+    /// one with the same identifier (its start-up waits for the old node to go).
     pub static_membership: bool,
     /// The items come from the shared set, which admins change as faults.
     pub shared_set: bool,
@@ -120,7 +152,6 @@ impl Plan {
             max_allocation_time: None,
             static_membership: rng.below(2) == 0,
             sabotage: Sabotage::None,
-            // Drawn last: the earlier draws, and so the runs of seeds pinned before shared sets, stay the same.
             shared_set: rng.below(3) == 0,
             operator_deletes: rng.below(3) == 0,
         }
@@ -134,1059 +165,844 @@ pub(crate) struct Outcome {
     pub faults: usize,
     pub static_membership: bool,
     pub shared_set: bool,
-    /// Set changes made by admins.
+    /// Set changes admins made (committed).
     pub set_changes: usize,
+    /// Checkpoints saved through the handles.
+    pub saves: usize,
     /// Simulated time from the end of the last fault to a converged, clean world.
     pub recovery: Duration,
     pub violation: Option<String>,
 }
 
+/// The world's own events.
 #[derive(Debug)]
-enum Ev {
-    /// The server takes the next request from a member's queue.
-    Serve(usize),
-    /// Something reaches a member's core (if the connection generation still matches).
-    Deliver { member: usize, link: u64, event: Box<SimEvent> },
-    /// A member's core asked to be woken at this time.
-    Timer(usize),
-    /// The worker answers a `Release`.
-    Worker(usize),
-    /// The server expires a session if its connection is still down (same generation).
-    MaybeExpire { member: usize, link: u64 },
-    /// A member's connection comes back.
-    Reconnect { member: usize, link: u64 },
-    /// The server resumes after a stall or restart.
-    Thaw,
-    /// The server stalls.
-    Stall,
-    /// The next fault.
+enum WorldEv {
     Fault,
-    /// The second step of a two-step update of the shared set.
-    FinishUpdate { adds: Vec<i64>, removes: Vec<i64> },
+    /// The server resumes after a stall.
+    Thaw,
+    /// A stall in the middle of a join's rebalance.
+    Stall,
+    /// The server expires a session if its client is still away (same connection generation).
+    MaybeExpire {
+        session: SessionId,
+        link: u64,
+    },
+    /// A client's connection comes back.
+    Reconnect {
+        session: SessionId,
+        link: u64,
+    },
+    /// An operator deletes the lock node a member took last (the window right after an acquisition).
+    OperatorDeletesFresh,
+    /// Nothing: once the faults are over, the world looks at itself at least this often (convergence is judged
+    /// after every step, and a quiet world takes none).
+    Check,
 }
 
-#[derive(Debug)]
-enum SimEvent {
-    Core(Event),
+/// A simulated process.
+enum Actor {
+    Starting(Box<Starting>),
+    Member(Box<Member>),
+    Admin(Box<Admin>),
+    /// A panicked member's task cleaning up after itself.
+    Cleaning(Box<Cleaning>),
+    Gone,
 }
 
-/// What a request's registered watch is for.
-#[derive(Debug, Clone, Copy)]
-enum WatchFor {
-    Party,
-    Lock(ReqId),
-    Set,
-    /// A watch on our own held lock node (its firing answers the request).
-    Held(ReqId),
-}
-
-struct Member {
-    ident: String,
-    /// Under static membership, the identifier's number: a replacement takes the slot of the member it replaces.
+/// A process running `build()`'s start-up.
+struct Starting {
     slot: usize,
-    core: Option<Core>,
-    session: SessionId,
-    party_node: String,
-    /// Connection generation: bumped on every cut, so deliveries from an older connection are dropped.
-    link: u64,
-    up: bool,
-    /// Requests the server has not taken yet (a real client queues them while disconnected).
-    queue: VecDeque<(ReqId, Op)>,
-    /// Requests taken by the server whose replies have not arrived: lost with the connection if it drops.
-    unanswered: BTreeMap<ReqId, Op>,
-    watches: HashMap<WatchId, WatchFor>,
-    /// Watch events that fired while disconnected: delivered on reconnection (the client's SetWatches).
-    stashed: Vec<Event>,
-    /// Lock watches that fired: their event survives a lost connection.
-    watch_fired: BTreeSet<ReqId>,
-    serving: bool,
-    /// Deliveries to this member stay in order (one TCP connection).
-    last_delivery: Duration,
-    timer: Option<Duration>,
-    worker_pending: bool,
-    shown: Option<Publication>,
-    /// For each `release_set()` call in flight, the items the (unsuspended) `Release` it answered revoked: gone
-    /// once that call returns.
-    owed: HashMap<u64, Vec<usize>>,
-    next_ack: u64,
-    /// The process is gone (crashed), or its core stopped and the session closed.
-    gone: bool,
+    zk: SimClient,
+    future: BoxFuture<'static, Result<Started, Error>>,
+}
+
+/// A member: the driver's part (the core, the request path's futures, the watches, the commands), and its worker.
+struct Member {
+    slot: usize,
+    zk: SimClient,
+    core: Core,
+    publisher: Publisher,
+    context: Arc<Context>,
+    membership: Membership,
+    paths: Paths,
+    lock_dirs: Arc<Vec<String>>,
+    /// Requests in flight, by id (a `Vec` in request order: polled in a reproducible order).
+    in_flight: Vec<(ReqId, BoxFuture<'static, Done<SimWatch>>)>,
+    /// Requests answered, in the order they completed (what `FuturesUnordered` yields).
+    done: VecDeque<Done<SimWatch>>,
+    party_watch: Option<SimWatch>,
+    set_watch: Option<SimWatch>,
+    party_fired: Option<WatchEvent>,
+    set_fired: Option<WatchEvent>,
+    commands_rx: mpsc::UnboundedReceiver<Command>,
+    commands: VecDeque<Command>,
+    release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
+    finish_acks: HashMap<AckId, oneshot::Sender<()>>,
+    next_ack: AckId,
+    handle: Handle<SimClient>,
+    /// When the core asked to be woken.
+    wake_at: Option<Duration>,
+    worker: Worker,
+}
+
+/// A call on the handle, in flight.
+type Call = BoxFuture<'static, Result<(), Error>>;
+
+/// The member's worker: kazoo's loop, and checkpoints through the handle.
+#[derive(Default)]
+struct Worker {
+    /// The snapshot generation last looked at.
+    seen: u64,
+    /// A `release_set()` to make at this time.
+    release_at: Option<Duration>,
+    /// A `release_set()` in flight, with the items the `Release` it answers revoked (for the early-ack check).
+    release: Option<(Call, Vec<Item>)>,
+    /// Checkpoint saves in flight: the item and the save.
+    saves: Vec<(Item, Call)>,
+    /// A `finish()` in flight.
+    finish: Option<BoxFuture<'static, ()>>,
+}
+
+/// An admin changing the shared set with the production code.
+struct Admin {
+    zk: SimClient,
+    set: SharedSet<SimClient>,
+    op: Option<(String, BoxFuture<'static, Result<crate::SharedItems, Error>>)>,
+}
+
+/// A panicked member's task: the clean-up, then the session's release.
+struct Cleaning {
+    zk: SimClient,
+    future: BoxFuture<'static, ()>,
 }
 
 struct World {
     plan: Plan,
-    rng: Rng,
-    zk: Zk,
-    epoch: Instant,
-    now: Duration,
-    queue: BinaryHeap<Reverse<(Duration, u64, usize)>>,
-    events: Vec<Option<Ev>>,
-    seq: u64,
-    members: Vec<Member>,
-    frozen: bool,
-    /// Overlapping stalls: the server resumes at the end of the last one.
-    frozen_until: Duration,
-    items: Vec<Item>,
+    net: Arc<Mutex<Net>>,
+    actors: Vec<Actor>,
+    /// Each actor's waker, and the actors they woke.
+    wakers: Vec<Waker>,
+    woken: Arc<Mutex<BTreeSet<ActorId>>>,
+    world_events: HashMap<u64, WorldEv>,
+    next_world_event: u64,
     steps: u64,
     faults_left: usize,
     /// When the last fault ended (for the liveness bound).
     quiet_since: Duration,
+    frozen_until: Duration,
+    /// When the current stall began.
+    frozen_since: Duration,
     log: VecDeque<String>,
-    checked_zxid: i64,
-    /// A `release_set()` acknowledged too early (found while performing actions, reported after the step).
-    ack_violation: Option<String>,
+    /// How many events the log keeps (`SIM_LOG`), and whether it also records every drive, request and delivery
+    /// (`SIM_TRACE`).
+    keep: usize,
+    trace: bool,
+    violation: Option<String>,
     /// Static membership: identifiers of members that are gone, to be taken again by their replacements.
     vacant: BTreeSet<usize>,
     next_slot: usize,
-    /// The shared set's version (the model has no set_data: the world keeps it, changed with the children).
-    set_version: u64,
-    /// A two-step update is between its steps: members reading the set now keep theirs.
-    set_updating: bool,
-    next_value: i64,
-    set_changes: usize,
-    /// Held lock nodes an operator deleted, and when: their member may list the item until ZooKeeper tells it.
+    /// Held lock nodes an operator deleted, and when.
     operator_deleted: BTreeMap<String, Duration>,
+    /// When each session's connection was last disturbed (cut, reconnected, or the server stalled or resumed).
+    disturbed: BTreeMap<SessionId, Duration>,
+    /// When the server last stalled or resumed.
+    stalled: Duration,
+    /// The fixed set (without a shared set).
+    fixed: Vec<Item>,
+    /// Every committed version of the shared set, with its items' names.
+    committed: BTreeMap<u64, BTreeSet<String>>,
+    /// Every token in a committed header's log.
+    landed: BTreeSet<String>,
+    /// The header's data as last seen (to notice a change).
+    header_seen: Option<Vec<u8>>,
+    /// The next new item value an admin adds.
+    next_value: i64,
+    saves: usize,
+    /// A `Check` is scheduled.
+    checking: bool,
 }
 
-/// How long a member may keep listing an item after an operator deleted its held lock node: the watch event's trip
-/// (a few ms here), or the watch's registration if it was still to come (`time_boundary`, at most 0.6 s here, after
-/// the member's lock work), or a cut's detection (up to 2/5 of the 3 s session) before the member suspends.
-const OPERATOR_WINDOW: Duration = Duration::from_millis(1500);
-
-/// Each of a core's item indexes as the item's value (the sim's items are integers).
-fn values_of(core: &Core) -> Vec<i64> {
-    (0..core.item_count()).map(|index| if let Item::Int(v) = core.item(index) { *v } else { i64::MIN }).collect()
-}
-
-/// The first value no item has.
-fn plan_items(items: &[Item]) -> i64 {
-    items.iter().filter_map(|item| if let Item::Int(v) = item { Some(*v + 1) } else { None }).max().unwrap_or(0)
+/// How long after the later of an operator's deletion of a held lock node and the watch registration's due time
+/// (2 × time_boundary after the lock was taken) a member may keep listing the item: the requests queued before the
+/// watch's, and the notification's trip; if the member's connection was disturbed meanwhile, also the client's read
+/// timeout (if the server does not answer, it suspends).
+fn operator_window(plan: &Plan, disturbed: bool) -> Duration {
+    let delivery = Duration::from_millis(400);
+    if disturbed { plan.session * 2 / 5 + delivery } else { delivery }
 }
 
 /// Runs one seeded simulation of `plan`.
 pub(crate) fn run(seed: u64, plan: Plan) -> Outcome {
+    crate::decision::set_thread_sabotage(plan.sabotage);
     let mut world = World::new(seed, plan);
-    world.run()
+    let outcome = world.run();
+    crate::decision::set_thread_sabotage(Sabotage::None);
+    outcome
+}
+
+/// Wakes an actor: marks it for the world to poll (futures inside, such as `buffer_unordered`'s, keep their own
+/// wakers, which the network wakes when their answer comes).
+struct ActorWaker {
+    actor: ActorId,
+    woken: Arc<Mutex<BTreeSet<ActorId>>>,
+}
+
+impl std::task::Wake for ActorWaker {
+    fn wake(self: Arc<Self>) {
+        self.woken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(self.actor);
+    }
+}
+
+/// Polls a future once with the actor's waker.
+fn poll_with<F: Future + Unpin + ?Sized>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
+    let mut cx = TaskContext::from_waker(waker);
+    std::pin::Pin::new(future).poll(&mut cx)
 }
 
 impl World {
     fn new(seed: u64, plan: Plan) -> World {
-        let mut zk = Zk::new();
-        let admin = zk.open_session();
+        let mut net = Net::new(seed);
+        let admin = net.zk.open_session();
         for path in [PARTY, LOCKS] {
-            let _ = zk.mkdir(admin, path);
+            let _ = net.zk.mkdir(admin, path);
         }
-        let items: Vec<Item> = (0..plan.items as i64).map(Item::from).collect();
-        if plan.shared_set {
-            let _ = zk.mkdir(admin, ITEMS);
-            for item in &items {
-                let _ = zk.mkdir(admin, &format!("{ITEMS}/{item}"));
-            }
-        }
-        let next_value = plan_items(&items);
+        net.zk.expire(admin);
+        let fixed: Vec<Item> = (0..plan.items as i64).map(Item::from).collect();
+        let next_value = plan.items as i64;
         let mut world = World {
             faults_left: plan.faults,
             plan,
-            rng: Rng::new(seed),
-            zk,
-            epoch: Instant::now(),
-            now: Duration::ZERO,
-            queue: BinaryHeap::new(),
-            events: Vec::new(),
-            seq: 0,
-            members: Vec::new(),
-            frozen: false,
-            frozen_until: Duration::ZERO,
-            items,
+            net: Arc::new(Mutex::new(net)),
+            actors: Vec::new(),
+            wakers: Vec::new(),
+            woken: Arc::new(Mutex::new(BTreeSet::new())),
+            world_events: HashMap::new(),
+            next_world_event: 0,
             steps: 0,
             quiet_since: Duration::ZERO,
+            frozen_until: Duration::ZERO,
+            frozen_since: Duration::ZERO,
             log: VecDeque::new(),
-            checked_zxid: -1,
-            ack_violation: None,
+            keep: std::env::var("SIM_LOG").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
+            trace: std::env::var_os("SIM_TRACE").is_some(),
+            violation: None,
             vacant: BTreeSet::new(),
             next_slot: 0,
-            set_version: 0,
-            set_updating: false,
-            next_value,
-            set_changes: 0,
             operator_deleted: BTreeMap::new(),
+            disturbed: BTreeMap::new(),
+            stalled: Duration::ZERO,
+            fixed,
+            committed: BTreeMap::new(),
+            landed: BTreeSet::new(),
+            header_seen: None,
+            next_value,
+            saves: 0,
+            checking: false,
         };
         for _ in 0..world.plan.members {
             world.join();
         }
-        let first = world.rng.millis(500, 3000);
-        world.at(first, Ev::Fault);
+        let first = world.rng().millis(500, 3000);
+        world.at(first, WorldEv::Fault);
         world
     }
 
-    fn at(&mut self, delay: Duration, ev: Ev) {
-        self.seq += 1;
-        self.events.push(Some(ev));
-        self.queue.push(Reverse((self.now + delay, self.seq, self.events.len() - 1)));
+    fn rng(&self) -> RngGuard<'_> {
+        RngGuard(lock(&self.net))
+    }
+
+    fn now(&self) -> Duration {
+        lock(&self.net).now
+    }
+
+    fn at(&mut self, delay: Duration, ev: WorldEv) {
+        self.next_world_event += 1;
+        let id = self.next_world_event;
+        self.world_events.insert(id, ev);
+        lock(&self.net).at(delay, Ev::World(id));
     }
 
     fn note(&mut self, line: String) {
-        if self.log.len() == 200 {
+        if self.log.len() >= self.keep {
             self.log.pop_front();
         }
-        self.log.push_back(format!("{:>9.3?} {line}", self.now));
+        let now = self.now();
+        self.log.push_back(format!("{now:>9.3?} {line}"));
     }
 
-    fn instant(&self) -> Instant {
-        self.epoch + self.now
+    /// Adds a process, with its waker.
+    fn add_actor(&mut self, actor: Actor) -> ActorId {
+        let id = self.actors.len();
+        self.actors.push(actor);
+        self.wakers.push(Waker::from(Arc::new(ActorWaker { actor: id, woken: self.woken.clone() })));
+        lock(&self.net).dirty.insert(id);
+        id
     }
 
-    fn latency(&mut self) -> Duration {
-        self.rng.millis(1, 8)
+    fn violate(&mut self, violation: String) {
+        self.violation.get_or_insert(violation);
     }
 
-    // ---- Members ----------------------------------------------------------------------------------------------
+    // ---- Processes --------------------------------------------------------------------------------------------
 
-    /// A new member: under static membership with a new identifier.
-    fn join(&mut self) -> usize {
+    /// A new member, under static membership with a new identifier.
+    fn join(&mut self) {
         let slot = self.next_slot;
         self.next_slot += 1;
-        self.join_as(slot)
+        self.start(slot);
     }
 
-    /// A new member in `slot` (its identifier, under static membership: the caller made sure no party node carries
-    /// it any more, as `build()` waits for).
-    fn join_as(&mut self, slot: usize) -> usize {
-        let index = self.members.len();
-        let static_membership = self.plan.static_membership;
-        let ident = if static_membership { format!("s{slot}") } else { format!("m{index}") };
-        let session = self.zk.open_session();
-        let hex = format!("{:032x}", self.rng.next() as u128 | ((self.rng.next() as u128) << 64));
-        let (node, mode) = if static_membership {
-            (format!("{PARTY}/{hex}-{ident}"), Mode::Ephemeral)
-        } else {
-            (format!("{PARTY}/{hex}-{ident}-"), Mode::EphemeralSequential)
-        };
-        let (path, _) = self
-            .zk
-            .create(session, &node, ident.as_bytes(), mode)
-            .unwrap_or_else(|err| panic!("the party node must be creatable: {err:?}"));
-        let node = path.rsplit('/').next().unwrap_or_default().to_owned();
-        let name: Arc<str> = Arc::from(node.split_once('-').map_or(node.as_str(), |(_, name)| name));
-        let mut core = Core::new(self.core_config(), name.clone(), self.rng.next() as u128, self.instant());
-        core.sabotage(self.plan.sabotage);
-        self.members.push(Member {
-            ident,
-            slot,
-            core: Some(core),
-            session,
-            party_node: node,
-            link: 0,
-            up: true,
-            queue: VecDeque::new(),
-            unanswered: BTreeMap::new(),
-            watches: HashMap::new(),
-            stashed: Vec::new(),
-            watch_fired: BTreeSet::new(),
-            serving: false,
-            last_delivery: self.now,
-            timer: None,
-            worker_pending: false,
-            shown: None,
-            owed: HashMap::new(),
-            next_ack: 0,
-            gone: false,
-        });
-        self.note(format!("join {name} (session {session})"));
-        self.fire_watches();
-        self.pump(index);
-        index
-    }
-
-    fn core_config(&self) -> CoreConfig {
-        let combo = self.plan.combo;
+    /// A new process in `slot` that runs `build()`'s start-up.
+    fn start(&mut self, slot: usize) {
+        let actor = self.actors.len();
+        let session = lock(&self.net).open_session(actor);
+        let zk = SimClient::new(self.net.clone(), session);
+        let plan = &self.plan;
+        let ident = if plan.static_membership { format!("s{slot}") } else { format!("m{actor}") };
         let partition_fn: Box<dyn crate::PartitionFn> =
-            if combo.rendezvous { Box::new(Rendezvous::default()) } else { Box::new(KazooStride) };
-        let shared = self.plan.shared_set;
-        CoreConfig {
-            // A shared set as `build()` reads it: its children, even in the middle of an update.
-            items: if shared { self.set_children() } else { self.items.clone() },
-            shared_set: shared.then_some(self.set_version),
-            agreement: Agreement::new((!shared).then_some(&self.items[..]), &*partition_fn, None),
+            if plan.combo.rendezvous { Box::new(Rendezvous::default()) } else { Box::new(KazooStride) };
+        let settings = Settings {
+            path: PATH.to_owned(),
+            items: self.fixed.clone(),
             partition_fn,
-            time_boundary: self.plan.time_boundary,
+            identifier: ident.clone(),
+            time_boundary: plan.time_boundary,
             retry_delay: Duration::from_millis(100),
-            max_allocation_time: self.plan.max_allocation_time,
-            session_policy: combo.policy,
-            rebalance: combo.rebalance,
+            max_allocation_time: plan.max_allocation_time,
+            session_policy: plan.combo.policy,
+            rebalance: plan.combo.rebalance,
+            static_membership: plan.static_membership,
+            identity_wait: plan.session * 2,
+            shared_item_set: plan.shared_set,
+            acls: NodeAcls::default(),
             // Small, so batching and the window are exercised with few items.
             window: 6,
             batch: 4,
-            // As `build()` finds it: a member built before any lock directory exists makes them first.
-            lock_dirs_exist: !self.zk.children_of(LOCKS).is_empty(),
-        }
-    }
-
-    /// Feeds an event to a member's core, then performs what it asks.
-    fn feed(&mut self, index: usize, event: Event) {
-        let now = self.instant();
-        let Some(core) = self.members[index].core.as_mut() else { return };
-        core.handle(event, now);
-        self.pump(index);
-    }
-
-    /// Performs a member's pending actions and re-arms its timer.
-    fn pump(&mut self, index: usize) {
-        loop {
-            let Some(action) = self.members[index].core.as_mut().and_then(Core::poll_action) else { break };
-            match action {
-                Action::Request(id, op) => {
-                    if std::env::var_os("SIM_TRACE").is_some() {
-                        self.note(format!("m{index} asks #{id} {op:?}"));
-                    }
-                    self.members[index].queue.push_back((id, op));
-                    self.serve_soon(index);
-                }
-                Action::Cancel(id) => {
-                    self.members[index].watches.retain(|_, w| !matches!(w, WatchFor::Lock(r) if *r == id))
-                }
-                Action::Publish(publication) => {
-                    let m = &mut self.members[index];
-                    let line = format!(
-                        "{} publishes {} items {:?} revoked {:?}{} ({})",
-                        publication.member,
-                        publication.state,
-                        publication.items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-                        publication.revoked,
-                        if publication.suspended { " suspended" } else { "" },
-                        publication.reason
-                    );
-                    if publication.state == PartitionState::Release && !m.worker_pending {
-                        m.worker_pending = true;
-                        let delay = self.rng.millis(0, 80);
-                        self.at(delay, Ev::Worker(index));
-                    }
-                    self.members[index].shown = Some(publication);
-                    self.note(line);
-                    self.checked_zxid = -1;
-                }
-                Action::Ack(ack, Ok(())) => {
-                    // release_set() returned: what the Release it answered revoked is no longer locked by us.
-                    if let Some(revoked) = self.members[index].owed.remove(&ack)
-                        && let Some(item) = revoked.iter().copied().find(|&item| self.holds_a_node(index, item))
-                    {
-                        self.ack_violation.get_or_insert(format!(
-                            "m{index}'s release_set() returned while its lock node of revoked item {item} still exists"
-                        ));
-                    }
-                }
-                Action::Ack(_, Err(_)) => {}
-                Action::Stop => {
-                    // The process closes its client: the session ends, and its ephemerals with it.
-                    let m = &mut self.members[index];
-                    m.core = None;
-                    m.gone = true;
-                    let session = m.session;
-                    self.note(format!("m{index} stopped; session {session} closed"));
-                    self.zk.expire(session);
-                    self.fire_watches();
-                    self.vacate(index);
-                    return;
-                }
-            }
-        }
-        let Some(core) = self.members[index].core.as_ref() else { return };
-        if let Some(deadline) = core.poll_timeout() {
-            let due = deadline.saturating_duration_since(self.epoch);
-            let m = &mut self.members[index];
-            if m.timer.is_none_or(|t| due < t) {
-                m.timer = Some(due);
-                let delay = due.saturating_sub(self.now);
-                self.at(delay, Ev::Timer(index));
-            }
-        }
-    }
-
-    fn serve_soon(&mut self, index: usize) {
-        let m = &self.members[index];
-        if m.serving || !m.up || m.gone || self.frozen || m.queue.is_empty() {
-            return;
-        }
-        self.members[index].serving = true;
-        let delay = self.latency();
-        self.at(delay, Ev::Serve(index));
-    }
-
-    /// Schedules a delivery to a member over its current connection, after everything already sent to it.
-    fn deliver(&mut self, index: usize, event: Event) {
-        let latency = self.latency();
-        let m = &mut self.members[index];
-        let when = (self.now + latency).max(m.last_delivery);
-        m.last_delivery = when;
-        let link = m.link;
-        let delay = when - self.now;
-        self.at(delay, Ev::Deliver { member: index, link, event: Box::new(SimEvent::Core(event)) });
-    }
-
-    // ---- The server -------------------------------------------------------------------------------------------
-
-    fn serve(&mut self, index: usize) {
-        self.members[index].serving = false;
-        let m = &self.members[index];
-        if !m.up || m.gone || self.frozen {
-            return;
-        }
-        let Some((id, op)) = self.members[index].queue.pop_front() else { return };
-        let session = self.members[index].session;
-        if let Some(reply) = self.apply(index, session, id, &op) {
-            self.members[index].unanswered.insert(id, op);
-            self.deliver(index, Event::Reply(id, reply));
-        } else {
-            // A watch registered: its reply is the event.
-            self.members[index].unanswered.insert(id, op);
-        }
-        self.fire_watches();
-        self.serve_soon(index);
-    }
-
-    /// Applies one request to the model; `None` for a watch that is now registered.
-    fn apply(&mut self, index: usize, s: SessionId, id: ReqId, op: &Op) -> Option<Reply> {
-        let lost = || ReqError::Fatal(Error::SessionLost { state: zookeeper_client::SessionState::Expired });
-        let err = |e: ZkErr| match e {
-            ZkErr::NoNode => ReqError::NoNode,
-            ZkErr::SessionExpired => lost(),
-            other => ReqError::Fatal(Error::Internal { reason: format!("model: {other:?}") }),
+            set_chunk: SET_CHUNK,
         };
-        // The core names items by index; ZooKeeper by value.
-        let values: Vec<i64> = self.members[index].core.as_ref().map(values_of).unwrap_or_default();
-        let dir = |item: usize| format!("{LOCKS}/{}", values[item]);
-        Some(match op {
-            Op::ReadParty => match self.zk.children(s, PARTY, true) {
-                Ok((children, watch)) => {
-                    if let Some(watch) = watch {
-                        self.members[index].watches.insert(watch, WatchFor::Party);
-                    }
-                    let ours = children.contains(&self.members[index].party_node);
-                    // Every member announces the same configuration (the real agreement check has its own tests).
-                    let members = crate::party::members(&children).0;
-                    Reply::Party(Ok(PartyRead { members, ours, agreements: Vec::new() }))
-                }
-                Err(e) => Reply::Party(Err(err(e))),
-            },
-            Op::Join => {
-                let ident = self.members[index].ident.clone();
-                let _ = self.zk.mkdir(s, PARTY);
-                let (node, mode) = if self.plan.static_membership {
-                    // As party::join_static: a name another node carries by now is not taken twice.
-                    if let Some(other) = self.namesake(&ident) {
-                        let (session, waited) = (self.zk.exists(&format!("{PARTY}/{other}")), Duration::ZERO);
-                        let session = session.map_or(0, |stat| stat.ephemeral_owner as i64);
-                        let in_use = Error::IdentifierInUse { identifier: ident, node: other, session, waited };
-                        return Some(Reply::Joined(Err(ReqError::Fatal(in_use))));
-                    }
-                    (format!("{PARTY}/{:032x}-{ident}", self.rng.next()), Mode::Ephemeral)
-                } else {
-                    (format!("{PARTY}/{:032x}-{ident}-", self.rng.next()), Mode::EphemeralSequential)
-                };
-                match self.zk.create(s, &node, ident.as_bytes(), mode) {
-                    Ok((path, _)) => {
-                        let node = path.rsplit('/').next().unwrap_or_default().to_owned();
-                        let name: Arc<str> = Arc::from(node.split_once('-').map_or(node.as_str(), |(_, n)| n));
-                        self.members[index].party_node = node;
-                        Reply::Joined(Ok(name))
-                    }
-                    Err(e) => Reply::Joined(Err(err(e))),
-                }
-            }
-            Op::MakeDirs(items) => {
-                let mut result = Ok(());
-                for &item in items {
-                    if let Err(e) = self.zk.mkdir(s, &dir(item)) {
-                        result = Err(err(e));
-                    }
-                }
-                Reply::DirsMade(result)
-            }
-            Op::Create { contenders, data } => {
-                let ops: Vec<WriteOp> = contenders
-                    .iter()
-                    .map(|(item, prefix)| WriteOp::Create {
-                        path: format!("{}/{prefix}", dir(*item)),
-                        data: data.as_bytes().to_vec(),
-                        mode: Mode::EphemeralSequential,
-                    })
-                    .collect();
-                Reply::Created(match self.zk.multi_write(s, &ops) {
-                    Ok(results) => Ok(results
-                        .into_iter()
-                        .map(|r| match r {
-                            WriteResult::Created { path, stat } => {
-                                (path.rsplit('/').next().unwrap_or_default().to_owned(), stat.czxid)
-                            }
-                            WriteResult::Deleted => (String::new(), 0),
-                        })
-                        .collect()),
-                    Err((_, e)) => Err(err(e)),
-                })
-            }
-            Op::List(items) => {
-                let mut ops = Vec::new();
-                for (item, node) in items {
-                    ops.push(ReadOp::Children { path: dir(*item) });
-                    if let Some(node) = node {
-                        ops.push(ReadOp::Data { path: format!("{}/{node}", dir(*item)) });
-                    }
-                }
-                match self.zk.multi_read(s, &ops) {
-                    Ok(results) => {
-                        let mut results = results.into_iter();
-                        let mut listings = Vec::new();
-                        for (_, node) in items {
-                            let children = match results.next() {
-                                Some(ReadResult::Children(children)) => Ok(children),
-                                Some(ReadResult::Error(e)) => Err(err(e)),
-                                _ => Err(ReqError::Transient),
-                            };
-                            let czxid = match node.as_ref().and_then(|_| results.next()) {
-                                Some(ReadResult::Data(_, stat)) => stat.czxid,
-                                _ => 0,
-                            };
-                            listings.push(children.map(|c| (c, czxid)));
-                        }
-                        Reply::Listed(Ok(listings))
-                    }
-                    Err(e) => Reply::Listed(Err(err(e))),
-                }
-            }
-            Op::Watch { item, node } => match self.zk.get_data(s, &format!("{}/{node}", dir(*item)), true) {
-                Ok((_, _, Some(watch))) => {
-                    self.members[index].watches.insert(watch, WatchFor::Lock(id));
-                    return None;
-                }
-                Ok(_) | Err(ZkErr::NoNode) => Reply::Changed(Ok(())),
-                Err(e) => Reply::Changed(Err(err(e))),
-            },
-            Op::Release { nodes, keep, .. } => {
-                if !self.zk.is_alive(s) {
-                    return Some(Reply::Released(Err(Error::SessionLost {
-                        state: zookeeper_client::SessionState::Expired,
-                    })));
-                }
-                for contender in nodes {
-                    let dir = dir(contender.item);
-                    let node = contender
-                        .node
-                        .clone()
-                        .or_else(|| self.zk.children_of(&dir).into_iter().find(|c| c.starts_with(&contender.prefix)));
-                    if let Some(node) = node {
-                        let _ = self.zk.delete(s, &format!("{dir}/{node}"));
-                    }
-                }
-                let kept: BTreeSet<String> =
-                    keep.iter().map(|(item, prefix)| format!("{}/{prefix}", dir(*item))).collect();
-                for path in self.zk.ephemerals(s, LOCKS) {
-                    if let Some(seq) = crate::decision::sequence(&path)
-                        && path.starts_with(&format!("{LOCKS}/"))
-                        && !kept.contains(&path[..path.len() - seq.len()])
-                    {
-                        let _ = self.zk.delete(s, &path);
-                    }
-                }
-                Reply::Released(Ok(()))
-            }
-            Op::Verify(nodes) => {
-                let mut ours = true;
-                for (item, node) in nodes {
-                    match self.zk.get_data(s, &format!("{}/{node}", dir(*item)), false) {
-                        Ok((_, stat, _)) if stat.ephemeral_owner == s => {}
-                        Err(ZkErr::SessionExpired) => {
-                            return Some(Reply::Verified(Err(Error::SessionLost {
-                                state: zookeeper_client::SessionState::Expired,
-                            })));
-                        }
-                        _ => ours = false,
-                    }
-                }
-                Reply::Verified(Ok(ours))
-            }
-            Op::Leave => {
-                let node = format!("{PARTY}/{}", self.members[index].party_node);
-                let _ = self.zk.delete(s, &node);
-                Reply::Left
-            }
-            Op::ReadSet => match self.zk.children(s, ITEMS, true) {
-                Ok((_, watch)) => {
-                    if let Some(watch) = watch {
-                        self.members[index].watches.insert(watch, WatchFor::Set);
-                    }
-                    let read =
-                        (!self.set_updating).then(|| SetRead { items: self.set_children(), version: self.set_version });
-                    Reply::Set(Ok(read))
-                }
-                Err(e) => Reply::Set(Err(err(e))),
-            },
-            Op::WatchHeld { item, node } => match self.zk.get_data(s, &format!("{}/{node}", dir(*item)), true) {
-                Ok((_, _, Some(watch))) => {
-                    self.members[index].watches.insert(watch, WatchFor::Held(id));
-                    return None;
-                }
-                Ok(_) | Err(ZkErr::NoNode) => Reply::HeldGone(Ok(())),
-                Err(e) => Reply::HeldGone(Err(err(e))),
-            },
-            Op::RemoveDirs(items) => {
-                for &item in items {
-                    // Best effort, as the driver: a directory in use stays.
-                    let _ = self.zk.delete(s, &dir(item));
-                }
-                Reply::DirsRemoved
-            }
-        })
+        let (hex, nonce) = {
+            let mut net = lock(&self.net);
+            (format!("{:016x}{:016x}", net.rng.next(), net.rng.next()), u128::from(net.rng.next()) << 64)
+        };
+        let join_name = if plan.static_membership {
+            crate::party::static_node(&hex, &ident)
+        } else {
+            crate::party::node_prefix(&hex, &ident)
+        };
+        let client = zk.clone();
+        let future = async move { startup::start(&client, settings, &join_name, nonce).await }.boxed();
+        self.note(format!("a{actor} starts as {ident} (session {session})"));
+        self.add_actor(Actor::Starting(Box::new(Starting { slot, zk, future })));
     }
 
-    /// Routes fired watches to their members (held back while a member is disconnected).
-    fn fire_watches(&mut self) {
-        for fired in self.zk.take_fired() {
-            let Some(index) = self.members.iter().position(|m| m.session == fired.session && !m.gone) else {
-                continue;
+    /// The started process becomes a member: the driver's loop around its core, a publisher, a handle.
+    fn become_member(&mut self, actor: ActorId, slot: usize, zk: SimClient, started: Started) {
+        let Started { mut core, context, membership, paths } = started;
+        core.sabotage(self.plan.sabotage);
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (sender, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
+        let now = lock(&self.net).instant();
+        let publisher = Publisher::new(Arc::new(sender), &paths, now);
+        let checkpoints = Arc::new(Checkpoints::new(SessionRef::Owned(zk.clone()), PATH, paths.clone()));
+        let handle = Handle::new(commands, snapshot, checkpoints);
+        self.note(format!("a{actor} is member {} (node {})", membership.name, membership.node));
+        self.actors[actor] = Actor::Member(Box::new(Member {
+            slot,
+            zk,
+            core,
+            publisher,
+            context: Arc::new(context),
+            membership,
+            paths,
+            lock_dirs: Arc::new(Vec::new()),
+            in_flight: Vec::new(),
+            done: VecDeque::new(),
+            party_watch: None,
+            set_watch: None,
+            party_fired: None,
+            set_fired: None,
+            commands_rx,
+            commands: VecDeque::new(),
+            release_acks: HashMap::new(),
+            finish_acks: HashMap::new(),
+            next_ack: 0,
+            handle,
+            wake_at: None,
+            worker: Worker::default(),
+        }));
+    }
+
+    /// The process is gone: its client closes (a member that stopped) or is simply abandoned (a crash).
+    fn gone(&mut self, actor: ActorId, close: bool) {
+        let (session, slot) = match &self.actors[actor] {
+            Actor::Starting(s) => (s.zk.session(), Some(s.slot)),
+            Actor::Member(m) => (m.zk.session(), Some(m.slot)),
+            Actor::Admin(a) => (a.zk.session(), None),
+            Actor::Cleaning(c) => (c.zk.session(), None),
+            Actor::Gone => return,
+        };
+        self.actors[actor] = Actor::Gone;
+        if close {
+            lock(&self.net).close(session);
+        } else {
+            // A crash: the server expires the session once a session timeout passes without the client.
+            let link = {
+                let mut net = lock(&self.net);
+                net.abandon(session);
+                net.link(session)
             };
-            let Some(target) = self.members[index].watches.remove(&fired.watch) else { continue };
-            let event = match target {
-                WatchFor::Party => Event::PartyChanged,
-                WatchFor::Set => Event::SetChanged,
-                WatchFor::Held(id) => {
-                    // Lock nodes' data never changes here: a held node's watch fires when it is deleted.
-                    self.members[index].unanswered.remove(&id);
-                    self.members[index].watch_fired.insert(id);
-                    Event::Reply(id, Reply::HeldGone(Ok(())))
-                }
-                WatchFor::Lock(id) => {
-                    self.members[index].unanswered.remove(&id);
-                    self.members[index].watch_fired.insert(id);
-                    Event::Reply(id, Reply::Changed(Ok(())))
-                }
-            };
-            if self.members[index].up {
-                self.deliver(index, event);
-            } else {
-                self.members[index].stashed.push(event);
-            }
+            let timeout = self.plan.session;
+            self.at(timeout, WorldEv::MaybeExpire { session, link });
+        }
+        if let (true, Some(slot)) = (self.plan.static_membership, slot) {
+            self.vacant.insert(slot);
         }
     }
 
-    // ---- Faults -----------------------------------------------------------------------------------------------
-
-    /// Cuts a member's connection: requests the server took whose replies are still out fail with a lost
-    /// connection (they may or may not have been applied), and the member notices after `detect`.
-    fn cut(&mut self, index: usize, detect: Duration) {
-        let m = &mut self.members[index];
-        if m.gone || !m.up {
-            return;
-        }
-        m.up = false;
-        m.link += 1;
-        m.serving = false;
-        let lost: Vec<(ReqId, Op)> = std::mem::take(&mut m.unanswered).into_iter().collect();
-        let link = m.link;
-        let session = m.session;
-        self.note(format!("cut m{index} (session {session})"));
-        // Requests the server has not taken yet: a prefix of them was already on the wire and fails with the lost
-        // connection without having been applied; the rest wait in the client for the reconnection.
-        let queued = std::mem::take(&mut self.members[index].queue);
-        let on_the_wire = self.rng.below(queued.len() as u64 + 1) as usize;
-        let mut lost = lost;
-        for (k, (id, op)) in queued.into_iter().enumerate() {
-            let retried = matches!(op, Op::Release { .. } | Op::Verify(_) | Op::Join | Op::Leave);
-            if k < on_the_wire && !retried {
-                lost.push((id, op));
-            } else {
-                self.members[index].queue.push_back((id, op));
-            }
-        }
-        let mut failed = vec![Event::Suspended];
-        for (id, op) in lost {
-            let failure = match op {
-                Op::ReadParty => Some(Reply::Party(Err(ReqError::Transient))),
-                Op::MakeDirs(_) => Some(Reply::DirsMade(Err(ReqError::Transient))),
-                Op::Create { .. } => Some(Reply::Created(Err(ReqError::Transient))),
-                Op::List(_) => Some(Reply::Listed(Err(ReqError::Transient))),
-                Op::ReadSet => Some(Reply::Set(Err(ReqError::Transient))),
-                // Best effort: a lost removal is simply not done.
-                Op::RemoveDirs(_) => Some(Reply::DirsRemoved),
-                Op::Watch { .. } | Op::WatchHeld { .. } => {
-                    // Registered watches survive (the client sets them again on reconnection); a registration whose
-                    // reply was lost is answered with the lost connection.
-                    let registered = self.members[index]
-                        .watches
-                        .values()
-                        .any(|w| matches!(w, WatchFor::Lock(r) | WatchFor::Held(r) if *r == id));
-                    if registered {
-                        self.members[index].unanswered.insert(id, op);
-                        None
-                    } else if matches!(op, Op::Watch { .. }) {
-                        Some(Reply::Changed(Err(ReqError::Transient)))
-                    } else {
-                        Some(Reply::HeldGone(Err(ReqError::Transient)))
-                    }
-                }
-                // The driver retries these inside the request until the session ends: run them again.
-                op @ (Op::Release { .. } | Op::Verify(_) | Op::Join | Op::Leave) => {
-                    self.members[index].queue.push_front((id, op));
-                    None
-                }
-            };
-            if let Some(reply) = failure {
-                failed.push(Event::Reply(id, reply));
-            }
-        }
-        // The notifications travel over no connection: deliver them directly after `detect`, in order.
-        let m = &mut self.members[index];
-        m.last_delivery = self.now + detect;
-        for (k, event) in failed.into_iter().enumerate() {
-            let delay = detect + Duration::from_micros(k as u64);
-            self.seq += 1;
-            self.events.push(Some(Ev::Deliver { member: index, link, event: Box::new(SimEvent::Core(event)) }));
-            self.queue.push(Reverse((self.now + delay, self.seq, self.events.len() - 1)));
-        }
-        let session_timeout = self.plan.session;
-        self.at(session_timeout, Ev::MaybeExpire { member: index, link });
+    fn is_member_like(actor: &Actor) -> bool {
+        matches!(actor, Actor::Starting(_) | Actor::Member(_))
     }
 
-    fn reconnect(&mut self, index: usize, link: u64) {
-        let m = &self.members[index];
-        if m.gone || m.up || m.link != link || self.frozen {
-            return;
-        }
-        if self.now <= m.last_delivery {
-            // The client has not yet noticed the cut (its notifications are still on the way): reconnect after.
-            let delay = m.last_delivery - self.now + Duration::from_millis(1);
-            self.at(delay, Ev::Reconnect { member: index, link });
-            return;
-        }
-        let session = m.session;
-        if !self.zk.is_alive(session) {
-            self.note(format!("m{index} reconnects: session {session} expired"));
-            let lost = Error::SessionLost { state: zookeeper_client::SessionState::Expired };
-            self.members[index].up = true;
-            self.members[index].link += 1;
-            self.deliver(index, Event::SessionLost(lost));
-            return;
-        }
-        self.note(format!("m{index} reconnects"));
-        let m = &mut self.members[index];
-        m.up = true;
-        m.link += 1;
-        let stashed = std::mem::take(&mut m.stashed);
-        self.deliver(index, Event::Connected);
-        for event in stashed {
-            self.deliver(index, event);
-        }
-        self.serve_soon(index);
+    fn live(&self) -> Vec<ActorId> {
+        (0..self.actors.len()).filter(|&a| Self::is_member_like(&self.actors[a])).collect()
     }
 
-    fn live(&self) -> Vec<usize> {
-        (0..self.members.len()).filter(|&i| !self.members[i].gone).collect()
+    fn members(&self) -> Vec<ActorId> {
+        (0..self.actors.len()).filter(|&a| matches!(self.actors[a], Actor::Member(_))).collect()
     }
 
-    fn fault(&mut self) {
-        let live = self.live();
-        let session = self.plan.session;
-        // zookeeper-client gives up on a silent connection after 2/5 of the session timeout (the Java client: 2/3).
-        let read_timeout = session * 2 / 5;
-        let pick = |rng: &mut Rng| live.get(rng.below(live.len() as u64) as usize).copied();
-        let kind = self.rng.below(9);
-        let mut fault_lasts = Duration::ZERO;
-        match kind {
-            // A short cut: the client notices at once (the connection resets) and comes back on the same session.
-            0 | 1 => {
-                if let Some(i) = pick(&mut self.rng) {
-                    let outage = self.rng.millis(50, 1500);
-                    let link = self.members[i].link + 1;
-                    let detect = self.rng.millis(0, 20);
-                    self.cut(i, detect);
-                    self.at(outage, Ev::Reconnect { member: i, link });
-                    fault_lasts = outage;
-                }
-            }
-            // A server stall longer than the read timeout: every client suspends, the sessions survive.
-            2 | 3 => fault_lasts = self.stall(read_timeout),
-            // A join, then a stall in the middle of the rebalance it started.
-            4 => {
-                self.join();
-                let gap = self.rng.millis(300, 800);
-                self.at(gap, Ev::Stall);
-                fault_lasts = gap + session;
-            }
-            // A crash: the process dies; its session expires a session timeout later.
-            5 => {
-                if let Some(i) = pick(&mut self.rng) {
-                    let m = &mut self.members[i];
-                    m.gone = true;
-                    m.core = None;
-                    m.up = false;
-                    m.link += 1;
-                    let link = m.link;
-                    self.note(format!("crash m{i}"));
-                    self.vacate(i);
-                    self.at(session, Ev::MaybeExpire { member: i, link });
-                    fault_lasts = session;
-                }
-            }
-            // A graceful leave.
-            6 => {
-                if live.len() > 1
-                    && let Some(i) = pick(&mut self.rng)
-                {
-                    self.note(format!("m{i} finishes"));
-                    self.members[i].next_ack += 1;
-                    let ack = self.members[i].next_ack;
-                    self.feed(i, Event::Finish(Some(ack)));
-                }
-            }
-            // A cut longer than the session: the session expires and the member fails (and is replaced).
-            7 => {
-                if let Some(i) = pick(&mut self.rng) {
-                    let link = self.members[i].link + 1;
-                    let detect = self.rng.millis(0, 20);
-                    self.cut(i, detect);
-                    let outage = session + self.rng.millis(200, 1000);
-                    self.at(outage, Ev::Reconnect { member: i, link });
-                    fault_lasts = outage;
-                }
-            }
-            // An admin changes the shared set (without one: a join).
-            _ if self.plan.shared_set => self.change_set(),
-            // A join.
-            _ => {
-                self.join();
-            }
-        }
-        if self.plan.shared_set && self.rng.below(2) == 0 {
-            self.change_set();
-        }
-        if self.plan.operator_deletes && self.rng.below(3) == 0 {
-            self.operator_deletes_a_held_node();
-        }
-        self.faults_left -= 1;
-        self.quiet_since = self.quiet_since.max(self.now + fault_lasts);
-        if self.faults_left > 0 {
-            let gap = self.rng.millis(100, 2500);
-            self.at(gap, Ev::Fault);
-        }
-    }
-
-    /// Stops the server for 0.7-0.9 of the session timeout: past the clients' read timeout, so they suspend.
-    fn stall(&mut self, read_timeout: Duration) -> Duration {
-        let session = self.plan.session;
-        let length = session.mul_f64(0.7 + self.rng.below(200) as f64 / 1000.0);
-        self.note(format!("server stalls for {length:?}"));
-        self.frozen = true;
-        self.frozen_until = self.frozen_until.max(self.now + length);
-        for i in self.live() {
-            if self.members[i].up {
-                let detect = read_timeout + self.rng.millis(0, 50);
-                // The cut is decided now; the member notices after the read timeout.
-                self.cut(i, detect.min(length));
-            }
-        }
-        self.at(length, Ev::Thaw);
-        length
-    }
-
-    fn thaw(&mut self) {
-        if self.now < self.frozen_until {
-            return;
-        }
-        self.frozen = false;
-        self.note("server resumes".into());
-        for i in self.live() {
-            if !self.members[i].up {
-                let link = self.members[i].link;
-                let delay = self.rng.millis(10, 300);
-                self.at(delay, Ev::Reconnect { member: i, link });
-            }
-            self.serve_soon(i);
-        }
-    }
-
-    fn maybe_expire(&mut self, index: usize, link: u64) {
-        let m = &self.members[index];
-        if m.link != link || m.up && !m.gone {
-            return;
-        }
-        if self.frozen {
-            // A stalled server expires nothing; look again after it resumes.
-            let session = self.plan.session;
-            self.at(session / 4, Ev::MaybeExpire { member: index, link });
-            return;
-        }
-        let session = m.session;
-        if self.zk.is_alive(session) {
-            self.note(format!("session {session} of m{index} expires"));
-            self.zk.expire(session);
-            self.fire_watches();
-        }
-    }
-
-    /// Replaces members whose core ended (a failed member is restarted by its orchestrator).
+    /// Replaces processes that are gone (a failed member is restarted by its orchestrator).
     fn replace_failed(&mut self) {
         while self.live().len() < self.plan.members.max(1) {
             if !self.plan.static_membership {
                 self.join();
                 continue;
             }
-            // The restarted process takes its old identifier once nothing carries it (build() waits for that).
-            let Some(slot) = self.vacant.iter().copied().find(|&slot| self.namesake(&format!("s{slot}")).is_none())
-            else {
-                return;
+            // The restarted process takes its old identifier (its start-up waits for the old node to go).
+            let Some(slot) = self.vacant.pop_first() else { return };
+            self.start(slot);
+        }
+    }
+
+    // ---- Driving the processes --------------------------------------------------------------------------------
+
+    /// Polls every process something reached, until none is left.
+    fn drive(&mut self) {
+        loop {
+            let (woken, mut dirty) = {
+                let mut net = lock(&self.net);
+                (std::mem::take(&mut net.woken), std::mem::take(&mut net.dirty))
             };
-            self.vacant.remove(&slot);
-            self.join_as(slot);
+            for waker in woken {
+                waker.wake();
+            }
+            dirty.extend(std::mem::take(&mut *self.woken.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
+            if dirty.is_empty() {
+                return;
+            }
+            for actor in dirty {
+                self.drive_actor(actor);
+            }
         }
     }
 
-    // ---- The shared set ---------------------------------------------------------------------------------------
-
-    /// The children of the set's node, as items.
-    fn set_children(&self) -> Vec<Item> {
-        let mut items: Vec<Item> =
-            self.zk.children_of(ITEMS).iter().filter_map(|name| name.parse::<i64>().ok()).map(Item::from).collect();
-        items.sort();
-        items
-    }
-
-    /// An admin adds new items, re-adds removed ones, or removes some (never all), in one step or two.
-    fn change_set(&mut self) {
-        if self.set_updating {
-            return;
+    fn drive_actor(&mut self, actor: ActorId) {
+        if self.trace {
+            self.note(format!("drive a{actor}"));
         }
-        let current: Vec<i64> =
-            self.items.iter().filter_map(|item| if let Item::Int(v) = item { Some(*v) } else { None }).collect();
-        let count = 1 + self.rng.below(3) as usize;
-        let (mut adds, mut removes) = (Vec::new(), Vec::new());
-        match self.rng.below(3) {
-            0 | 1 if current.len() > count => {
-                for _ in 0..count {
-                    let pick = current[self.rng.below(current.len() as u64) as usize];
-                    if !removes.contains(&pick) {
-                        removes.push(pick);
-                    }
+        match std::mem::replace(&mut self.actors[actor], Actor::Gone) {
+            Actor::Starting(mut starting) => match poll_with(&mut starting.future, &self.wakers[actor].clone()) {
+                Poll::Pending => self.actors[actor] = Actor::Starting(starting),
+                Poll::Ready(Ok(started)) => {
+                    let Starting { slot, zk, .. } = *starting;
+                    self.become_member(actor, slot, zk, started);
+                    lock(&self.net).dirty.insert(actor);
+                }
+                Poll::Ready(Err(err)) => {
+                    self.note(format!("a{actor} could not start: {err}"));
+                    self.actors[actor] = Actor::Starting(starting);
+                    self.gone(actor, true);
+                }
+            },
+            Actor::Member(mut member) => {
+                let stopped = self.drive_member(actor, &mut member);
+                self.actors[actor] = Actor::Member(member);
+                if stopped {
+                    self.note(format!("a{actor} stopped; its session closes"));
+                    self.gone(actor, true);
                 }
             }
-            _ => {
-                for _ in 0..count {
-                    // A new value, or one removed earlier (it comes back under its old index in older members).
-                    let value = if self.rng.below(3) == 0 {
-                        self.rng.below(self.next_value as u64) as i64
+            Actor::Admin(mut admin) => {
+                self.drive_admin(actor, &mut admin);
+                self.actors[actor] = Actor::Admin(admin);
+            }
+            Actor::Cleaning(mut cleaning) => match poll_with(&mut cleaning.future, &self.wakers[actor].clone()) {
+                Poll::Pending => self.actors[actor] = Actor::Cleaning(cleaning),
+                Poll::Ready(()) => {
+                    self.actors[actor] = Actor::Cleaning(cleaning);
+                    if self.plan.sabotage == Sabotage::CleanupOnce {
+                        // The old handle kept the session open: whatever the clean-up missed stays.
+                        self.actors[actor] = Actor::Gone;
                     } else {
-                        self.next_value
+                        // The task's end releases the session: with no clone left, it closes.
+                        self.note(format!("a{actor}'s task cleaned up; its session closes"));
+                        self.gone(actor, true);
+                    }
+                }
+            },
+            Actor::Gone => {}
+        }
+    }
+
+    /// Runs a member's driver loop until nothing is ready: each pass picks one ready source at random, as the real
+    /// driver's `select!` does. Returns whether the core stopped.
+    fn drive_member(&mut self, actor: ActorId, m: &mut Member) -> bool {
+        let session = m.zk.session();
+        let waker = self.wakers[actor].clone();
+        loop {
+            while let Some(action) = m.core.poll_action() {
+                self.perform(actor, m, action);
+            }
+            if m.core.is_stopped() {
+                return true;
+            }
+            self.work(actor, m);
+            // Poll everything that may have become ready.
+            let mut k = 0;
+            while k < m.in_flight.len() {
+                if let Poll::Ready(done) = poll_with(&mut m.in_flight[k].1, &waker) {
+                    drop(m.in_flight.remove(k));
+                    m.done.push_back(done);
+                } else {
+                    k += 1;
+                }
+            }
+            if m.party_fired.is_none()
+                && let Some(watch) = &mut m.party_watch
+                && let Poll::Ready(event) = poll_with(watch, &waker)
+            {
+                m.party_watch = None;
+                m.party_fired = Some(event);
+            }
+            if m.set_fired.is_none()
+                && let Some(watch) = &mut m.set_watch
+                && let Poll::Ready(event) = poll_with(watch, &waker)
+            {
+                m.set_watch = None;
+                m.set_fired = Some(event);
+            }
+            while let Ok(command) = m.commands_rx.try_recv() {
+                m.commands.push_back(command);
+            }
+            let (instant, states) = {
+                let net = lock(&self.net);
+                (net.instant(), net.has_states(session))
+            };
+            let timer = m.core.poll_timeout().is_some_and(|at| at <= instant);
+            let sources = [
+                states,
+                !m.done.is_empty(),
+                m.party_fired.is_some(),
+                m.set_fired.is_some(),
+                !m.commands.is_empty(),
+                timer,
+            ];
+            let ready: Vec<usize> = (0..sources.len()).filter(|&s| sources[s]).collect();
+            if ready.is_empty() {
+                break;
+            }
+            let pick = ready[self.rng().below(ready.len() as u64) as usize];
+            if self.trace {
+                self.note(format!("a{actor} handles source {pick} of {ready:?}"));
+            }
+            match pick {
+                0 => {
+                    let mut states = lock(&self.net).take_states(session);
+                    // The client's state watcher may fold several changes into the latest.
+                    if states.len() > 1 && self.rng().below(2) == 0 {
+                        states.drain(..states.len() - 1);
+                    }
+                    for state in states {
+                        m.publisher.session(state);
+                        m.core.handle(session_event(state), instant);
+                    }
+                }
+                1 => {
+                    let Some(done) = m.done.pop_front() else { continue };
+                    if let Some(watch) = done.party_watch {
+                        m.party_watch = Some(watch);
+                    }
+                    if let Some(watch) = done.set_watch {
+                        m.set_watch = Some(watch);
+                    }
+                    if let Some(membership) = done.joined {
+                        m.membership = membership;
+                    }
+                    m.core.handle(Event::Reply(done.id, done.reply), instant);
+                }
+                2 => {
+                    let event = match m.party_fired.take() {
+                        Some(WatchEvent::SessionEnded(state)) => session_event(state),
+                        _ => Event::PartyChanged,
                     };
-                    if value == self.next_value {
-                        self.next_value += 1;
+                    m.core.handle(event, instant);
+                }
+                3 => {
+                    let event = match m.set_fired.take() {
+                        Some(WatchEvent::SessionEnded(state)) => session_event(state),
+                        _ => Event::SetChanged,
+                    };
+                    m.core.handle(event, instant);
+                }
+                4 => {
+                    let Some(command) = m.commands.pop_front() else { continue };
+                    m.next_ack += 1;
+                    let id = m.next_ack;
+                    let event = match command {
+                        Command::ReleaseSet(ack) => {
+                            m.release_acks.insert(id, ack);
+                            Event::ReleaseSet(id)
+                        }
+                        Command::Finish(ack) => {
+                            m.finish_acks.insert(id, ack);
+                            Event::Finish(Some(id))
+                        }
+                    };
+                    m.core.handle(event, instant);
+                }
+                _ => m.core.handle_timeout(instant),
+            }
+        }
+        // Wake up for the core's next deadline.
+        if let Some(at) = m.core.poll_timeout() {
+            let due = at.saturating_duration_since(lock(&self.net).epoch);
+            if m.wake_at.is_none_or(|t| due < t || t <= self.now()) {
+                m.wake_at = Some(due);
+                let mut net = lock(&self.net);
+                let delay = due.saturating_sub(net.now);
+                net.at(delay, Ev::Wake(actor));
+            }
+        }
+        false
+    }
+
+    /// Performs one of a member's core's actions, as the driver does.
+    fn perform(&mut self, actor: ActorId, m: &mut Member, action: Action) {
+        match action {
+            Action::Request(id, op) => {
+                if m.lock_dirs.len() < m.core.item_count() {
+                    let dirs = Arc::make_mut(&mut m.lock_dirs);
+                    for index in dirs.len()..m.core.item_count() {
+                        dirs.push(m.paths.lock_dir(&m.core.item(index).node_name()));
                     }
-                    if !current.contains(&value) && !adds.contains(&value) {
-                        adds.push(value);
+                }
+                if self.trace {
+                    self.note(format!("a{actor} asks #{id} {op:?}"));
+                }
+                let future = requests::perform(
+                    m.zk.clone(),
+                    m.context.clone(),
+                    m.lock_dirs.clone(),
+                    m.membership.clone(),
+                    id,
+                    op,
+                );
+                m.in_flight.push((id, future.boxed()));
+            }
+            // A cancelled wait answers nothing (the driver aborts it).
+            Action::Cancel(id) => m.in_flight.retain(|(request, _)| *request != id),
+            Action::Publish(publication) => {
+                let line = format!(
+                    "a{actor} {} publishes {} items {:?} revoked {:?}{} ({})",
+                    publication.member,
+                    publication.state,
+                    publication.items.iter().map(|&(i, _)| m.core.item(i).to_string()).collect::<Vec<_>>(),
+                    publication.revoked.iter().map(|&i| m.core.item(i).to_string()).collect::<Vec<_>>(),
+                    if publication.suspended { " suspended" } else { "" },
+                    publication.reason
+                );
+                self.note(line);
+                let now = lock(&self.net).instant();
+                m.publisher.publish(&m.core, publication, now);
+            }
+            Action::Ack(id, result) => {
+                if let Some(ack) = m.release_acks.remove(&id) {
+                    let _ = ack.send(result.map_err(crate::publisher::error_of));
+                } else if let Some(ack) = m.finish_acks.remove(&id) {
+                    let _ = ack.send(());
+                }
+            }
+            Action::Stop => {
+                m.party_watch = None;
+                m.set_watch = None;
+                m.in_flight.clear();
+            }
+        }
+    }
+
+    /// The member's worker: answers `Release` with `release_set()` after a while; on every `Acquired`, takes each
+    /// listed item's token and saves its checkpoint through the handle; checks what comes back.
+    fn work(&mut self, actor: ActorId, m: &mut Member) {
+        let now = self.now();
+        let session = m.zk.session();
+        let waker = self.wakers[actor].clone();
+        let snapshot = m.handle.read(Snapshot::clone);
+        if snapshot.generation != m.worker.seen {
+            m.worker.seen = snapshot.generation;
+            if snapshot.state == PartitionState::Release && m.worker.release.is_none() && m.worker.release_at.is_none()
+            {
+                let at = now + self.rng().millis(0, 80);
+                m.worker.release_at = Some(at);
+                lock(&self.net).wake_at(actor, at);
+            }
+            if snapshot.state == PartitionState::Acquired {
+                for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
+                    if m.handle.fencing_token(item) != Some(*token) {
+                        self.violate(format!(
+                            "{} lists {item} with token {token} but its handle's fencing_token says {:?}",
+                            snapshot.member,
+                            m.handle.fencing_token(item)
+                        ));
+                    }
+                    match m.handle.checkpoint_writer(item) {
+                        Ok(writer) => {
+                            let data = format!("{}@{}", snapshot.member, snapshot.generation).into_bytes();
+                            let save = async move { writer.save(&data).await }.boxed();
+                            m.worker.saves.push((item.clone(), save));
+                        }
+                        Err(err) => {
+                            self.violate(format!("{} lists {item} but cannot checkpoint it: {err}", snapshot.member))
+                        }
                     }
                 }
             }
         }
-        let mut after: BTreeSet<i64> = current.iter().copied().collect();
-        after.extend(adds.iter().copied());
-        for value in &removes {
-            after.remove(value);
+        if m.worker.release_at.is_some_and(|at| at <= now) {
+            m.worker.release_at = None;
+            let snapshot = m.handle.read(Snapshot::clone);
+            if snapshot.state == PartitionState::Release {
+                // A suspension's Release may be answered by the session surviving, with nothing released.
+                let owed = if snapshot.suspended { Vec::new() } else { snapshot.revoked.to_vec() };
+                m.worker.release = Some((m.handle.release_set().boxed(), owed));
+            }
         }
-        self.items = after.into_iter().map(Item::from).collect();
-        self.set_changes += 1;
-        self.note(format!("admin: set version {} adds {adds:?} removes {removes:?}", self.set_version + 1));
-        if self.rng.below(3) == 0 && adds.len() + removes.len() > 1 {
-            // Two steps: the first marks the set updating (members keep theirs), the second completes it.
-            let split = adds.len() / 2;
-            self.set_updating = true;
-            self.write_set(&adds[..split], &[]);
-            let (adds, removes) = (adds[split..].to_vec(), removes);
-            let gap = self.rng.millis(5, 300);
-            self.at(gap, Ev::FinishUpdate { adds, removes });
-        } else {
-            self.write_set(&adds, &removes);
+        if let Some((release, owed)) = &mut m.worker.release
+            && let Poll::Ready(result) = poll_with(release, &waker)
+        {
+            let owed = std::mem::take(owed);
+            m.worker.release = None;
+            if result.is_ok()
+                && let Some(item) = owed.iter().find(|item| self.holds_a_node(session, item))
+            {
+                self.violate(format!(
+                    "a{actor}'s release_set() returned while its lock node of revoked item {item} still exists"
+                ));
+            }
+            // The next Release (if any) is answered too.
+            m.worker.seen = 0;
+        }
+        let mut k = 0;
+        while k < m.worker.saves.len() {
+            if let Poll::Ready(result) = poll_with(&mut m.worker.saves[k].1, &waker) {
+                let (item, _) = m.worker.saves.remove(k);
+                match result {
+                    Ok(()) => self.saves += 1,
+                    Err(Error::CheckpointFenced { .. }) => {}
+                    Err(err) => self.violate(format!("a{actor}'s checkpoint save of {item} failed: {err}")),
+                }
+            } else {
+                k += 1;
+            }
+        }
+        if let Some(finish) = &mut m.worker.finish
+            && poll_with(finish, &waker).is_ready()
+        {
+            m.worker.finish = None;
         }
     }
 
-    /// One atomic step of an update: the children and the version change together.
-    fn write_set(&mut self, adds: &[i64], removes: &[i64]) {
-        let admin = self.zk.open_session();
-        let mut ops: Vec<WriteOp> = removes.iter().map(|v| WriteOp::Delete { path: format!("{ITEMS}/{v}") }).collect();
-        ops.extend(adds.iter().map(|v| WriteOp::Create {
-            path: format!("{ITEMS}/{v}"),
-            data: Vec::new(),
-            mode: Mode::Persistent,
-        }));
-        if let Err(e) = self.zk.multi_write(admin, &ops) {
-            panic!("the admin's update must apply: {e:?}");
-        }
-        self.zk.expire(admin);
-        self.set_version += 1;
-        self.fire_watches();
-    }
-
-    /// An operator deletes one listed item's lock node by hand (`tests/faults.rs` does the same on a real server).
-    fn operator_deletes_a_held_node(&mut self) {
-        let mut held = Vec::new();
-        for index in self.live() {
-            let Some(core) = self.members[index].core.as_ref() else { continue };
-            let values = values_of(core);
-            for &item in core.listed() {
-                if let Some(node) = core.held_node(item) {
-                    held.push(format!("{LOCKS}/{}/{node}", values[item]));
+    fn drive_admin(&mut self, actor: ActorId, admin: &mut Admin) {
+        let Some((what, future)) = &mut admin.op else { return };
+        let Poll::Ready(result) = poll_with(future, &self.wakers[actor].clone()) else { return };
+        let what = what.clone();
+        admin.op = None;
+        let tokens = admin.set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match &result {
+            Ok(read) => {
+                self.note(format!("a{actor} admin {what}: version {} = {:?}", read.version, read.items));
+                let names: BTreeSet<String> = read.items.iter().map(Item::node_name).collect();
+                match self.committed.get(&read.version) {
+                    Some(stored) if *stored != names => self.violate(format!(
+                        "admin {what} reports version {} as {names:?}, but that version is {stored:?}",
+                        read.version
+                    )),
+                    None => self
+                        .violate(format!("admin {what} reports version {}, which was never committed", read.version)),
+                    _ => {}
+                }
+            }
+            // The one failure that may have changed the set, and says so.
+            Err(err @ Error::ItemSetOutcomeUnknown { .. }) => self.note(format!("a{actor} admin {what}: {err}")),
+            Err(err) => {
+                self.note(format!("a{actor} admin {what} failed: {err}"));
+                if let Some(token) = tokens.iter().find(|token| self.landed.contains(*token)) {
+                    self.violate(format!("admin {what} reported {err}, but its update {token} was committed"));
                 }
             }
         }
-        if held.is_empty() {
-            return;
-        }
-        let path = held.swap_remove(self.rng.below(held.len() as u64) as usize);
-        let operator = self.zk.open_session();
-        if self.zk.delete(operator, &path).is_ok() {
-            self.note(format!("operator deletes {path}"));
-            self.operator_deleted.insert(path, self.now);
-        }
-        self.zk.expire(operator);
-        self.fire_watches();
-    }
-
-    /// The party node whose member name is `name`, if any.
-    fn namesake(&self, name: &str) -> Option<String> {
-        self.zk.children_of(PARTY).into_iter().find(|child| crate::party::member_name(child) == Some(name))
-    }
-
-    /// A member is gone (crashed, or its core stopped): under static membership its identifier is free for a
-    /// replacement.
-    fn vacate(&mut self, index: usize) {
-        if self.plan.static_membership {
-            self.vacant.insert(self.members[index].slot);
-        }
+        admin.set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 
     // ---- The run ----------------------------------------------------------------------------------------------
 
     fn run(&mut self) -> Outcome {
         let bound = self.plan.session + self.plan.time_boundary * 3 + Duration::from_secs(5);
-        while let Some(Reverse((when, _, slot))) = self.queue.pop() {
-            let Some(ev) = self.events[slot].take() else { continue };
-            self.now = self.now.max(when);
+        self.drive();
+        loop {
+            let Some(ev) = lock(&self.net).pop() else { break };
+            // A quiet gap must not hide a world that stopped converging: judged at the bound, not at the next event.
+            let now = self.now();
+            if self.faults_left == 0
+                && now > self.quiet_since + bound
+                && let Err(why) = self.converged()
+            {
+                return self.outcome(Some(format!("no recovery within {bound:?} after the last fault: {why}")));
+            }
             self.steps += 1;
             if self.steps > MAX_STEPS {
                 let why = self.converged().err().unwrap_or_default();
                 return self.outcome(Some(format!("more than {MAX_STEPS} steps (a livelock?); last: {why}")));
             }
             self.step(ev);
+            self.drive();
+            self.replace_failed();
+            self.drive();
+            self.record_set();
             if let Err(violation) = self.check_safety() {
+                self.violate(violation);
+            }
+            if let Some(violation) = self.violation.take() {
                 return self.outcome(Some(violation));
             }
-            if self.faults_left == 0 && self.now >= self.quiet_since {
+            let now = self.now();
+            if self.faults_left == 0 && now >= self.quiet_since {
                 match self.converged() {
                     Ok(()) => {
-                        let recovery = self.now - self.quiet_since;
-                        return self.outcome(None).with_recovery(recovery);
+                        let recovery = now - self.quiet_since;
+                        let mut outcome = self.outcome(None);
+                        outcome.recovery = recovery;
+                        return outcome;
                     }
-                    Err(why) if self.now > self.quiet_since + bound => {
+                    Err(why) if now > self.quiet_since + bound => {
                         return self.outcome(Some(format!("no recovery within {bound:?} after the last fault: {why}")));
                     }
                     Err(_) => {}
                 }
+            }
+            if self.faults_left == 0 && !self.checking {
+                self.checking = true;
+                let at = self.quiet_since.max(now) + Duration::from_millis(100);
+                self.at(at - now, WorldEv::Check);
             }
         }
         match self.converged() {
@@ -1209,7 +1025,8 @@ impl World {
             faults: self.plan.faults,
             static_membership: self.plan.static_membership,
             shared_set: self.plan.shared_set,
-            set_changes: self.set_changes,
+            set_changes: self.committed.len().saturating_sub(1),
+            saves: self.saves,
             recovery: Duration::ZERO,
             violation,
         }
@@ -1217,159 +1034,584 @@ impl World {
 
     fn step(&mut self, ev: Ev) {
         match ev {
-            Ev::Serve(i) => self.serve(i),
-            Ev::Deliver { member, link, event } => {
-                if self.members[member].gone {
-                    return;
+            Ev::Serve(session) => lock(&self.net).serve(session),
+            Ev::Deliver { session, link, what } => {
+                if self.trace {
+                    self.note(format!("session {session} <- {what:?}"));
+                } else if let Delivery::State(state) = &what {
+                    self.note(format!("session {session} <- {state:?}"));
                 }
-                if self.members[member].link != link {
-                    // Lost with its connection. A watch event is not lost for good: the client sets its watches
-                    // again on reconnection and the server fires those whose node changed meanwhile.
-                    let SimEvent::Core(event) = *event;
-                    let is_watch_event = match &event {
-                        Event::PartyChanged | Event::SetChanged => true,
-                        Event::Reply(id, Reply::Changed(Ok(())) | Reply::HeldGone(Ok(()))) => {
-                            self.members[member].watch_fired.contains(id)
-                        }
-                        _ => false,
-                    };
-                    if is_watch_event {
-                        if self.members[member].up {
-                            self.deliver(member, event);
-                        } else {
-                            self.members[member].stashed.push(event);
-                        }
-                    }
-                    return;
-                }
-                let SimEvent::Core(event) = *event;
-                match &event {
-                    Event::Reply(id, reply) => {
-                        if std::env::var_os("SIM_TRACE").is_some() {
-                            self.note(format!("m{member} <- #{id} {reply:?}"));
-                        }
-                        self.members[member].unanswered.remove(id);
-                    }
-                    other => self.note(format!("m{member} <- {other:?}")),
-                }
-                self.feed(member, event);
+                lock(&self.net).arrive(session, link, what);
             }
-            Ev::Timer(i) => {
-                let m = &mut self.members[i];
-                if m.timer.is_some_and(|t| t <= self.now) {
-                    m.timer = None;
-                }
-                let now = self.instant();
-                if let Some(core) = self.members[i].core.as_mut()
-                    && core.poll_timeout().is_some_and(|t| t <= now)
-                {
-                    core.handle_timeout(now);
-                }
-                self.pump(i);
+            Ev::Wake(actor) => {
+                lock(&self.net).dirty.insert(actor);
             }
-            Ev::Worker(i) => {
-                self.members[i].worker_pending = false;
-                let in_release = self.members[i].shown.as_ref().is_some_and(|p| p.state == PartitionState::Release);
-                if in_release && !self.members[i].gone {
-                    self.members[i].next_ack += 1;
-                    let ack = self.members[i].next_ack;
-                    // A suspension's Release may be answered by the session surviving, with nothing released.
-                    if let Some(shown) = self.members[i].shown.as_ref().filter(|p| !p.suspended) {
-                        let revoked = shown.revoked.clone();
-                        self.members[i].owed.insert(ack, revoked);
-                    }
-                    self.feed(i, Event::ReleaseSet(ack));
+            Ev::Timer(ticket) => lock(&self.net).timer_due(ticket),
+            Ev::World(id) => {
+                if let Some(ev) = self.world_events.remove(&id) {
+                    self.world_event(ev);
                 }
-            }
-            Ev::MaybeExpire { member, link } => self.maybe_expire(member, link),
-            Ev::Reconnect { member, link } => self.reconnect(member, link),
-            Ev::Thaw => self.thaw(),
-            Ev::Stall => {
-                let read_timeout = self.plan.session * 2 / 5;
-                let lasts = self.stall(read_timeout);
-                self.quiet_since = self.quiet_since.max(self.now + lasts);
-            }
-            Ev::Fault => self.fault(),
-            Ev::FinishUpdate { adds, removes } => {
-                self.set_updating = false;
-                self.write_set(&adds, &removes);
             }
         }
-        self.replace_failed();
+    }
+
+    fn world_event(&mut self, ev: WorldEv) {
+        match ev {
+            WorldEv::Fault => self.fault(),
+            WorldEv::Thaw => self.thaw(),
+            WorldEv::Stall => {
+                let lasts = self.stall();
+                self.quiet_since = self.quiet_since.max(self.now() + lasts);
+            }
+            WorldEv::MaybeExpire { session, link } => self.maybe_expire(session, link),
+            WorldEv::Reconnect { session, link } => self.reconnect(session, link),
+            WorldEv::OperatorDeletesFresh => {
+                self.operator_deletes_a_held_node(true);
+                self.quiet_since = self.quiet_since.max(self.now());
+            }
+            WorldEv::Check => self.checking = false,
+        }
+    }
+
+    // ---- Faults -----------------------------------------------------------------------------------------------
+
+    /// A session of a process, picked at random (members and starting processes; with `admins`, admins too).
+    fn pick_session(&mut self, admins: bool) -> Option<(ActorId, SessionId)> {
+        let candidates: Vec<(ActorId, SessionId)> = (0..self.actors.len())
+            .filter_map(|a| match &self.actors[a] {
+                Actor::Starting(s) => Some((a, s.zk.session())),
+                Actor::Member(m) => Some((a, m.zk.session())),
+                Actor::Admin(ad) if admins && ad.op.is_some() => Some((a, ad.zk.session())),
+                _ => None,
+            })
+            .collect();
+        let pick = self.rng().below(candidates.len() as u64) as usize;
+        candidates.get(pick).copied()
+    }
+
+    /// Cuts a session's connection for `outage`; the client notices after `detect`.
+    fn cut(&mut self, session: SessionId, detect: Duration, outage: Duration) {
+        let link = {
+            let mut net = lock(&self.net);
+            if !net.is_up(session) {
+                return;
+            }
+            net.cut(session, detect);
+            net.link(session)
+        };
+        self.note(format!("cut session {session} for {outage:?}"));
+        let now = self.now();
+        self.disturbed.insert(session, now);
+        self.at(outage.max(detect + Duration::from_millis(1)), WorldEv::Reconnect { session, link });
+        let timeout = self.plan.session;
+        self.at(timeout, WorldEv::MaybeExpire { session, link });
+    }
+
+    fn reconnect(&mut self, session: SessionId, link: u64) {
+        let now = self.now();
+        self.disturbed.insert(session, now);
+        let mut net = lock(&self.net);
+        // While the server is stalled, nobody connects: its resumption reconnects everyone.
+        if net.link(session) != link || net.frozen {
+            let why = format!(
+                "session {session} does not reconnect (link {} vs {link}, frozen {})",
+                net.link(session),
+                net.frozen
+            );
+            drop(net);
+            self.note(why);
+            return;
+        }
+        let alive = net.reconnect(session);
+        drop(net);
+        self.note(format!("session {session} reconnects{}", if alive { "" } else { ": expired" }));
+    }
+
+    fn maybe_expire(&mut self, session: SessionId, link: u64) {
+        let mut net = lock(&self.net);
+        if net.link(session) != link || net.is_up(session) || !net.zk.is_alive(session) {
+            return;
+        }
+        // (An abandoned client is not up and keeps its link: it expires here.)
+        if net.frozen {
+            // A stalled server expires nothing; look again after it resumes (the faults last that much longer).
+            drop(net);
+            let timeout = self.plan.session;
+            self.at(timeout / 4, WorldEv::MaybeExpire { session, link });
+            let now = self.now();
+            self.quiet_since = self.quiet_since.max(now + timeout / 4);
+            return;
+        }
+        net.zk.expire(session);
+        net.fire_watches();
+        drop(net);
+        self.note(format!("session {session} expires"));
+    }
+
+    fn fault(&mut self) {
+        let session_timeout = self.plan.session;
+        let kind = self.rng().below(11);
+        let mut lasts = Duration::ZERO;
+        match kind {
+            // A short cut: the client notices at once (the connection resets) and comes back on the same session.
+            0 | 1 => {
+                if let Some((_, session)) = self.pick_session(true) {
+                    let outage = self.rng().millis(50, 1500);
+                    let detect = self.rng().millis(0, 20);
+                    self.cut(session, detect, outage);
+                    lasts = outage;
+                }
+            }
+            // A server stall longer than the read timeout: every client suspends; some stalls expire sessions.
+            2 | 3 => lasts = self.stall(),
+            // A join, then a stall in the middle of the rebalance it started.
+            4 => {
+                self.join();
+                let gap = self.rng().millis(300, 800);
+                self.at(gap, WorldEv::Stall);
+                lasts = gap + session_timeout * 2;
+            }
+            // A crash: the process dies; its session expires a session timeout later.
+            5 => {
+                let live = self.live();
+                if !live.is_empty() {
+                    let actor = live[self.rng().below(live.len() as u64) as usize];
+                    self.note(format!("crash a{actor}"));
+                    self.gone(actor, false);
+                    lasts = session_timeout;
+                }
+            }
+            // A graceful leave, through the handle's finish().
+            6 => {
+                let members = self.members();
+                if members.len() > 1 {
+                    let actor = members[self.rng().below(members.len() as u64) as usize];
+                    if let Actor::Member(m) = &mut self.actors[actor] {
+                        m.worker.finish = Some(m.handle.finish().boxed());
+                    }
+                    self.note(format!("a{actor} finishes"));
+                    lock(&self.net).dirty.insert(actor);
+                }
+            }
+            // A cut longer than the session: the session expires and the member fails (and is replaced).
+            7 => {
+                if let Some((_, session)) = self.pick_session(true) {
+                    let detect = self.rng().millis(0, 20);
+                    let outage = session_timeout + self.rng().millis(200, 1000);
+                    self.cut(session, detect, outage);
+                    lasts = outage;
+                }
+            }
+            // A member's task panics while its connection drops: its clean-up must still free everything.
+            8 => {
+                let members = self.members();
+                if !members.is_empty() {
+                    let actor = members[self.rng().below(members.len() as u64) as usize];
+                    self.panic(actor);
+                    lasts = session_timeout;
+                }
+            }
+            // An admin changes the shared set (without one: a join).
+            _ if self.plan.shared_set => self.admin_changes(),
+            _ => self.join(),
+        }
+        if self.plan.shared_set && self.rng().below(2) == 0 {
+            self.admin_changes();
+        }
+        if self.plan.operator_deletes && self.rng().below(3) == 0 {
+            self.operator_deletes_a_held_node(false);
+        }
+        if self.plan.operator_deletes && self.rng().below(3) == 0 {
+            let delay = self.rng().millis(0, 1500);
+            self.at(delay, WorldEv::OperatorDeletesFresh);
+        }
+        self.faults_left -= 1;
+        let now = self.now();
+        self.quiet_since = self.quiet_since.max(now + lasts);
+        if self.faults_left > 0 {
+            let gap = self.rng().millis(100, 2500);
+            self.at(gap, WorldEv::Fault);
+        }
+    }
+
+    /// Stops the server for 0.7 to 1.6 session timeouts: past the clients' read timeout, so they suspend; past the
+    /// session timeout, sessions expire (the server's tracker on resuming, or the client itself after 7/5 of it).
+    fn stall(&mut self) -> Duration {
+        let session_timeout = self.plan.session;
+        // zookeeper-client gives up on a silent connection after 2/5 of the session timeout (the Java client: 2/3).
+        let read_timeout = session_timeout * 2 / 5;
+        let length = session_timeout.mul_f64(0.7 + self.rng().below(900) as f64 / 1000.0);
+        self.note(format!("server stalls for {length:?}"));
+        let now = self.now();
+        if !lock(&self.net).frozen {
+            self.frozen_since = now;
+        }
+        self.frozen_until = self.frozen_until.max(now + length);
+        let sessions: Vec<SessionId> = (0..self.actors.len())
+            .filter_map(|a| match &self.actors[a] {
+                Actor::Starting(s) => Some(s.zk.session()),
+                Actor::Member(m) => Some(m.zk.session()),
+                Actor::Admin(ad) => Some(ad.zk.session()),
+                Actor::Cleaning(c) => Some(c.zk.session()),
+                Actor::Gone => None,
+            })
+            .collect();
+        lock(&self.net).frozen = true;
+        self.stalled = now;
+        for session in sessions {
+            let detect = (read_timeout + self.rng().millis(0, 50)).min(length);
+            let link = {
+                let mut net = lock(&self.net);
+                if !net.is_up(session) {
+                    continue;
+                }
+                net.cut(session, detect);
+                net.link(session)
+            };
+            // Past 7/5 of the session timeout without the server, the client declares the session expired itself.
+            if length > session_timeout * 7 / 5 {
+                self.at(length, WorldEv::MaybeExpire { session, link });
+            }
+        }
+        self.at(length, WorldEv::Thaw);
+        length
+    }
+
+    fn thaw(&mut self) {
+        let now = self.now();
+        if now < self.frozen_until {
+            return;
+        }
+        lock(&self.net).frozen = false;
+        self.stalled = now;
+        self.note("server resumes".into());
+        // Clients reconnect; after a stall past the session timeout, the server's session tracker expires some of
+        // them first (the race between it and the reconnections).
+        let long = now - self.frozen_since > self.plan.session;
+        let down = lock(&self.net).down();
+        for (session, link) in down {
+            if long && self.rng().below(2) == 0 {
+                let mut net = lock(&self.net);
+                if net.zk.is_alive(session) {
+                    net.zk.expire(session);
+                    net.fire_watches();
+                    drop(net);
+                    self.note(format!("session {session} expires at the server's resumption"));
+                }
+            }
+            let delay = self.rng().millis(10, 300);
+            self.at(delay, WorldEv::Reconnect { session, link });
+        }
+        let sessions: Vec<SessionId> = (0..self.actors.len())
+            .filter_map(|a| match &self.actors[a] {
+                Actor::Starting(s) => Some(s.zk.session()),
+                Actor::Member(m) => Some(m.zk.session()),
+                Actor::Admin(ad) => Some(ad.zk.session()),
+                Actor::Cleaning(c) => Some(c.zk.session()),
+                Actor::Gone => None,
+            })
+            .collect();
+        for session in sessions {
+            lock(&self.net).serve_soon(session);
+        }
+    }
+
+    /// A member's task panics at a connection cut: it publishes `Failure`, and its clean-up (the production one)
+    /// deletes its nodes, retrying what the cut loses; then its session is released.
+    fn panic(&mut self, actor: ActorId) {
+        let Actor::Member(m) = std::mem::replace(&mut self.actors[actor], Actor::Gone) else { return };
+        let session = m.zk.session();
+        self.note(format!("a{actor}'s task panics"));
+        Publisher::panicked(m.publisher.sender(), "simulated".into());
+        let outage = self.rng().millis(50, 1500);
+        let detect = self.rng().millis(0, 20);
+        let (zk, paths) = (m.zk.clone(), m.paths.clone());
+        let future = async move { crate::driver::delete_our_nodes(&zk, &paths).await }.boxed();
+        self.actors[actor] = Actor::Cleaning(Box::new(Cleaning { zk: m.zk.clone(), future }));
+        lock(&self.net).dirty.insert(actor);
+        self.cut(session, detect, outage);
+        if self.plan.static_membership {
+            self.vacant.insert(m.slot);
+        }
+    }
+
+    /// An admin changes the shared set with the production code: adds, removes, replaces or compare-and-sets, often
+    /// enough items to be staged. A third of the time, another admin's change is still under way.
+    fn admin_changes(&mut self) {
+        if !self.plan.shared_set {
+            return;
+        }
+        let idle = (0..self.actors.len()).find(|&a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_none()));
+        let actor = match idle {
+            Some(actor) => actor,
+            None => {
+                let actor = self.actors.len();
+                let session = lock(&self.net).open_session(actor);
+                let zk = SimClient::new(self.net.clone(), session);
+                let set =
+                    SharedSet::new(SessionRef::Owned(zk.clone()), PATH, NodeAcls::default()).with_chunk(SET_CHUNK);
+                self.add_actor(Actor::Admin(Box::new(Admin { zk, set, op: None })))
+            }
+        };
+        let current: Vec<i64> = self
+            .committed
+            .last_key_value()
+            .map(|(_, names)| names.iter().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        let count = 1 + self.rng().below(5) as usize;
+        let kind = self.rng().below(4);
+        let Actor::Admin(admin) = &mut self.actors[actor] else { return };
+        let set = admin.set.clone();
+        let (what, future): (String, BoxFuture<'static, Result<crate::SharedItems, Error>>) = match kind {
+            0 if current.len() > count + 1 => {
+                let mut removed = Vec::new();
+                let mut rng = lock(&self.net);
+                for _ in 0..count {
+                    let pick = current[rng.rng.below(current.len() as u64) as usize];
+                    if !removed.contains(&pick) {
+                        removed.push(pick);
+                    }
+                }
+                drop(rng);
+                let items: Vec<Item> = removed.iter().copied().map(Item::from).collect();
+                (format!("remove {removed:?}"), async move { set.remove(items).await }.boxed())
+            }
+            1 if !current.is_empty() => {
+                // A compare-and-set from the version read: keep most, add some.
+                let version = self.committed.last_key_value().map_or(0, |(v, _)| *v);
+                let mut items: Vec<Item> = current.iter().skip(count / 2).copied().map(Item::from).collect();
+                for _ in 0..count {
+                    items.push(Item::from(self.next_value));
+                    self.next_value += 1;
+                }
+                let what = format!("replace_if {version} with {} items", items.len());
+                (what, async move { set.replace(Some(version), items).await }.boxed())
+            }
+            _ => {
+                let mut added = Vec::new();
+                for _ in 0..count {
+                    // A new value, or one removed earlier (it comes back under its old index in older members).
+                    let value = if self.next_value > 0 && lock(&self.net).rng.below(3) == 0 {
+                        lock(&self.net).rng.below(self.next_value as u64) as i64
+                    } else {
+                        self.next_value += 1;
+                        self.next_value - 1
+                    };
+                    added.push(value);
+                }
+                let items: Vec<Item> = added.iter().copied().map(Item::from).collect();
+                (format!("add {added:?}"), async move { set.add(items).await }.boxed())
+            }
+        };
+        self.note(format!("a{actor} admin starts: {what}"));
+        if let Actor::Admin(admin) = &mut self.actors[actor] {
+            admin.op = Some((what, future));
+        }
+        lock(&self.net).dirty.insert(actor);
+        // Sometimes the admin crashes part-way, once its first requests went out: its session lingers, then expires
+        // with its lease.
+        if self.rng().below(6) == 0 {
+            self.drive();
+            if let Actor::Admin(admin) = &self.actors[actor]
+                && admin.op.is_some()
+            {
+                self.note(format!("crash admin a{actor}"));
+                self.gone(actor, false);
+            }
+        }
+    }
+
+    /// An operator deletes a listed item's lock node by hand (`tests/faults.rs` does the same on a real server): any
+    /// one, or (`fresh`) the one taken last.
+    fn operator_deletes_a_held_node(&mut self, fresh: bool) {
+        let mut held = Vec::new();
+        for actor in self.members() {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            for &item in m.core.listed() {
+                if let (Some(node), Some(at)) = (m.core.held_node(item), m.core.held_at(item)) {
+                    held.push((at, format!("{LOCKS}/{}/{node}", m.core.item(item))));
+                }
+            }
+        }
+        if held.is_empty() {
+            return;
+        }
+        let path = if fresh {
+            held.into_iter().max().map(|(_, path)| path).unwrap_or_default()
+        } else {
+            let pick = self.rng().below(held.len() as u64) as usize;
+            held.swap_remove(pick).1
+        };
+        let now = self.now();
+        let mut net = lock(&self.net);
+        let operator = net.zk.open_session();
+        let deleted = net.zk.delete(operator, &path).is_ok();
+        net.zk.expire(operator);
+        net.fire_watches();
+        drop(net);
+        if deleted {
+            self.note(format!("operator deletes {path}"));
+            self.operator_deleted.insert(path, now);
+        }
     }
 
     // ---- Invariants -------------------------------------------------------------------------------------------
 
-    /// Whether a member's session has a lock node (held or waiting) for `item` (the member's index).
-    fn holds_a_node(&self, index: usize, item: usize) -> bool {
-        let value = self.members[index].core.as_ref().map_or(i64::MIN, |core| values_of(core)[item]);
-        let dir = format!("{LOCKS}/{value}");
-        let session = self.members[index].session;
-        self.zk
+    /// Whether a session has a lock node (held or waiting) for `item`.
+    fn holds_a_node(&self, session: SessionId, item: &Item) -> bool {
+        let net = lock(&self.net);
+        let dir = format!("{LOCKS}/{item}");
+        net.zk
             .children_of(&dir)
             .iter()
-            .any(|child| self.zk.exists(&format!("{dir}/{child}")).is_some_and(|stat| stat.ephemeral_owner == session))
+            .any(|child| net.zk.exists(&format!("{dir}/{child}")).is_some_and(|stat| stat.ephemeral_owner == session))
     }
 
-    /// The values of the items a member lists.
-    fn listed(&self, index: usize) -> BTreeSet<i64> {
-        let Some(core) = self.members[index].core.as_ref() else { return BTreeSet::new() };
-        let values = values_of(core);
-        core.listed().iter().map(|&item| values[item]).collect()
+    /// Records every newly committed version of the shared set (the set in force by the protocol's own reading of
+    /// the model), and checks that no version is committed twice with different sets, and that no checkpoint write
+    /// landed unless its lock node was the lowest contender.
+    fn record_set(&mut self) {
+        let writes = std::mem::take(&mut lock(&self.net).writes);
+        for net::Write { session, ops, result, checks_lowest: lowest } in writes {
+            if result.is_err() {
+                continue;
+            }
+            let checkpoint = ops.iter().any(|op| {
+                matches!(op, zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. } if path.starts_with(CHECKPOINTS))
+            });
+            let Some(lock_node) = ops.iter().find_map(|op| match op {
+                zk::WriteOp::Check { path, .. } if path.starts_with(LOCKS) => Some(path.clone()),
+                _ => None,
+            }) else {
+                continue;
+            };
+            if checkpoint && !lowest {
+                self.violate(format!("session {session} wrote a checkpoint checked by {lock_node}, which is not the item's lowest contender"));
+            }
+        }
+        if !self.plan.shared_set {
+            return;
+        }
+        let net = lock(&self.net);
+        let data = net.zk.data_of(ITEMS);
+        if data == self.header_seen {
+            return;
+        }
+        let Some(data) = data else {
+            drop(net);
+            self.header_seen = None;
+            return;
+        };
+        let version = net.zk.exists(ITEMS).map_or(0, |stat| stat.version);
+        let header = Header::parse(&data).ok();
+        let change = match header.as_ref().map(|h| &h.state) {
+            Some(State::Applying(tag)) => Some((
+                net.zk.children_of(&format!("{PATH}/item-changes/{tag}/add")),
+                net.zk.children_of(&format!("{PATH}/item-changes/{tag}/remove")),
+            )),
+            _ => None,
+        };
+        let lease = header
+            .as_ref()
+            .and_then(|h| h.state.change())
+            .map(|tag| net.zk.exists(&format!("{PATH}/item-writers/{tag}")).is_some());
+        let read =
+            RawRead { header: Some((data.clone(), version)), children: net.zk.children_of(ITEMS), change, lease };
+        drop(net);
+        self.header_seen = Some(data);
+        if let Some(header) = &header {
+            self.landed.extend(header.log.iter().cloned());
+        }
+        if let SetView::Committed(committed) = layout::interpret(read) {
+            let names: BTreeSet<String> = committed.items.iter().map(Item::node_name).collect();
+            match self.committed.get(&committed.version) {
+                Some(stored) if *stored != names => {
+                    let stored = stored.clone();
+                    self.violate(format!(
+                        "version {} of the shared set was {stored:?} and is now {names:?}",
+                        committed.version
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.note(format!("set version {} = {names:?}", committed.version));
+                    self.committed.insert(committed.version, names);
+                }
+            }
+        }
     }
 
-    /// No item listed by two live sessions; every listed item backed by the member's lowest contender node.
+    /// Whether `path` (a lock node) is the lowest contender of its directory.
+    fn lowest_contender(&self, path: &str) -> bool {
+        let Some((dir, node)) = path.rsplit_once('/') else { return false };
+        let net = lock(&self.net);
+        let children = net.zk.children_of(dir);
+        let lowest = children
+            .iter()
+            .filter_map(|c| crate::decision::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
+            .min()
+            .map(|(_, c)| c);
+        lowest.as_deref() == Some(node)
+    }
+
+    /// No item listed by two live sessions; every listed item backed by the member's lowest contender node (or one an
+    /// operator deleted, for the stated bound); every shared set followed was committed.
     fn check_safety(&mut self) -> Result<(), String> {
-        if let Some(violation) = self.ack_violation.take() {
-            return Err(violation);
-        }
-        let zxid = self.zk.zxid();
-        if zxid == self.checked_zxid {
-            return Ok(());
-        }
-        self.checked_zxid = zxid;
-        let mut owner: BTreeMap<i64, usize> = BTreeMap::new();
-        for index in 0..self.members.len() {
-            let Some(core) = self.members[index].core.as_ref() else { continue };
+        let now = self.now();
+        let mut owner: BTreeMap<String, ActorId> = BTreeMap::new();
+        for actor in self.members() {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            let core = &m.core;
+            if let Some((version, items)) = core.followed() {
+                let names: BTreeSet<String> = items.iter().map(Item::node_name).collect();
+                match self.committed.get(&version) {
+                    Some(stored) if *stored == names => {}
+                    stored => {
+                        return Err(format!(
+                            "{} follows version {version} of the shared set as {names:?}, but the committed version \
+                             {version} is {stored:?}",
+                            core.me()
+                        ));
+                    }
+                }
+            }
             let listed = core.listed();
             if listed.is_empty() {
                 continue;
             }
-            let session = self.members[index].session;
+            let session = m.zk.session();
             let name = core.me().to_owned();
-            if !self.zk.is_alive(session) {
-                return Err(format!("{name} lists {listed:?} but its session {session} has expired"));
+            if !lock(&self.net).zk.is_alive(session) {
+                return Err(format!("{name} lists {} items but its session {session} has ended", listed.len()));
             }
-            let values = values_of(core);
-            for &index_of_item in listed {
-                let item = values[index_of_item];
-                if let Some(other) = owner.insert(item, index) {
-                    return Err(format!("item {item} listed by m{other} and m{index}, both sessions alive"));
-                }
+            for &index in listed {
+                let item = core.item(index).to_string();
                 let dir = format!("{LOCKS}/{item}");
-                if let Some(node) = core.held_node(index_of_item)
-                    && let Some(&at) = self.operator_deleted.get(&format!("{dir}/{node}"))
-                {
-                    // The node is gone: the member may not know yet, for a bounded time only.
-                    if self.now > at + OPERATOR_WINDOW {
-                        return Err(format!(
-                            "{name} still lists item {item} {:?} after an operator deleted its lock node",
-                            self.now - at
-                        ));
-                    }
-                    owner.remove(&item);
-                    continue;
-                }
-                let Some(node) = core.held_node(index_of_item) else {
+                let Some(node) = core.held_node(index) else {
                     return Err(format!("{name} lists item {item} without a held node"));
                 };
-                let children = self.zk.children_of(&dir);
-                let lowest = children
-                    .iter()
-                    .filter_map(|c| crate::decision::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
-                    .min()
-                    .map(|(_, c)| c);
-                if lowest.as_deref() != Some(node) {
+                if let Some(&deleted) = self.operator_deleted.get(&format!("{dir}/{node}")) {
+                    // The node is gone: the member may not know yet, for a bounded time only.
+                    let held =
+                        core.held_at(index).map_or(now, |at| at.saturating_duration_since(lock(&self.net).epoch));
+                    let watched_by = held + self.plan.time_boundary * 2;
+                    let last_disturbed = self.disturbed.get(&session).copied().unwrap_or_default().max(self.stalled);
+                    let disturbed = last_disturbed >= held || !lock(&self.net).is_up(session);
+                    let limit = deleted.max(watched_by) + operator_window(&self.plan, disturbed);
+                    if now > limit {
+                        return Err(format!(
+                            "{name} still lists item {item} {:?} after an operator deleted its lock node (taken at \
+                             {held:?}, deleted at {deleted:?}; the bound is {limit:?})",
+                            now - deleted
+                        ));
+                    }
+                    continue;
+                }
+                if let Some(other) = owner.insert(item.clone(), actor) {
+                    return Err(format!("item {item} listed by a{other} and a{actor}, both sessions alive"));
+                }
+                if !self.lowest_contender(&format!("{dir}/{node}")) {
+                    let children = lock(&self.net).zk.children_of(&dir);
                     return Err(format!(
                         "{name} lists item {item} but its node {node} is not the lowest contender ({children:?})"
                     ));
@@ -1379,61 +1621,98 @@ impl World {
         Ok(())
     }
 
-    /// Every live member `Acquired` over the real party, listings a disjoint cover, no stray lock node.
+    /// Every live member `Acquired` over the real party and the latest committed set, nothing unfinished in the set,
+    /// listings a disjoint cover, no stray lock node.
     fn converged(&self) -> Result<(), String> {
-        let party: Vec<String> = crate::party::members(&self.zk.children_of(PARTY)).0;
+        let net = lock(&self.net);
+        let party: Vec<String> = crate::party::members(&net.zk.children_of(PARTY)).0;
+        drop(net);
         let mut covered = BTreeSet::new();
-        for index in self.live() {
-            let m = &self.members[index];
-            let Some(core) = m.core.as_ref() else { continue };
+        let members = self.members();
+        if members.len() != self.live().len() {
+            return Err("a process is still starting".into());
+        }
+        for &actor in &members {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            let core = &m.core;
             if core.state() != PartitionState::Acquired {
                 return Err(format!("{} is {}", core.me(), core.state()));
             }
-            let members = m.shown.as_ref().map(|p| p.members.to_vec()).unwrap_or_default();
-            if members != party {
-                return Err(format!("{} allocated for {members:?}, the party is {party:?}", core.me()));
+            let snapshot = m.handle.read(Snapshot::clone);
+            if *snapshot.members != party {
+                return Err(format!("{} allocated for {:?}, the party is {party:?}", core.me(), snapshot.members));
             }
-            for item in self.listed(index) {
-                if !covered.insert(item) {
+            for &index in core.listed() {
+                let item = core.item(index).node_name();
+                if !covered.insert(item.clone()) {
                     return Err(format!("item {item} listed twice"));
                 }
             }
             // Hygiene: every lock node of this session is the held node of a listed item.
-            let values = values_of(core);
             let held: BTreeSet<String> = core
                 .listed()
                 .iter()
-                .filter_map(|&item| Some(format!("{LOCKS}/{}/{}", values[item], core.held_node(item)?)))
+                .filter_map(|&index| Some(format!("{LOCKS}/{}/{}", core.item(index), core.held_node(index)?)))
                 .collect();
-            for path in self.zk.ephemerals(m.session, LOCKS) {
+            for path in lock(&self.net).zk.ephemerals(m.zk.session(), &format!("{LOCKS}/")) {
                 if !held.contains(&path) {
                     return Err(format!("{} has a stray lock node {path}", core.me()));
                 }
             }
+            if !m.worker.saves.is_empty() || m.worker.release.is_some() {
+                return Err(format!("{}'s worker is still busy", core.me()));
+            }
         }
-        let set: BTreeSet<i64> =
-            self.items.iter().filter_map(|item| if let Item::Int(v) = item { Some(*v) } else { None }).collect();
-        if covered != set {
-            let missing: Vec<&i64> = set.difference(&covered).collect();
-            let extra: Vec<&i64> = covered.difference(&set).collect();
+        let expected: BTreeSet<String> = if self.plan.shared_set {
+            let net = lock(&self.net);
+            let header = net.zk.data_of(ITEMS).and_then(|data| Header::parse(&data).ok());
+            drop(net);
+            match header {
+                Some(header) if header.state != State::Ready => {
+                    return Err(format!("the shared set is still {:?}", header.state));
+                }
+                Some(header) => self.committed.get(&header.version).cloned().unwrap_or_default(),
+                None => return Err("the shared set is missing".into()),
+            }
+        } else {
+            self.fixed.iter().map(Item::node_name).collect()
+        };
+        if covered != expected {
+            let missing: Vec<&String> = expected.difference(&covered).collect();
+            let extra: Vec<&String> = covered.difference(&expected).collect();
             return Err(format!(
                 "listings cover {} of {} items: missing {missing:?}, not in the set {extra:?}",
                 covered.len(),
-                set.len()
+                expected.len()
             ));
         }
-        if self.set_updating {
-            return Err("an update of the set is under way".into());
+        if (0..self.actors.len()).any(|a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_some())) {
+            return Err("an admin's change is under way".into());
         }
-        // No lock node of a dead session may linger (the model deletes them on expiry; this checks the model too).
         Ok(())
     }
 }
 
-impl Outcome {
-    fn with_recovery(mut self, recovery: Duration) -> Self {
-        self.recovery = recovery;
-        self
+/// Access to the network's random stream, for a world method.
+struct RngGuard<'a>(std::sync::MutexGuard<'a, Net>);
+
+impl RngGuard<'_> {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.rng.below(n)
+    }
+    fn millis(&mut self, low: u64, high: u64) -> Duration {
+        self.0.rng.millis(low, high)
+    }
+}
+
+/// The core's view of a session state.
+fn session_event(state: SessionState) -> Event {
+    if let Some(end) = crate::publisher::session_end(state) {
+        Event::SessionEnded(end)
+    } else if state == SessionState::Disconnected {
+        Event::Suspended
+    } else {
+        Event::Connected
     }
 }
 

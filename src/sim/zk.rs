@@ -27,6 +27,7 @@ pub(crate) type WatchId = u64;
 pub(crate) enum ZkErr {
     NoNode,
     NodeExists,
+    BadVersion,
     NotEmpty,
     SessionExpired,
     NoChildrenForEphemerals,
@@ -49,18 +50,40 @@ pub(crate) struct Stat {
     pub ephemeral_owner: SessionId,
     pub num_children: usize,
     pub cversion: i64,
+    /// The data version: bumped by every `set_data`.
+    pub version: i32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WriteOp {
-    Create { path: String, data: Vec<u8>, mode: Mode },
-    Delete { path: String },
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: Mode,
+    },
+    /// At this data version only, if given.
+    Delete {
+        path: String,
+        version: Option<i32>,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: Option<i32>,
+    },
+    /// Fails unless the node exists (at this data version, if given); changes nothing.
+    Check {
+        path: String,
+        version: Option<i32>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WriteResult {
     Created { path: String, stat: Stat },
     Deleted,
+    Set(Stat),
+    Checked,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,8 +110,6 @@ pub(crate) enum WatchKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WatchEvent {
     NodeDeleted,
-    // Kept for parity with ZooKeeper's event types; this model has no set_data, so nothing produces it.
-    #[allow(dead_code)]
     NodeDataChanged,
     NodeChildrenChanged,
     NodeCreated,
@@ -108,6 +129,7 @@ struct Node {
     data: Vec<u8>,
     czxid: i64,
     mzxid: i64,
+    version: i32,
     ephemeral_owner: SessionId,
     /// Bumped on every child create; the next sequential suffix under this node.
     cversion: i64,
@@ -117,7 +139,7 @@ struct Node {
 
 impl Node {
     fn new(data: Vec<u8>, zxid: i64, ephemeral_owner: SessionId) -> Self {
-        Node { data, czxid: zxid, mzxid: zxid, ephemeral_owner, cversion: 0, children: BTreeSet::new() }
+        Node { data, czxid: zxid, mzxid: zxid, version: 0, ephemeral_owner, cversion: 0, children: BTreeSet::new() }
     }
 
     fn stat(&self) -> Stat {
@@ -127,6 +149,7 @@ impl Node {
             ephemeral_owner: self.ephemeral_owner,
             num_children: self.children.len(),
             cversion: self.cversion,
+            version: self.version,
         }
     }
 }
@@ -137,6 +160,8 @@ enum Applied {
     Created(String),
     /// The removed node, kept so a rollback can put it back exactly.
     Deleted(String, Node),
+    /// The node's data, version and mzxid before a `set_data`.
+    DataSet(String, Vec<u8>, i32, i64),
 }
 
 /// Watches of one kind: path → (session, id) in registration order, so they fire in a reproducible order.
@@ -240,12 +265,45 @@ impl Zk {
 
     /// NotEmpty if it has children. The root cannot be deleted (the server answers BadArguments): NoNode here.
     pub fn delete(&mut self, s: SessionId, path: &str) -> Result<(), ZkErr> {
+        self.delete_versioned(s, path, None)
+    }
+
+    /// A delete at this data version only, if given (BadVersion otherwise).
+    pub fn delete_versioned(&mut self, s: SessionId, path: &str, version: Option<i32>) -> Result<(), ZkErr> {
         self.check_session(s)?;
+        self.check_version(path, version)?;
         let zxid = self.zxid + 1;
         let mut journal = Vec::with_capacity(1);
         self.apply_delete(path, &mut journal)?;
         self.commit(zxid, journal);
         Ok(())
+    }
+
+    /// Sets a node's data, at this data version only, if given; fires its data watches (NodeDataChanged).
+    pub fn set_data(&mut self, s: SessionId, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat, ZkErr> {
+        self.check_session(s)?;
+        let zxid = self.zxid + 1;
+        let mut journal = Vec::with_capacity(1);
+        let stat = self.apply_set_data(path, data, version, zxid, &mut journal)?;
+        self.commit(zxid, journal);
+        Ok(stat)
+    }
+
+    /// Stat of a node (`None` if missing). With `watch`, arms a one-shot data watch whether or not the node exists
+    /// (it fires on creation, deletion or a data change), as ZooKeeper's `exists` does.
+    pub fn exists_watch(
+        &mut self,
+        s: SessionId,
+        path: &str,
+        watch: bool,
+    ) -> Result<(Option<Stat>, Option<WatchId>), ZkErr> {
+        self.check_session(s)?;
+        if !is_valid(path) {
+            return Err(ZkErr::NoNode);
+        }
+        let stat = self.nodes.get(path).map(Node::stat);
+        let id = watch.then(|| self.register(WatchKind::Data, s, path));
+        Ok((stat, id))
     }
 
     /// Child names, sorted. With `watch`, arms a one-shot child watch (only if the node exists).
@@ -287,7 +345,14 @@ impl Zk {
                 WriteOp::Create { path, data, mode } => self
                     .apply_create(s, path, data, *mode, zxid, &mut journal)
                     .map(|(path, stat)| WriteResult::Created { path, stat }),
-                WriteOp::Delete { path } => self.apply_delete(path, &mut journal).map(|()| WriteResult::Deleted),
+                WriteOp::Delete { path, version } => self
+                    .check_version(path, *version)
+                    .and_then(|()| self.apply_delete(path, &mut journal))
+                    .map(|()| WriteResult::Deleted),
+                WriteOp::SetData { path, data, version } => {
+                    self.apply_set_data(path, data, *version, zxid, &mut journal).map(WriteResult::Set)
+                }
+                WriteOp::Check { path, version } => self.check_version(path, *version).map(|()| WriteResult::Checked),
             };
             match result {
                 Ok(result) => results.push(result),
@@ -414,6 +479,37 @@ impl Zk {
         Ok((path, stat))
     }
 
+    /// NoNode if the node is missing, BadVersion if `version` is given and is not its data version.
+    fn check_version(&self, path: &str, version: Option<i32>) -> Result<(), ZkErr> {
+        let node = self.nodes.get(path).ok_or(ZkErr::NoNode)?;
+        match version {
+            Some(version) if version != -1 && version != node.version => Err(ZkErr::BadVersion),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets one node's data as part of the transaction `zxid`, recording what it was in `journal`.
+    fn apply_set_data(
+        &mut self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+        zxid: i64,
+        journal: &mut Vec<Applied>,
+    ) -> Result<Stat, ZkErr> {
+        self.check_version(path, version)?;
+        let node = self.nodes.get_mut(path).ok_or(ZkErr::NoNode)?;
+        journal.push(Applied::DataSet(
+            path.to_owned(),
+            std::mem::replace(&mut node.data, data.to_vec()),
+            node.version,
+            node.mzxid,
+        ));
+        node.version = node.version.wrapping_add(1);
+        node.mzxid = zxid;
+        Ok(node.stat())
+    }
+
     /// Deletes one node as part of a transaction, recording it (with the node, for rollback) in `journal`.
     fn apply_delete(&mut self, path: &str, journal: &mut Vec<Applied>) -> Result<(), ZkErr> {
         if path == "/" {
@@ -460,6 +556,10 @@ impl Zk {
                     }
                     self.nodes.insert(path, node);
                 }
+                Applied::DataSet(path, data, version, mzxid) => {
+                    let node = self.nodes.get_mut(&path).expect("set by this transaction");
+                    (node.data, node.version, node.mzxid) = (data, version, mzxid);
+                }
             }
         }
     }
@@ -480,6 +580,7 @@ impl Zk {
                     self.trigger(WatchKind::Children, &path, WatchEvent::NodeDeleted);
                     self.trigger(WatchKind::Children, parent_of(&path), WatchEvent::NodeChildrenChanged);
                 }
+                Applied::DataSet(path, ..) => self.trigger(WatchKind::Data, &path, WatchEvent::NodeDataChanged),
             }
         }
     }
@@ -538,7 +639,7 @@ mod tests {
     }
 
     fn delete(path: &str) -> WriteOp {
-        WriteOp::Delete { path: path.to_owned() }
+        WriteOp::Delete { path: path.to_owned(), version: None }
     }
 
     #[test]
@@ -703,7 +804,7 @@ mod tests {
             .into_iter()
             .map(|r| match r {
                 WriteResult::Created { path, stat } => (path, stat),
-                WriteResult::Deleted => panic!("no deletes here"),
+                other => panic!("only creates here: {other:?}"),
             })
             .collect();
         assert!(created.iter().all(|(_, stat)| stat.czxid == zxid + 1 && stat.mzxid == zxid + 1));
@@ -843,6 +944,56 @@ mod tests {
         zk.create(s, "/p/c", b"", Mode::Persistent).unwrap();
         zk.delete(s, "/p/c").unwrap();
         assert!(zk.take_fired().is_empty());
+    }
+
+    #[test]
+    fn data_versions_guard_set_data_delete_and_check() {
+        let mut zk = Zk::new();
+        let (s, w) = (zk.open_session(), zk.open_session());
+        zk.create(s, "/h", b"v0", Mode::Persistent).unwrap();
+        let stat = zk.set_data(s, "/h", b"v1", Some(0)).unwrap();
+        assert_eq!(stat.version, 1);
+        assert_eq!(zk.data_of("/h").as_deref(), Some(&b"v1"[..]));
+        assert_eq!(zk.set_data(s, "/h", b"x", Some(0)), Err(ZkErr::BadVersion), "a stale version is refused");
+        assert_eq!(zk.set_data(s, "/missing", b"x", None), Err(ZkErr::NoNode));
+        assert_eq!(zk.data_of("/h").as_deref(), Some(&b"v1"[..]), "a refused write changes nothing");
+
+        // A check fails the whole multi, at its index, and leaves everything as it was.
+        let before = zk.clone();
+        let ops = [WriteOp::Check { path: "/h".into(), version: Some(0) }, create("/new", Mode::Persistent)];
+        assert_eq!(zk.multi_write(s, &ops), Err((0, ZkErr::BadVersion)));
+        assert_eq!(zk, before);
+        let ops = [
+            WriteOp::Check { path: "/h".into(), version: Some(1) },
+            WriteOp::SetData { path: "/h".into(), data: b"v2".to_vec(), version: Some(1) },
+            create("/new", Mode::Persistent),
+        ];
+        let results = zk.multi_write(s, &ops).unwrap();
+        assert!(matches!(results[..], [WriteResult::Checked, WriteResult::Set(_), WriteResult::Created { .. }]));
+
+        // A data watch sees the change (one-shot); a versioned delete needs the current version.
+        let (_, _, watch) = zk.get_data(w, "/h", true).unwrap();
+        zk.set_data(s, "/h", b"v3", None).unwrap();
+        assert_eq!(fired(&mut zk), [(w, watch.unwrap(), "/h".to_owned(), WatchEvent::NodeDataChanged)]);
+        assert_eq!(zk.delete_versioned(s, "/h", Some(2)), Err(ZkErr::BadVersion));
+        assert_eq!(zk.delete_versioned(s, "/h", Some(3)), Ok(()));
+    }
+
+    #[test]
+    fn exists_watches_see_creation_and_deletion() {
+        let mut zk = Zk::new();
+        let (s, w) = (zk.open_session(), zk.open_session());
+        // On a missing node: armed, and fires at its creation.
+        let (stat, watch) = zk.exists_watch(w, "/lease", true).unwrap();
+        assert_eq!(stat, None);
+        zk.create(s, "/lease", b"", Mode::Ephemeral).unwrap();
+        assert_eq!(fired(&mut zk), [(w, watch.unwrap(), "/lease".to_owned(), WatchEvent::NodeCreated)]);
+        // On an existing one: fires at its deletion, here by its session's end (a writer's lease going).
+        let (stat, watch) = zk.exists_watch(w, "/lease", true).unwrap();
+        assert_eq!(stat.map(|s| s.ephemeral_owner), Some(s));
+        zk.expire(s);
+        assert_eq!(fired(&mut zk), [(w, watch.unwrap(), "/lease".to_owned(), WatchEvent::NodeDeleted)]);
+        assert_eq!(zk.exists_watch(w, "/lease", false).unwrap(), (None, None));
     }
 
     #[test]
