@@ -169,6 +169,61 @@ async fn worker_processes_follow_the_shared_set_eagerly() {
     processes_follow_the_set("eager").await;
 }
 
+/// The reproduction: an `item_set add` of 3,000 items killed with SIGKILL part-way (here: stopped by its
+/// proxy right after its first staging request, or right after its commit, then killed). The worker that is first
+/// in the party finds the admin's lease gone once its session expires (the admin's default 6 s) and undoes or
+/// finishes the update: the set is whole (the old one or the new one), `ready` again, and the workers follow it.
+/// (Before, the set stayed `updating` for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_admin_killed_part_way_leaves_no_update_unfinished() {
+    let ctx = Ctx::new().await;
+    let shared = ["--shared-set", "--int-items", "--time-boundary", "0.3"];
+    let a = Worker::start(&ctx, "a", &[&shared[..], &["--items", "0,1,2,3"]].concat()).await;
+    a.wait_joined().await;
+    let b = Worker::start(&ctx, "b", &shared).await;
+    let version = version_of(&admin(&ctx, &["--json", "show"]).await);
+    wait_cover(&[&a, &b], version, &[0, 1, 2, 3]).await;
+    let header = || async {
+        let (data, _) = ctx.observer.get_data(&format!("{PATH}/items")).await.expect("the header");
+        String::from_utf8_lossy(&data).into_owned()
+    };
+    let mut expected: Vec<i64> = vec![0, 1, 2, 3];
+    for (round, request, state) in [(0i64, &b"/add/"[..], "staging"), (1, &b"state=applying"[..], "applying")] {
+        let more: Vec<i64> = (1000 + round * 10_000..4000 + round * 10_000).collect();
+        let list = more.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let proxy = zk_partitioner::testing::Proxy::start(ctx.addr).await;
+        proxy.cut_after_containing(14, request);
+        let mut child = Command::new(example("item_set"))
+            .args(["--connect", &format!("{}{}", proxy.endpoint(), ctx.namespace), "--path", PATH, "--int-items"])
+            .args(["add", &list])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn item_set");
+        common::wait_until("the admin to be stopped part-way", timing(Duration::from_secs(20)), || async {
+            proxy.is_cut() && header().await.contains(&format!("state={state}"))
+        })
+        .await;
+        child.start_kill().expect("SIGKILL");
+        let _ = child.wait().await;
+        let killed = tokio::time::Instant::now();
+        // The admin's session timeout (6 s), then a round trip or two of the first worker.
+        common::wait_until("the update to be undone or finished", timing(Duration::from_secs(10)), || async {
+            header().await.contains("state=ready")
+        })
+        .await;
+        eprintln!("{state}: recovered {:.2?} after the SIGKILL", killed.elapsed());
+        if state == "applying" {
+            expected.extend(&more);
+        }
+        let shown: Value = serde_json::from_str(admin(&ctx, &["--json", "show"]).await.trim()).expect("JSON");
+        let items: Vec<i64> = shown["items"].as_array().expect("items").iter().filter_map(Value::as_i64).collect();
+        assert_eq!(items, expected, "{state}: the whole old set, or the whole new one");
+        wait_cover(&[&a, &b], shown["version"].as_u64().expect("version"), &expected).await;
+    }
+}
+
 /// The rolling deploy, run as a user would: two workers with different `--items`. Both print the
 /// disagreement within time_boundary + 1 s, naming the other member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -31,6 +31,24 @@ struct State {
     cut: bool,
     next_id: u64,
     connections: HashMap<u64, Connection>,
+    /// [`Proxy::lose_reply_to_next`] or [`Proxy::cut_after`], waiting for its request.
+    trigger: Option<Trigger>,
+}
+
+/// A request that loses its reply when it comes: the `left`-th next one of type `opcode` whose bytes contain
+/// `needle`; then the proxy closes that connection, or (`cut`) cuts.
+#[derive(Clone)]
+struct Trigger {
+    opcode: i32,
+    needle: Vec<u8>,
+    left: u32,
+    cut: bool,
+}
+
+impl Trigger {
+    fn matches(&self, opcode: i32, frame: &[u8]) -> bool {
+        opcode == self.opcode && (self.needle.is_empty() || frame.windows(self.needle.len()).any(|w| w == self.needle))
+    }
 }
 
 /// A relayed connection: duplicates of its sockets (to shut them down from `cut`, synchronously) and its task.
@@ -129,6 +147,35 @@ impl Proxy {
         self.heal();
     }
 
+    /// Loses the reply to the next request of type `opcode` (ZooKeeper's request types: `14` a write `multi`, `22`
+    /// a read `multi`, `1` a create, `2` a delete, `5` a `set_data`): the request reaches the server, which applies
+    /// it, but its connection closes before the reply comes back (nothing the server sends on it after that request
+    /// is relayed). The client sees the connection lost with the request's outcome unknown, and reconnects through
+    /// the proxy on the same session. One-shot.
+    pub fn lose_reply_to_next(&self, opcode: i32) {
+        self.state().trigger = Some(Trigger { opcode, needle: Vec::new(), left: 1, cut: false });
+    }
+
+    /// [`cut`](Self::cut)s right after the `nth` next request of type `opcode` (see
+    /// [`lose_reply_to_next`](Self::lose_reply_to_next)) reaches the server, and before its reply comes back: the
+    /// client is stopped at a chosen point of a chain of requests, with that request applied. One-shot; stays cut
+    /// until [`heal`](Self::heal).
+    pub fn cut_after(&self, opcode: i32, nth: u32) {
+        self.state().trigger = Some(Trigger { opcode, needle: Vec::new(), left: nth.max(1), cut: true });
+    }
+
+    /// [`cut_after`](Self::cut_after) the next request of type `opcode` whose bytes contain `needle` (a path, or a
+    /// node's data): stops a client at the request that writes, say, a given state.
+    pub fn cut_after_containing(&self, opcode: i32, needle: &[u8]) {
+        self.state().trigger = Some(Trigger { opcode, needle: needle.to_vec(), left: 1, cut: true });
+    }
+
+    /// Whether [`lose_reply_to_next`](Self::lose_reply_to_next) or [`cut_after`](Self::cut_after) is still
+    /// waiting for its request.
+    pub fn reply_loss_pending(&self) -> bool {
+        self.state().trigger.is_some()
+    }
+
     /// How many connections are being relayed now.
     pub fn live_connections(&self) -> usize {
         self.state().connections.len()
@@ -206,8 +253,8 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Mu
     }
 }
 
-async fn relay(id: u64, mut inbound: TcpStream, upstream: SocketAddr, shared: Arc<Mutex<State>>) {
-    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+async fn relay(id: u64, inbound: TcpStream, upstream: SocketAddr, shared: Arc<Mutex<State>>) {
+    if let Ok(outbound) = TcpStream::connect(upstream).await {
         let registered = match duplicate(&outbound) {
             Ok(duplicate) => match shared.lock().unwrap_or_else(PoisonError::into_inner).connections.get_mut(&id) {
                 Some(connection) => {
@@ -219,10 +266,87 @@ async fn relay(id: u64, mut inbound: TcpStream, upstream: SocketAddr, shared: Ar
             Err(_) => false,
         };
         if registered {
-            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            relay_frames(inbound, outbound, &shared).await;
+            if shared.lock().unwrap_or_else(PoisonError::into_inner).cut {
+                cut_all(&shared);
+            }
         }
     }
     shared.lock().unwrap_or_else(PoisonError::into_inner).connections.remove(&id);
+}
+
+/// Relays both ways until either side closes. The client's side is read frame by frame (a 4-byte length, then the
+/// request: after the session's connect request, `xid` and request type come first), so that a request whose reply
+/// is to be lost closes the connection once it is sent and before anything more comes back.
+async fn relay_frames(inbound: TcpStream, outbound: TcpStream, shared: &Mutex<State>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_in, mut client_out) = inbound.into_split();
+    let (mut server_in, mut server_out) = outbound.into_split();
+    let replies_held = std::sync::atomic::AtomicBool::new(false);
+    let to_server = async {
+        let mut first = true;
+        loop {
+            let mut length = [0u8; 4];
+            client_in.read_exact(&mut length).await?;
+            let size = u32::from_be_bytes(length) as usize;
+            let mut frame = vec![0u8; size];
+            client_in.read_exact(&mut frame).await?;
+            let opcode = (!first && size >= 8).then(|| i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]));
+            first = false;
+            let lose = {
+                let mut state = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                match &mut state.trigger {
+                    Some(trigger) if opcode.is_some_and(|opcode| trigger.matches(opcode, &frame)) => {
+                        trigger.left -= 1;
+                        if trigger.left == 0 {
+                            let cut = trigger.cut;
+                            state.trigger = None;
+                            Some(cut)
+                        } else {
+                            None
+                        }
+                    }
+                    _ => None,
+                }
+            };
+            if lose.is_some() {
+                replies_held.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            server_out.write_all(&length).await?;
+            server_out.write_all(&frame).await?;
+            if let Some(cut) = lose {
+                // Time for the server to apply it; its reply is dropped meanwhile. Then this connection closes (and
+                // with `cut`, every connection, new ones refused).
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                shared.lock().unwrap_or_else(PoisonError::into_inner).cut |= cut;
+                return Ok::<(), std::io::Error>(());
+            }
+        }
+    };
+    let to_client = async {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let read = server_in.read(&mut buffer).await?;
+            if read == 0 {
+                return Ok::<(), std::io::Error>(());
+            }
+            if !replies_held.load(std::sync::atomic::Ordering::SeqCst) {
+                client_out.write_all(&buffer[..read]).await?;
+            }
+        }
+    };
+    tokio::select! {
+        _ = to_server => {}
+        _ = to_client => {}
+    }
+}
+
+/// Closes every relayed connection (the proxy is cut).
+fn cut_all(shared: &Mutex<State>) {
+    let connections = std::mem::take(&mut shared.lock().unwrap_or_else(PoisonError::into_inner).connections);
+    for connection in connections.values() {
+        connection.close();
+    }
 }
 
 /// Waits until the server at `upstream` no longer lists `session` (its `dump`): its ephemeral nodes are gone.
