@@ -123,6 +123,35 @@ pub(crate) async fn list_dirs<Z: ZooKeeper>(
     Ok(listings)
 }
 
+/// Waits until the contender at `path`, the one just ahead of ours, changes or goes ([`wait_for`]). One of our own
+/// session is deleted instead: a create of ours whose reply was lost with the connection, applied by the server
+/// after our next requests (after we had given it up and created again under a new prefix). Waiting for it would be
+/// waiting for ourselves; the core never asks to wait for a node it tracks.
+pub(crate) async fn wait_for_predecessor<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<(), ZkError> {
+    #[cfg(test)]
+    let sabotaged = crate::decision::sabotaged(crate::decision::Sabotage::OwnPredecessorWaited);
+    #[cfg(not(test))]
+    let sabotaged = false;
+    match zk.get_and_watch_data(path).await {
+        Ok((_, stat, _)) if stat.ephemeral_owner == zk.session_id() && !sabotaged => {
+            tracing::info!(
+                node = path,
+                "deleting a lock node of our own session ahead of ours (a create that landed late)"
+            );
+            match crate::party::retry_transient(zk, || zk.delete(path, None)).await {
+                Ok(()) | Err(ZkError::NoNode) => Ok(()),
+                Err(err) => Err(err),
+            }
+        }
+        Ok((_, _, watch)) => match watch.await.session_error() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        },
+        Err(ZkError::NoNode) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
 /// Waits until the contender at `path` changes or goes. A data watch, as kazoo's and zookeeper-client's locks use:
 /// an `exists` watch on a node that is already gone would linger until someone recreated that name.
 pub(crate) async fn wait_for<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<(), ZkError> {

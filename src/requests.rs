@@ -240,7 +240,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::Watch { item, node } => {
             let path = format!("{}/{node}", dir(item));
-            let result = locks::wait_for(&zk, &path).await;
+            let result = locks::wait_for_predecessor(&zk, &path).await;
             Done::reply_to(id, Reply::Changed(result.map_err(|err| Failed::of("get_data", &path, err))))
         }
         Op::Release { nodes, keep, window } => {
@@ -275,7 +275,11 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 Some(set) => {
                     let shared = SharedSet::new(SessionRef::Owned(zk.clone()), &set.base, paths.acls.clone())
                         .with_chunk(ctx.set_chunk);
-                    crate::item_set::recover(&zk, &shared, &unfinished).await.map_err(Failed::from_error)
+                    let recovered = crate::item_set::recover(&zk, &shared, &unfinished).await;
+                    if let Err(err) = &recovered {
+                        tracing::warn!(%err, %unfinished, "could not finish or undo the shared set's update; trying again later");
+                    }
+                    recovered.map_err(Failed::from_error)
                 }
                 None => Ok(()),
             };

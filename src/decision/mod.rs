@@ -145,6 +145,9 @@ pub(crate) enum Sabotage {
     LostRepliesUnresolved,
     /// A panicked task deletes its nodes in one pass, without retrying a request lost with the connection.
     CleanupOnce,
+    /// A lock node of our own session just ahead of ours (a create that the server applied late, after we had given
+    /// it up) is waited for like anyone's: forever.
+    OwnPredecessorWaited,
 }
 
 #[cfg(test)]
@@ -327,6 +330,9 @@ pub(crate) struct Core {
     /// The update under way as of the latest read of the shared set: taken care of by whoever is the first member,
     /// also one that becomes first later.
     unfinished: Option<Unfinished>,
+    /// After a recovery that failed (say, a member allowed to read the set but not to write it): when to read the
+    /// set and try again (not at once: a failure that persists would have the member spin).
+    recovery_retry_at: Option<Instant>,
     /// The set the assignment in force was computed from (indexes), and its change.
     assigned_set: Vec<usize>,
     set_in_force: SetInForce,
@@ -423,6 +429,7 @@ impl Core {
             announcements_due: None,
             set_recovery: None,
             unfinished: None,
+            recovery_retry_at: None,
             assigned_set: catalogue.set().to_vec(),
             catalogue,
             set_read: None,
@@ -491,7 +498,8 @@ impl Core {
         let watches = self.held_watches_due().filter(|&at| at > self.now);
         let prepare = self.prepare_due().filter(|&at| at > self.now);
         let announcements = self.announcements_due.filter(|&at| at > self.now);
-        [settling, prepare, retry, watches, announcements, self.deadline, self.backoff_until]
+        let recovery = self.recovery_retry_at.filter(|&at| at > self.now);
+        [settling, prepare, retry, watches, announcements, recovery, self.deadline, self.backoff_until]
             .into_iter()
             .flatten()
             .min()
@@ -548,6 +556,10 @@ impl Core {
         self.send_lists(lists);
         self.send_make_dirs(dirs);
         self.read_announcements_if_due();
+        if self.recovery_retry_at.is_some_and(|at| at <= now) {
+            self.recovery_retry_at = None;
+            self.set_fresh = false;
+        }
         self.decide();
     }
 
@@ -958,7 +970,11 @@ impl Core {
         }
         let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
         let Some(tag) = unfinished.state.change() else { return };
-        if !first || self.ending.is_some() || self.set_recovery.as_ref().is_some_and(|(t, _)| t == tag) {
+        if !first
+            || self.ending.is_some()
+            || self.recovery_retry_at.is_some()
+            || self.set_recovery.as_ref().is_some_and(|(t, _)| t == tag)
+        {
             return;
         }
         let (op, pending) = if unfinished.abandoned() {
@@ -1169,12 +1185,13 @@ impl Core {
                 self.on_set(result.map_err(classify));
             }
             (Pending::RecoverSet | Pending::WatchLease, Reply::Recovered(result) | Reply::LeaseGone(result)) => {
-                // Done, or the writer's lease is gone, or it failed for now: read the set again either way (a
-                // recovery is idempotent and asked for again if still due).
+                // Done, or the writer's lease is gone: read the set again (a recovery is idempotent, and asked for
+                // again if still due). Failed: the same, a time_boundary later.
                 self.set_recovery = None;
-                self.set_fresh = false;
-                if let Err(ReqError::Fatal(Cause::SessionEnded(end))) = result.map_err(classify) {
-                    self.fail(Cause::SessionEnded(end));
+                match result.map_err(classify) {
+                    Ok(()) => self.set_fresh = false,
+                    Err(ReqError::Fatal(Cause::SessionEnded(end))) => self.fail(Cause::SessionEnded(end)),
+                    Err(_) => self.recovery_retry_at = Some(self.now + self.cfg.time_boundary),
                 }
             }
             (Pending::RemoveDirs, Reply::DirsRemoved) => {}

@@ -19,6 +19,12 @@
 //! | `applying` | the base set plus the change's additions, minus its removals | anyone applies the change to the base set |
 //! | `creating` | none yet (readers see no set) | the writer of `change` writes the first base set |
 //! | `deleting` | none (readers see no set) | an abandoned creation is being deleted, by anyone |
+//! | `absent` | none (readers see no set) | nothing: an abandoned creation was deleted; the next one starts here |
+//!
+//! The header's node is never deleted once written (an undone creation leaves it `absent`), so its data version only
+//! grows, and every conditional request of the protocol (a write of the header at the version read, a `check` of it
+//! in each chunk) is fenced against anything that happened since: a late chunk of an undo can never land in the
+//! set created after it.
 //!
 //! So every reader (a member, `build()`, an admin) sees a set a writer committed, never a mix: an update that fits
 //! one `multi` commits in it (the header's new version with the children's creates and deletes); a larger one
@@ -69,13 +75,15 @@ pub(crate) enum State {
     Applying(String),
     Creating(String),
     Deleting(String),
+    /// No set: an abandoned creation was deleted (the node stays, so that its version keeps growing).
+    Absent,
 }
 
 impl State {
     /// The change under way, if any.
     pub fn change(&self) -> Option<&str> {
         match self {
-            State::Ready => None,
+            State::Ready | State::Absent => None,
             State::Staging(tag) | State::Applying(tag) | State::Creating(tag) | State::Deleting(tag) => Some(tag),
         }
     }
@@ -87,6 +95,7 @@ impl State {
             State::Applying(_) => "applying",
             State::Creating(_) => "creating",
             State::Deleting(_) => "deleting",
+            State::Absent => "absent",
         }
     }
 }
@@ -134,6 +143,7 @@ impl Header {
             ("applying", Some(tag)) => State::Applying(tag),
             ("creating", Some(tag)) => State::Creating(tag),
             ("deleting", Some(tag)) => State::Deleting(tag),
+            ("absent", None) => State::Absent,
             (state, change) => return Err(format!("its state {} with change {change:?} is not one", shown(state))),
         };
         Ok(Header { kind, version, state, log })
@@ -318,7 +328,9 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
     let creating_read = crate::decision::sabotaged(crate::decision::Sabotage::CreatingReadAsCommitted);
     #[cfg(not(test))]
     let creating_read = false;
-    if matches!(header.state, State::Creating(_) | State::Deleting(_)) && !creating_read {
+    if header.state == State::Absent
+        || matches!(header.state, State::Creating(_) | State::Deleting(_)) && !creating_read
+    {
         return SetView::Missing { unfinished };
     }
     let mut names: BTreeSet<String> = read.children.into_iter().collect();
@@ -374,7 +386,13 @@ mod tests {
     #[test]
     fn headers_round_trip_and_garbage_is_refused() {
         let tag = "0123456789abcdef".to_string();
-        for state in [State::Ready, State::Staging(tag.clone()), State::Applying(tag.clone()), State::Creating(tag)] {
+        for state in [
+            State::Ready,
+            State::Staging(tag.clone()),
+            State::Applying(tag.clone()),
+            State::Creating(tag),
+            State::Absent,
+        ] {
             let h = header(state);
             assert_eq!(Header::parse(h.render().as_bytes()), Ok(h));
         }

@@ -19,10 +19,12 @@
 //!
 //! A writer that stops part-way (a crash, a session that expired) loses its lease: its change is undone (`staging`,
 //! `creating`) or finished (`applying`) by the next writer, or by the first member of the party, as soon as the lease
-//! is gone, so within the writer's session timeout. An update reported as failed changed nothing; one reported as
-//! done is wholly in force. A reply lost with the connection is resolved by reading the header, whose `log` keeps the
-//! tokens of the latest updates: a retried update that finds its own token returns `Ok`, and a retried removal of
-//! items already gone is not an error.
+//! is gone, so within the writer's session timeout. Each attempt stages under a fresh tag (never reused, so a late
+//! clean-up of one attempt cannot touch another), and the header's node is never deleted (an undone creation leaves
+//! it `absent`), so every version check fences what came before. An update reported as failed changed nothing; one
+//! reported as done is wholly in force. A reply lost with the connection is resolved by reading the header, whose
+//! `log` keeps the tokens of the latest updates: a retried update that finds its own token returns `Ok`, and a
+//! retried removal of items already gone is not an error.
 //!
 //! Items of a shared set are all integers or all strings (`kind`): a child's name must parse back into the item it
 //! renders. Children that do not (written by hand) are skipped with a warning and reported by [`ItemSet::read`]; the
@@ -32,6 +34,7 @@ pub(crate) mod layout;
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use futures::future::{Either, select};
@@ -64,6 +67,12 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Cheap to clone. A read is one request (two while a large update is being applied); an update that fits one
 /// request is a read and one conditional write; a larger one is staged, committed and applied (see the
 /// [module docs](self) for why every reader sees either the set before or the set after).
+///
+/// **Cancel safety**: every change runs on a task of its own (the caller's runtime's). Dropping its future (a
+/// `timeout`, a `select!`) stops the waiting, not the change: it completes, or fails and leaves nothing, as it would
+/// have. **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the
+/// reply of ours is lost and we reconnect, ours can no longer be recognised (a retried `replace_if` then reports a
+/// conflict; a retried `add` or `remove` is simply applied again, which changes nothing).
 ///
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
@@ -147,6 +156,19 @@ impl ItemSet {
         &self.inner.paths.node
     }
 
+    /// Runs a change on a task of its own, so that it is cancel safe: dropping the caller's future does not stop the
+    /// change part-way (a staged update would keep its lease, and so stay unfinished, as long as the session lives);
+    /// it completes, or fails and is undone, on its own.
+    async fn detached<T, F>(&self, change: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        tokio::spawn(change).await.unwrap_or_else(|err| {
+            Err(Error::Internal { reason: format!("the shared set's update task of {} failed: {err}", self.path()) })
+        })
+    }
+
     /// Reads the set in force.
     ///
     /// # Errors
@@ -169,7 +191,8 @@ impl ItemSet {
         I: IntoIterator,
         I::Item: Into<Item>,
     {
-        self.inner.create_if_missing(items.into_iter().map(Into::into).collect()).await
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.create_if_missing(items).await }).await
     }
 
     /// Adds `items` (those already in the set are left as they are) and returns the set after the change.
@@ -182,7 +205,8 @@ impl ItemSet {
         I: IntoIterator,
         I::Item: Into<Item>,
     {
-        self.inner.add(items.into_iter().map(Into::into).collect()).await
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.add(items).await }).await
     }
 
     /// Removes `items` and returns the set after the change.
@@ -196,7 +220,8 @@ impl ItemSet {
         I: IntoIterator,
         I::Item: Into<Item>,
     {
-        self.inner.remove(items.into_iter().map(Into::into).collect()).await
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.remove(items).await }).await
     }
 
     /// Makes the set exactly `items`, whatever it was, and returns it.
@@ -208,7 +233,8 @@ impl ItemSet {
         I: IntoIterator,
         I::Item: Into<Item>,
     {
-        self.inner.replace(None, items.into_iter().map(Into::into).collect()).await
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.replace(None, items).await }).await
     }
 
     /// Makes the set exactly `items` if its version is still `version` (from a [`read`](ItemSet::read)): a
@@ -223,7 +249,8 @@ impl ItemSet {
         I: IntoIterator,
         I::Item: Into<Item>,
     {
-        self.inner.replace(Some(version), items.into_iter().map(Into::into).collect()).await
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.replace(Some(version), items).await }).await
     }
 }
 
@@ -298,7 +325,10 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// Reads the set until a read is whole (a torn read means an update landed between two reads).
     async fn view(&self, zk: &Z) -> Result<SetView, Error> {
         for _ in 0..MAX_ATTEMPTS {
-            let view = layout::interpret(read_raw(zk, &self.paths, None).await.map_err(|e| self.zk_error("read", e))?);
+            // A read lost with the connection is sent again (until the session ends): an update whose outcome is
+            // unknown must not be reported as failed for a read that failed.
+            let read = retry_transient(zk, || read_raw(zk, &self.paths, None)).await;
+            let view = layout::interpret(read.map_err(|e| self.zk_error("read", e))?);
             if view != SetView::Torn {
                 return Ok(view);
             }
@@ -313,6 +343,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }
         let zk = self.zk()?;
         let token = layout::token(zk.random());
+        // The change tags of our attempts: each attempt stages under a fresh one (a tag is never used twice, so a
+        // late clean-up of one attempt cannot touch the next).
+        let mut own = Vec::new();
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             match self.view(&zk).await? {
@@ -325,11 +358,15 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
                 SetView::Torn => {}
                 SetView::Missing { unfinished: Some(unfinished) } => {
-                    self.settle(&zk, &unfinished, &token).await?;
+                    self.settle(&zk, &unfinished, &own).await?;
                 }
-                SetView::Missing { unfinished: None } => match self.create(&zk, &items, &token).await {
-                    Ok(()) | Err(Retry::Moved | Retry::Unknown) => {}
-                },
+                SetView::Missing { unfinished: None } => {
+                    let tag = layout::token(zk.random());
+                    own.push(tag.clone());
+                    match self.create(&zk, &items, &token, &tag).await {
+                        Ok(()) | Err(Retry::Moved | Retry::Unknown) => {}
+                    }
+                }
             }
         }
         Err(self.too_busy())
@@ -400,6 +437,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     ) -> Result<SharedItems, Error> {
         let zk = zk.clone();
         let token = token.to_owned();
+        // The change tags of our staged attempts (see `create_if_missing`).
+        let mut own: Vec<String> = Vec::new();
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             let current = match self.view(&zk).await? {
@@ -418,15 +457,16 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 // Our update landed; its reply was lost. If it is still ours to apply, apply it now (as the lost
                 // reply's sequel would have).
                 if let Some(unfinished) = &current.unfinished
-                    && unfinished.state == State::Applying(token.clone())
-                    && let Err(err) = self.finish_applying(&zk, &token).await
+                    && let State::Applying(tag) = &unfinished.state
+                    && own.contains(tag)
+                    && let Err(err) = self.finish_applying(&zk, tag).await
                 {
-                    tracing::warn!(%err, change = %token, "an update is committed but not yet applied; it will be finished");
+                    tracing::warn!(%err, change = %tag, "an update is committed but not yet applied; it will be finished");
                 }
                 return Ok(SharedItems::of(current));
             }
             if let Some(unfinished) = &current.unfinished {
-                self.settle(&zk, unfinished, &token).await?;
+                self.settle(&zk, unfinished, &own).await?;
                 continue;
             }
             if let Some(expected) = expected
@@ -460,7 +500,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let written = if fits_one_request(&self.paths, self.chunk, &adds, &removes) {
                 self.write_small(&zk, &current, kind, &adds, &removes, &token).await
             } else {
-                self.write_large(&zk, &current, kind, &adds, &removes, &token).await
+                let tag = layout::token(zk.random());
+                own.push(tag.clone());
+                self.write_large(&zk, &current, kind, &adds, &removes, &token, &tag).await
             };
             match written {
                 Ok(()) => {
@@ -503,7 +545,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         self.commit(zk, &ops).await
     }
 
-    /// A staged update: intent (under our lease), staging, commit, apply, finish (see the module docs).
+    /// A staged update: intent (under our lease), staging, commit, apply, finish (see the module docs). `token` goes
+    /// into the header's log; `tag` names this attempt's change and lease.
+    #[allow(clippy::too_many_arguments)]
     async fn write_large(
         &self,
         zk: &Z,
@@ -512,8 +556,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         adds: &[String],
         removes: &[String],
         token: &str,
+        tag: &str,
     ) -> Result<(), Result<Retry, Error>> {
-        let tag = token;
         for dir in [&self.paths.changes, &self.paths.writers] {
             retry_transient(zk, || zk.mkdir(dir, &self.acls)).await.map_err(|e| Err(self.zk_error("mkdir", e)))?;
         }
@@ -535,7 +579,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         ];
         // A lost intent may have landed: the next read then finds our own `staging`, and undoes it.
         let outcome = match self.commit(zk, &ops).await {
-            Ok(()) => self.stage_and_commit(zk, current, kind, adds, removes, tag).await,
+            Ok(()) => self.stage_and_commit(zk, current, kind, (adds, removes), token, tag).await,
             Err(err) => Err(err),
         };
         // Whatever happened, our lease goes before we return: while it lives nobody finishes or undoes a change of
@@ -550,15 +594,15 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         zk: &Z,
         current: &Committed,
         kind: Kind,
-        adds: &[String],
-        removes: &[String],
+        (adds, removes): (&[String], &[String]),
+        token: &str,
         tag: &str,
     ) -> Result<(), Result<Retry, Error>> {
         let staged_version = current.header_version + 1;
         // 2. Staging, each request checking that the header is still our intent (nobody undid it).
         self.stage(zk, tag, staged_version, adds, removes).await?;
         // 3. The commit: from `staging` to `applying`, one conditional write; every reader now sees the change.
-        let applying = current.header.next(kind, State::Applying(tag.to_owned()), tag).render();
+        let applying = current.header.next(kind, State::Applying(tag.to_owned()), token).render();
         let ops =
             [WriteOp::SetData { path: &self.paths.node, data: applying.as_bytes(), version: Some(staged_version) }];
         // A lost reply: the next read tells whether it landed (our token in the header's log).
@@ -686,10 +730,10 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     }
 
     /// Deals with an update under way: waits while its writer's lease lives (up to [`MAX_WAIT`]); once the writer is
-    /// gone, undoes a `staging` or `creating` change and finishes an `applying` one (or a `deleting` set). Our own
-    /// change (`token`), found after the reply to its intent was lost, is undone at once.
-    async fn settle(&self, zk: &Z, unfinished: &Unfinished, token: &str) -> Result<(), Error> {
-        let own = unfinished.state.change() == Some(token);
+    /// gone, undoes a `staging` or `creating` change and finishes an `applying` one (or a `deleting` set). A change
+    /// of ours (one of the tags in `own`), found after the reply to its intent was lost, is undone at once.
+    async fn settle(&self, zk: &Z, unfinished: &Unfinished, own: &[String]) -> Result<(), Error> {
+        let own = unfinished.state.change().is_some_and(|tag| own.iter().any(|t| t == tag));
         if !own && !unfinished.abandoned() {
             return self.wait_for_writer(zk, unfinished).await;
         }
@@ -720,46 +764,76 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     }
 
     /// Writes the first version of the set (`None` from [`layout::interpret`] before): one `multi` if it fits, else
-    /// under a `creating` header and our lease, committed by the header's write to `ready`.
-    async fn create(&self, zk: &Z, items: &[Item], token: &str) -> Result<(), Retry> {
+    /// under a `creating` header and our lease (`tag`), committed by the header's write to `ready`. The header's node
+    /// is created, or written over at its version if an undone creation left it `absent`.
+    async fn create(&self, zk: &Z, items: &[Item], token: &str, tag: &str) -> Result<(), Retry> {
         if retry_transient(zk, || zk.mkdir(&self.paths.base, &self.acls)).await.is_err() {
             return Err(Retry::Unknown);
         }
+        let Ok(read) = retry_transient(zk, || read_raw(zk, &self.paths, None)).await else {
+            return Err(Retry::Unknown);
+        };
+        let absent_at = match &read.header {
+            None => None,
+            Some((data, version)) => match Header::parse(data) {
+                Ok(header) if header.state == State::Absent => Some(*version),
+                // Someone else's set, or their creation: read again.
+                _ => return Err(Retry::Moved),
+            },
+        };
         let kind = Kind::of(items);
         let names: Vec<String> = items.iter().map(Item::node_name).collect();
         let ready = Header { kind, version: 1, state: State::Ready, log: vec![token.to_owned()] };
         let ready_text = ready.render();
         let created = paths_of(&self.paths.node, &names);
         if fits_one_request(&self.paths, self.chunk, &names, &[]) {
-            let mut ops = vec![self.create_data_op(&self.paths.node, ready_text.as_bytes())];
+            let mut ops = vec![self.header_write(ready_text.as_bytes(), absent_at)];
             ops.extend(created.iter().map(|path| self.create_op(path)));
             return self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
         }
         if retry_transient(zk, || zk.mkdir(&self.paths.writers, &self.acls)).await.is_err() {
             return Err(Retry::Unknown);
         }
-        let creating = Header { kind, version: 0, state: State::Creating(token.to_owned()), log: Vec::new() }.render();
-        let lease = self.paths.lease(token);
+        let creating = Header { kind, version: 0, state: State::Creating(tag.to_owned()), log: Vec::new() }.render();
+        let lease = self.paths.lease(tag);
         let ops = [
-            self.create_data_op(&self.paths.node, creating.as_bytes()),
+            self.header_write(creating.as_bytes(), absent_at),
             WriteOp::Create { path: &lease, data: b"", mode: Mode::Ephemeral, acls: &self.acls },
         ];
         // A lost reply: the next read finds our `creating` header (ours, so undone at once) or nothing.
-        self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown))?;
-        let outcome = self.create_under_lease(zk, &created, &ready_text).await;
+        let creating_version = absent_at.map_or(0, |version| version + 1);
+        let outcome = match self.commit(zk, &ops).await {
+            Ok(()) => self.create_under_lease(zk, &created, &ready_text, creating_version).await,
+            Err(err) => Err(err.unwrap_or(Retry::Unknown)),
+        };
         // Whatever happened, our lease goes before we return (see `write_large`).
-        self.release_lease(zk, token).await;
+        self.release_lease(zk, tag).await;
         outcome
     }
 
-    /// Creates the items of a first version under a `creating` header, then says `ready` (which commits it).
-    async fn create_under_lease(&self, zk: &Z, created: &[String], ready_text: &str) -> Result<(), Retry> {
+    /// The write of the header that starts a set: a create, or over an `absent` header at its version.
+    fn header_write<'a>(&'a self, data: &'a [u8], absent_at: Option<i32>) -> WriteOp<'a> {
+        match absent_at {
+            None => self.create_data_op(&self.paths.node, data),
+            Some(version) => WriteOp::SetData { path: &self.paths.node, data, version: Some(version) },
+        }
+    }
+
+    /// Creates the items of a first version under a `creating` header (at data version `version`), then says
+    /// `ready` (which commits it).
+    async fn create_under_lease(
+        &self,
+        zk: &Z,
+        created: &[String],
+        ready_text: &str,
+        version: i32,
+    ) -> Result<(), Retry> {
         let mut done: BTreeSet<String> = BTreeSet::new();
         for _ in 0..MAX_ATTEMPTS {
             let todo: Vec<String> = created.iter().filter(|path| !done.contains(*path)).cloned().collect();
             let mut lost = false;
             for chunk in chunks(&todo, self.chunk) {
-                let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(0) }];
+                let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(version) }];
                 ops.extend(chunk.iter().map(|path| self.create_op(path)));
                 match zk.multi_write(&ops).await {
                     Ok(_) => done.extend(chunk.iter().cloned()),
@@ -772,7 +846,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
             }
             if !lost {
-                let ops = [WriteOp::SetData { path: &self.paths.node, data: ready_text.as_bytes(), version: Some(0) }];
+                let ops =
+                    [WriteOp::SetData { path: &self.paths.node, data: ready_text.as_bytes(), version: Some(version) }];
                 return self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
             }
             let Ok(children) = retry_transient(zk, || zk.list_children(&self.paths.node)).await else {
@@ -883,7 +958,7 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
         return Ok(());
     }
     match &header.state {
-        State::Ready => Ok(()),
+        State::Ready | State::Absent => Ok(()),
         State::Staging(tag) => {
             // Undo: back to `ready` at the same version (the writer's staging requests check the header's version,
             // so none lands after this), then clear its staging.
@@ -905,8 +980,9 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
             set.finish_applying(zk, tag).await
         }
         State::Creating(tag) | State::Deleting(tag) => {
-            // Undo a creation: say `deleting` (which fences the writer's requests), delete the children, then the
-            // header; the next writer creates afresh.
+            // Undo a creation: say `deleting` (which fences the writer's requests), delete the children, then say
+            // `absent` (the node stays, so its version keeps growing: a late deleter's requests, checked against
+            // the `deleting` version, can never land in a set created afterwards). The next writer creates afresh.
             let mut version = version;
             if matches!(header.state, State::Creating(_)) {
                 let deleting = header.with_state(State::Deleting(tag.clone())).render();
@@ -918,26 +994,40 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
                     Err(Ok(_)) => return Ok(()),
                 }
             }
-            let children = retry_transient(zk, || zk.list_children(&set.paths.node))
-                .await
-                .map_err(|e| set.zk_error("get_children", e))?;
-            let paths = paths_of(&set.paths.node, &children);
-            for chunk in chunks(&paths, set.chunk) {
-                // Each checks the header: once the set is gone and created afresh, a late deleter deletes nothing.
-                let mut ops = vec![WriteOp::Check { path: &set.paths.node, version: Some(version) }];
-                ops.extend(chunk.iter().map(|path| WriteOp::Delete { path, version: None }));
-                if let Err(MultiError { index: Some(0), .. }) = zk.multi_write(&ops).await {
-                    return Ok(());
+            let mut emptied = false;
+            for _ in 0..MAX_ATTEMPTS {
+                let children = retry_transient(zk, || zk.list_children(&set.paths.node))
+                    .await
+                    .map_err(|e| set.zk_error("get_children", e))?;
+                if children.is_empty() {
+                    emptied = true;
+                    break;
+                }
+                let paths = paths_of(&set.paths.node, &children);
+                for chunk in chunks(&paths, set.chunk) {
+                    let mut ops = vec![WriteOp::Check { path: &set.paths.node, version: Some(version) }];
+                    ops.extend(chunk.iter().map(|path| WriteOp::Delete { path, version: None }));
+                    // The header moved on: someone else finished this, and more. Otherwise done, or lost, or
+                    // raced by another deleter: the next listing tells.
+                    if let Err(MultiError { index: Some(0), .. }) = zk.multi_write(&ops).await {
+                        return Ok(());
+                    }
                 }
             }
-            match zk.delete(&set.paths.node, Some(version)).await {
-                Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::NotEmpty) => {
+            if !emptied {
+                return Err(set.too_busy());
+            }
+            let absent = Header { kind: header.kind, version: 0, state: State::Absent, log: Vec::new() }.render();
+            let ops = [WriteOp::SetData { path: &set.paths.node, data: absent.as_bytes(), version: Some(version) }];
+            match set.commit(zk, &ops).await {
+                Ok(()) => {
                     tracing::info!(node = %set.paths.node, change = %tag, "undid a creation whose writer is gone");
-                    // Our own creation, undone after its reply was lost, holds a lease its next attempt re-creates.
                     set.release_lease(zk, tag).await;
                     Ok(())
                 }
-                Err(err) => Err(set.zk_error("delete", err)),
+                Err(Err(err)) => Err(err),
+                // Done by someone else, or lost: whoever reads next sees.
+                Err(Ok(_)) => Ok(()),
             }
         }
     }
@@ -958,7 +1048,9 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
         }
         None => (None, None),
     };
-    for _ in 0..3 {
+    // Three passes at most: a header that changes at every pass is read as torn (below).
+    let mut pass = 0;
+    loop {
         let (lists, lease) = (wanted.0.clone(), wanted.1.clone());
         let (additions, removals, lease_path) = (
             lists.as_deref().map(|tag| paths.additions(tag)),
@@ -1000,11 +1092,15 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
             (lists.map(str::to_owned), lease.map(str::to_owned))
         });
         match needs {
-            Some(needs) if needs != (lists, lease) => wanted = needs,
+            Some(needs) if needs != (lists, lease) && pass < 2 => {
+                wanted = needs;
+                pass += 1;
+            }
+            // Whole, or (the header changed at every pass) the last read: short of what its header asks, it reads
+            // as torn, and the reader reads again.
             _ => return Ok(read),
         }
     }
-    Ok(RawRead { header: None, children: Vec::new(), change: None, lease: None })
 }
 
 /// Before attempt `attempt` (0: none): a random pause up to 2^attempt ms, at most [`MAX_BACKOFF`], so writers that
