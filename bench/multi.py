@@ -3,13 +3,13 @@
 processes (this crate's examples/worker, or kazoo through bench/kazoo_bench.py worker), timed from the JSON lines
 they print on every state change. One run per invocation, one JSON line per measurement on stdout.
 
-    python3 bench/multi.py group --impl rust|kazoo --connect HOST:PORT --bench-bin BIN [--rust-worker BIN] [--run I]
-        [--items 1000] [--time-boundary 0.5]
-    python3 bench/multi.py react --impl rust|kazoo --connect HOST:PORT --bench-bin BIN [--rust-worker BIN] [--run I]
-        [--items 1000] [--cycles 10] [--time-boundary 0.1]
+    python3 bench/multi.py group --impl rust|kazoo --connect HOST:PORT [--bench-bin BIN] [--rust-worker BIN] [--run I]
+        [--items 1000] [--time-boundary 0.5] [--label L]
+    python3 bench/multi.py react --impl rust|kazoo --connect HOST:PORT [--bench-bin BIN] [--rust-worker BIN] [--run I]
+        [--items 1000] [--cycles 10] [--time-boundary 0.1] [--label L]
 
-(BIN: the Rust bench binary, used to delete the path afterwards; the worker example, default
-target/release/examples/worker.)
+(BIN: the Rust bench binary, used to delete the path afterwards (without it, kazoo deletes it); the worker example,
+default target/release/examples/worker; L: added to every JSON line.)
 
 group: 4 members start together on a fresh path ("start4": from the last member's join to all 4 ACQUIRED with a
 disjoint cover of the items), then a 5th joins ("join5": from its join to all 5 ACQUIRED again, disjoint cover). The
@@ -120,12 +120,29 @@ class Members:
                 proc.wait()
 
 
+LABEL = None
+
+
 def emit(record):
+    if LABEL is not None:
+        record = dict(record, label=LABEL)
     print(json.dumps(record), flush=True)
 
 
 def delete_tree(args, path):
-    subprocess.run([args.bench_bin, "delete-tree", "--connect", args.connect, "--path", path], check=False)
+    if args.bench_bin:
+        subprocess.run([args.bench_bin, "delete-tree", "--connect", args.connect, "--path", path], check=False)
+        return
+    # Without the bench binary (bench/ab.sh): kazoo's recursive delete, slower but the same.
+    client = KazooClient(hosts=args.connect, timeout=10)
+    client.start(timeout=30)
+    try:
+        client.delete(path, recursive=True)
+    except NoNodeError:
+        pass
+    finally:
+        client.stop()
+        client.close()
 
 
 def write_items(n):
@@ -303,9 +320,12 @@ def main():
     parser.add_argument("--time-boundary", type=float, default=None)
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--rust-worker", default="target/release/examples/worker")
-    parser.add_argument("--bench-bin", required=True, help="the Rust bench binary (for delete-tree)")
+    parser.add_argument("--bench-bin", help="the Rust bench binary (for delete-tree; without it, kazoo deletes)")
+    parser.add_argument("--label", help="added to every JSON line (bench/ab.sh: which commit ran)")
     parser.add_argument("--log-dir", default=tempfile.gettempdir())
     args = parser.parse_args()
+    global LABEL
+    LABEL = args.label
     if args.time_boundary is None:
         args.time_boundary = 0.5 if args.scenario == "group" else 0.1
     group(args) if args.scenario == "group" else react(args)

@@ -78,9 +78,11 @@ uncommitted=$(git status --porcelain -- src examples/worker.rs Cargo.toml 2>/dev
 [ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
 
 say "building the worker example (release)"
-cargo build --release --example worker
+# shellcheck source=bench/cargo_exe.sh
+. bench/cargo_exe.sh
+worker_exe=$(cargo_exe worker build --release --example worker)
 # A private copy: a rebuild in this tree during the run must not swap the binary under us.
-cp target/release/examples/worker "$work/worker"
+cp "$worker_exe" "$work/worker"
 
 say "starting ZooKeeper ($container)"
 docker run -d --rm --name "$container" \

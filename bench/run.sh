@@ -57,17 +57,13 @@ fi
 kazoo_version=$(python3 -c 'import kazoo.version as v; print(v.__version__)')
 
 say "building the bench binary and the worker example (release)"
-cargo build --release --example worker
-bench_exe=$(cargo bench --bench partitioner --no-run --message-format=json \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "partitioner":
-        print(m["executable"])')
-[ -x "$bench_exe" ] || { echo "error: no bench executable found" >&2; exit 1; }
+# shellcheck source=bench/cargo_exe.sh
+. bench/cargo_exe.sh
+worker_exe=$(cargo_exe worker build --release --example worker)
+bench_exe=$(cargo_exe partitioner bench --bench partitioner --no-run)
 # Private copies: a rebuild in this tree during the run must not swap the binaries under us.
 cp "$bench_exe" "$work/partitioner-bench"
-cp target/release/examples/worker "$work/worker"
+cp "$worker_exe" "$work/worker"
 bench="$work/partitioner-bench"
 revision="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo '+uncommitted src changes')"
 

@@ -91,21 +91,13 @@ uncommitted=$(git status --porcelain -- src examples/worker.rs benches/scale.rs 
 [ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
 
 say "building the worker example and the bench binaries (release)"
-cargo build --release --example worker
-bench_exe() {
-    cargo bench --bench "$1" --no-run --message-format=json 2>/dev/null | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
-        print(m["executable"])' "$1"
-}
-cargo bench --bench scale --bench partitioner --no-run
-host_bin=$(bench_exe scale)
-bench_bin=$(bench_exe partitioner)
-[ -x "$host_bin" ] && [ -x "$bench_bin" ] || { say "error: no bench executables found"; exit 1; }
+# shellcheck source=bench/cargo_exe.sh
+. bench/cargo_exe.sh
+worker_exe=$(cargo_exe worker build --release --example worker)
+host_bin=$(cargo_exe scale bench --bench scale --no-run)
+bench_bin=$(cargo_exe partitioner bench --bench partitioner --no-run)
 # Private copies: a rebuild in this tree during the run must not swap the binaries under us.
-worker_target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-cp "$worker_target/release/examples/worker" "$work/worker"
+cp "$worker_exe" "$work/worker"
 cp "$host_bin" "$work/scale-host"
 cp "$bench_bin" "$work/partitioner"
 

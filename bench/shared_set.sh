@@ -21,14 +21,9 @@ container="zkp-shared-set-$$"
 trap 'docker rm -f -v "$container" >/dev/null 2>&1 || true' EXIT
 
 bash docker/zookeeper/build.sh "$image" >&2
-cargo build --release --bench shared_set >&2
-bench=$(cargo bench --bench shared_set --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "shared_set":
-        print(m["executable"])')
-[ -x "$bench" ] || { echo "error: no bench executable found" >&2; exit 1; }
+# shellcheck source=bench/cargo_exe.sh
+. bench/cargo_exe.sh
+bench=$(cargo_exe shared_set bench --bench shared_set --no-run)
 
 # A 1 GB heap: 100,000 items' lock directories and set children, twice over, with room to spare.
 docker run -d --rm --name "$container" \
