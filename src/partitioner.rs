@@ -482,6 +482,7 @@ impl Builder {
             acls: paths.acls.clone(),
             window: DEFAULT_WINDOW,
             batch: crate::locks::WRITE_BATCH,
+            jitter_parties: crate::decision::JitterParties::default(),
             set_chunk: crate::item_set::CHUNK_OPS,
         };
         let session = client.state_watcher();

@@ -34,6 +34,8 @@ pub(crate) struct Settings {
     /// Lock operations in flight at most, and per `multi`.
     pub window: usize,
     pub batch: usize,
+    /// The party sizes from which the debounce's jitter starts and is full ([`crate::decision::JitterParties`]).
+    pub jitter_parties: crate::decision::JitterParties,
     /// Operations per `multi` of the shared set's updates (see [`SharedSet::with_chunk`]).
     pub set_chunk: usize,
 }
@@ -94,6 +96,7 @@ pub(crate) async fn start<Z: ZooKeeper>(
             rebalance: settings.rebalance,
             window: settings.window,
             batch: settings.batch,
+            jitter_parties: settings.jitter_parties,
             lock_dirs_exist,
             identifier: settings.identifier.clone(),
             party_node: membership.node.clone(),

@@ -2,13 +2,45 @@
 //! change restarts the wait (where kazoo's fixed windows need between one and two boundaries of quiet).
 //!
 //! Every member sees a change at about the same moment, so without more they would all start allocating in the same
-//! millisecond: a burst of every member's requests at once. Each wait is lengthened by a random jitter below a tenth
-//! of the boundary (at most [`MAX_JITTER`]), drawn per change from the member's own random seed.
+//! millisecond: a burst of every member's requests at once. In a large party each wait is lengthened by a random
+//! jitter below a tenth of the boundary (at most [`MAX_JITTER`]), drawn per change from the member's own random seed.
+//! A small party's burst is a few windows of requests, which the server absorbs in about a millisecond, so there the
+//! jitter would only be latency added to every allocation: none up to [`QUIET_PARTY`] members, the full spread from
+//! [`FULL_PARTY`], in proportion between.
 
 use std::time::{Duration, Instant};
 
 /// The longest jitter added to a wait.
 pub(crate) const MAX_JITTER: Duration = Duration::from_millis(250);
+/// Up to this many members, no jitter.
+pub(crate) const QUIET_PARTY: usize = 8;
+/// From this many members, the full jitter (a tenth of the boundary, at most [`MAX_JITTER`]).
+pub(crate) const FULL_PARTY: usize = 48;
+
+/// The party sizes up to which members wait without a jitter (`quiet`) and from which they jitter fully (`full`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JitterParties {
+    pub quiet: usize,
+    pub full: usize,
+}
+
+impl JitterParties {
+    /// The full jitter at any size: the simulation's small parties, timed as a large one's members are.
+    #[cfg(test)]
+    pub const ALWAYS: JitterParties = JitterParties { quiet: 0, full: 1 };
+
+    /// The share of the full spread that a party of `members` jitters by, in `[0, 1]`, as a fraction.
+    fn share(self, members: usize) -> (u64, u64) {
+        let span = self.full.saturating_sub(self.quiet).max(1);
+        ((members.clamp(self.quiet, self.quiet + span) - self.quiet) as u64, span as u64)
+    }
+}
+
+impl Default for JitterParties {
+    fn default() -> Self {
+        JitterParties { quiet: QUIET_PARTY, full: FULL_PARTY }
+    }
+}
 
 /// When the party last changed, and whether it has been quiet long enough since. Pure: time and randomness are passed
 /// in.
@@ -18,22 +50,27 @@ pub(crate) struct Debounce {
     last_change: Instant,
     /// This wait's jitter.
     jitter: Duration,
+    /// The party's size as of the latest change: how many members may start at once.
+    party: usize,
+    parties: JitterParties,
     /// The jitter's random state (xorshift64*).
     random: u64,
 }
 
 impl Debounce {
     /// A debounce that starts waiting at `now`; `seed` makes this member's jitter its own.
-    pub fn new(boundary: Duration, now: Instant, seed: u64) -> Self {
-        let mut debounce = Debounce { boundary, last_change: now, jitter: Duration::ZERO, random: seed | 1 };
+    pub fn new(boundary: Duration, parties: JitterParties, now: Instant, seed: u64) -> Self {
+        let mut debounce =
+            Debounce { boundary, last_change: now, jitter: Duration::ZERO, party: 1, parties, random: seed | 1 };
         debounce.draw_jitter();
         debounce
     }
 
-    /// Something changed at `now`: the quiet period starts again.
-    pub fn changed(&mut self, now: Instant) {
+    /// Something changed at `now`, in a party of `party` members: the quiet period starts again.
+    pub fn changed(&mut self, now: Instant, party: usize) {
         if now > self.last_change {
             self.last_change = now;
+            self.party = party;
             self.draw_jitter();
         }
     }
@@ -58,7 +95,9 @@ impl Debounce {
         self.random ^= self.random >> 12;
         self.random ^= self.random << 25;
         self.random ^= self.random >> 27;
-        let spread = (self.boundary / 10).min(MAX_JITTER).as_micros() as u64;
+        let full = (self.boundary / 10).min(MAX_JITTER).as_micros() as u64;
+        let (share, of) = self.parties.share(self.party);
+        let spread = full * share / of;
         let draw = self.random.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
         self.jitter = Duration::from_micros(if spread == 0 { 0 } else { draw % spread });
     }
@@ -77,31 +116,61 @@ mod tests {
     fn every_change_restarts_the_wait() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut debounce = Debounce::new(ms(100), t0, 7);
+        let mut debounce = Debounce::new(ms(100), JitterParties::default(), t0, 7);
+        debounce.changed(t0 + ms(1), 100);
         let jitter = debounce.jitter;
         assert!(jitter < ms(10), "jitter below a tenth of the boundary");
-        assert!(!debounce.ready(t0 + ms(99)));
-        assert!(debounce.ready(t0 + ms(100) + jitter));
-        debounce.changed(t0 + ms(90));
+        assert!(!debounce.ready(t0 + ms(100)));
+        assert!(debounce.ready(t0 + ms(101) + jitter));
+        debounce.changed(t0 + ms(90), 100);
         assert!(!debounce.ready(t0 + ms(100)));
         assert_eq!(debounce.ready_at(), t0 + ms(190) + debounce.jitter);
         // A stale timestamp never moves the wait backwards.
         let ready = debounce.ready_at();
-        debounce.changed(t0 + ms(10));
+        debounce.changed(t0 + ms(10), 100);
         assert_eq!(debounce.ready_at(), ready);
     }
 
-    #[test]
-    fn members_spread_their_starts() {
+    /// The jitters of `members` members, each with its own seed, after a change in a party of that size.
+    fn jitters(boundary: Duration, members: usize) -> Vec<Duration> {
         let t0 = Instant::now();
-        let boundary = Duration::from_secs(2);
-        let mut jitters: Vec<Duration> =
-            (0..100u64).map(|seed| Debounce::new(boundary, t0, seed * 0x9e37_79b9).jitter).collect();
+        let mut jitters: Vec<Duration> = (0..members as u64)
+            .map(|seed| {
+                let mut debounce = Debounce::new(boundary, JitterParties::default(), t0, seed * 0x9e37_79b9);
+                debounce.changed(t0 + Duration::from_millis(1), members);
+                debounce.jitter
+            })
+            .collect();
         jitters.sort();
+        jitters
+    }
+
+    #[test]
+    fn a_large_party_spreads_its_starts() {
+        let jitters = jitters(Duration::from_secs(2), 100);
         assert!(jitters[99] < Duration::from_millis(200), "at most a tenth of the boundary");
         // spread over the interval, not bunched: the middle half covers at least a third of it
         assert!(jitters[75] - jitters[25] > Duration::from_millis(66), "{:?}", jitters);
         // long boundaries are capped
-        assert!(Debounce::new(Duration::from_secs(60), t0, 3).jitter < MAX_JITTER);
+        assert!(self::jitters(Duration::from_secs(60), 100).iter().all(|&j| j < MAX_JITTER));
+        // between a small party and a full one, in proportion
+        let middle = self::jitters(Duration::from_secs(2), (QUIET_PARTY + FULL_PARTY) / 2);
+        assert!(middle.iter().all(|&j| j < Duration::from_millis(100)), "{middle:?}");
+        assert!(middle.iter().any(|&j| j > Duration::from_millis(50)), "{middle:?}");
+    }
+
+    #[test]
+    fn a_lone_member_or_a_small_party_waits_the_boundary_alone() {
+        let t0 = Instant::now();
+        assert_eq!(
+            Debounce::new(Duration::from_secs(2), JitterParties::default(), t0, 7).ready_at(),
+            t0 + Duration::from_secs(2)
+        );
+        for members in [1, 2, 5, QUIET_PARTY] {
+            assert!(jitters(Duration::from_secs(2), members).iter().all(|j| j.is_zero()), "{members} members");
+        }
+        // The simulation's small parties can be timed as a large one's members are.
+        let always = Debounce::new(Duration::from_secs(2), JitterParties::ALWAYS, t0, 7);
+        assert!(always.jitter > Duration::ZERO && always.jitter < Duration::from_millis(200));
     }
 }

@@ -70,6 +70,7 @@ use catalogue::Catalogue;
 use congestion::Window;
 pub(crate) use contention::{LOCK_MARK, Position, position, sequence};
 use debounce::Debounce;
+pub(crate) use debounce::JitterParties;
 
 pub(crate) use protocol::{
     AckId, Action, Cause, Code, Contender, Event, Failed, Op, PartyRead, Publication, Reason, Reply, ReqError, ReqId,
@@ -104,6 +105,8 @@ pub(crate) struct CoreConfig {
     pub window: usize,
     /// Operations per `multi` request.
     pub batch: usize,
+    /// The party sizes from which the debounce's jitter starts and is full.
+    pub jitter_parties: JitterParties,
     /// Whether the items' lock directories are taken to exist at start: `false` when `<path>/locks` had no child
     /// when the member was built (a fresh path), so that the first creates do not each fail with `NoNode` first.
     pub lock_dirs_exist: bool,
@@ -402,7 +405,7 @@ impl Core {
         let catalogue = Catalogue::new(std::mem::take(&mut cfg.items), cfg.shared_set);
         let deadline = cfg.max_allocation_time.map(|limit| now + limit);
         // The jitter's seed: the random bits the contender prefixes are made from.
-        let debounce = Debounce::new(cfg.time_boundary, now, (nonce >> 64) as u64 ^ nonce as u64);
+        let debounce = Debounce::new(cfg.time_boundary, cfg.jitter_parties, now, (nonce >> 64) as u64 ^ nonce as u64);
         let window = Window::new(cfg.batch, cfg.window);
         let dirs_exist = cfg.lock_dirs_exist;
         let mut core = Core {
@@ -749,7 +752,7 @@ impl Core {
         if self.ending.is_some() {
             return;
         }
-        self.debounce.changed(self.now);
+        self.debounce.changed(self.now, self.latest_party.len());
         self.want_is_target = false;
         if self.target.take().is_none() {
             return;
@@ -774,7 +777,7 @@ impl Core {
                 self.in_party = children.contains(&self.cfg.party_node);
                 let members = crate::party::members(&children).0;
                 if members != self.latest_party {
-                    self.debounce.changed(self.now);
+                    self.debounce.changed(self.now, members.len());
                 }
                 self.latest_party = members;
                 self.party_fresh = true;
@@ -795,7 +798,7 @@ impl Core {
                 self.party_nodes.clear();
                 self.in_party = false;
                 self.party_fresh = true;
-                self.debounce.changed(self.now);
+                self.debounce.changed(self.now, self.latest_party.len());
             }
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
@@ -948,7 +951,7 @@ impl Core {
                 let change = self.catalogue.replace(committed.items, committed.version);
                 self.dirs_known.resize(self.catalogue.len(), false);
                 if !change.is_empty() {
-                    self.debounce.changed(self.now);
+                    self.debounce.changed(self.now, self.latest_party.len());
                     self.want_is_target = false;
                     self.on_inputs_changed(Reason::ItemSetChanged);
                 }
@@ -1059,7 +1062,7 @@ impl Core {
                 self.set_want(BTreeSet::new());
                 self.target = None;
                 self.want_is_target = false;
-                self.debounce.changed(self.now);
+                self.debounce.changed(self.now, self.latest_party.len());
                 self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
             }
         }
@@ -1113,7 +1116,7 @@ impl Core {
                         self.me = crate::party::member_name(&node).unwrap_or(&node).into();
                         self.cfg.party_node = node;
                         self.party_fresh = false;
-                        self.debounce.changed(self.now);
+                        self.debounce.changed(self.now, self.latest_party.len());
                     }
                     Err(ReqError::Fatal(cause)) => self.fail(cause),
                     Err(_) => self.back_off(),

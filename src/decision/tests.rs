@@ -36,6 +36,7 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
         rebalance,
         window: 100,
         batch: 100,
+        jitter_parties: JitterParties::default(),
         lock_dirs_exist: true,
     }
 }

@@ -51,7 +51,7 @@ use zk::SessionId;
 
 use crate::acl::NodeAcls;
 use crate::checkpoint::Checkpoints;
-use crate::decision::{AckId, Action, Core, Event, ReqId, Sabotage};
+use crate::decision::{AckId, Action, Core, Event, JitterParties, ReqId, Sabotage};
 use crate::handle::{Command, Handle};
 use crate::item_set::SharedSet;
 use crate::item_set::layout::{self, Header, RawRead, SetView, State};
@@ -136,6 +136,8 @@ pub(crate) struct Plan {
     pub shared_set: bool,
     /// An operator deletes members' held lock nodes by hand, now and then.
     pub operator_deletes: bool,
+    /// Members jitter their debounce waits as a large party's do.
+    pub large_party_jitter: bool,
     pub sabotage: Sabotage,
 }
 
@@ -154,6 +156,8 @@ impl Plan {
             sabotage: Sabotage::None,
             shared_set: rng.below(3) == 0,
             operator_deletes: rng.below(3) == 0,
+            // Drawn last: the fields above stay what they were for every seed.
+            large_party_jitter: rng.below(2) == 0,
         }
     }
 }
@@ -175,7 +179,7 @@ pub(crate) struct Outcome {
 }
 
 /// The world's own events.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 enum WorldEv {
     Fault,
     /// The server resumes after a stall.
@@ -194,6 +198,8 @@ enum WorldEv {
     },
     /// An operator deletes the lock node a member took last (the window right after an acquisition).
     OperatorDeletesFresh,
+    /// An operator deletes any held lock node.
+    OperatorDeletes,
     /// Nothing: once the faults are over, the world looks at itself at least this often (convergence is judged
     /// after every step, and a quiet world takes none).
     Check,
@@ -478,6 +484,9 @@ impl World {
             // Small, so batching and the window are exercised with few items.
             window: 6,
             batch: 4,
+            // Some runs jitter as a large party does, so that the jitter's schedules are simulated too (the
+            // simulation's parties are small, where production waits without one).
+            jitter_parties: if plan.large_party_jitter { JitterParties::ALWAYS } else { JitterParties::default() },
             set_chunk: SET_CHUNK,
         };
         let (hex, nonce) = {
@@ -1065,8 +1074,8 @@ impl World {
             }
             WorldEv::MaybeExpire { session, link } => self.maybe_expire(session, link),
             WorldEv::Reconnect { session, link } => self.reconnect(session, link),
-            WorldEv::OperatorDeletesFresh => {
-                self.operator_deletes_a_held_node(true);
+            WorldEv::OperatorDeletesFresh | WorldEv::OperatorDeletes => {
+                self.operator_deletes_a_held_node(ev == WorldEv::OperatorDeletesFresh);
                 self.quiet_since = self.quiet_since.max(self.now());
             }
             WorldEv::Check => self.checking = false,
@@ -1179,6 +1188,13 @@ impl World {
                     self.note(format!("crash a{actor}"));
                     self.gone(actor, false);
                     lasts = session_timeout;
+                    // As the crashed session expires, the others take its locks and are ACQUIRED at last, listing
+                    // locks they took a session timeout before: an operator deletes one of those then (their
+                    // watches must not have waited for the lock work to go quiet).
+                    if self.plan.operator_deletes && self.rng().below(2) == 0 {
+                        let after = session_timeout + self.rng().millis(0, 400);
+                        self.at(after, WorldEv::OperatorDeletes);
+                    }
                 }
             }
             // A graceful leave, through the handle's finish().

@@ -159,25 +159,29 @@ fn every_combination_survives_seeded_faults() {
 
 /// The seeds that catch each bug the project found, with the combination (index into [`Combo::all`]) they were
 /// found in. Found by `pin_regression_seeds` below; a change to the world's model changes what a seed does: re-pin
-/// from what it prints. (`Sabotage::HeldWatchOnlyWhenQuiet` needs lock work busy for over 2 × `time_boundary` right
-/// after an acquisition, which the simulation's small parties do not produce in 20,000 seeds:
-/// `decision::tests::held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_churn` catches it.
-/// `Sabotage::OwnPredecessorWaited` is rarer than the search's 20,000 seeds: it is the seed of the long run that found
-/// the bug, 4 runs in 73,600, re-checked against the code as it is.)
-const PINNED: [(Sabotage, usize, u64); 12] = [
-    (Sabotage::ResumeAbandonsRebalance, 7, 20_360_183_784_068),
-    (Sabotage::UnnoticedSuspensionDuringRelease, 2, 20_360_183_784_066),
+/// from what it prints. Two switches have no pinned seed ([`UNPINNED`]): `Sabotage::HeldWatchOnlyWhenQuiet` needs
+/// lock work busy for over 2 × `time_boundary` right after an acquisition, which the simulation's small parties did
+/// not produce in 100,000 seeds
+/// (`decision::tests::held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_churn` catches
+/// it); `Sabotage::OwnPredecessorWaited` was found by a long run (4 runs in 73,600, base 20261125 at 787c7f3), and
+/// its seeds no longer reproduce it since the model changed, nor did 60,000 searched seeds.
+const PINNED: [(Sabotage, usize, u64); 11] = [
+    (Sabotage::ResumeAbandonsRebalance, 3, 20_360_183_784_069),
+    (Sabotage::UnnoticedSuspensionDuringRelease, 2, 20_360_183_784_072),
     (Sabotage::AckBeforeRelease, 0, 20_360_183_784_062),
-    (Sabotage::IgnoreSetChanges, 2, 20_360_183_784_062),
-    (Sabotage::OwnStraysKept, 2, 20_360_183_799_459),
-    (Sabotage::IndexOrder, 0, 20_360_183_784_068),
+    (Sabotage::IgnoreSetChanges, 0, 20_360_183_784_063),
+    (Sabotage::OwnStraysKept, 1, 20_360_183_823_457),
+    (Sabotage::IndexOrder, 3, 20_360_183_784_069),
     (Sabotage::NoSetRecovery, 5, 20_360_183_784_089),
     (Sabotage::ApplyingReadAsBase, 0, 20_360_183_784_062),
     (Sabotage::CreatingReadAsCommitted, 1, 20_360_183_789_585),
-    (Sabotage::LostRepliesUnresolved, 0, 20_360_183_784_684),
-    (Sabotage::CleanupOnce, 6, 20_360_183_784_235),
-    (Sabotage::OwnPredecessorWaited, 0, 20_261_185_787_309),
+    (Sabotage::LostRepliesUnresolved, 0, 20_360_183_785_886),
+    (Sabotage::CleanupOnce, 4, 20_360_183_784_711),
 ];
+
+/// Switches the search looks for that have no pinned seed (see [`PINNED`]), with the combination to prefer.
+const UNPINNED: [(Sabotage, usize, u64); 2] =
+    [(Sabotage::HeldWatchOnlyWhenQuiet, 2, 0), (Sabotage::OwnPredecessorWaited, 0, 0)];
 
 /// The checker is not vacuous, and each bug stays fixed: every pinned seed finds a violation with its bug put back,
 /// and none with the code as it is.
@@ -194,13 +198,26 @@ fn regression_seeds() {
     }
 }
 
+/// Which pinned seeds still catch their sabotage and pass without it (all of them, not the first failure only).
+/// `cargo test --release --lib sim::tests::probe_pinned_seeds -- --ignored --nocapture`
+#[test]
+#[ignore = "a report, run when re-pinning"]
+fn probe_pinned_seeds() {
+    let all = Combo::all();
+    for (sabotage, c, seed) in PINNED {
+        let caught = run_seed(all[c], seed, sabotage).violation.is_some();
+        let clean = run_seed(all[c], seed, Sabotage::None).violation.is_none();
+        eprintln!("{sabotage:?} {c} {seed}: caught {caught}, clean {clean}");
+    }
+}
+
 /// Searches seeds for each sabotage until one catches it (and passes without it); prints the table to pin.
 /// `cargo test --release --lib sim::tests::pin_regression_seeds -- --ignored --nocapture`
 #[test]
 #[ignore = "a search, run to re-pin the regression seeds"]
 fn pin_regression_seeds() {
     let all = Combo::all();
-    // `SIM_SABOTAGE=<name>` searches for that one alone; `SIM_PIN_TRIES=<n>` (20,000) seeds each;
+    // `SIM_SABOTAGE=<name>[,<name>...]` searches for those alone; `SIM_PIN_TRIES=<n>` (20,000) seeds each;
     // `SIM_PIN_COMBOS=2,3` only in those combinations.
     let only = std::env::var("SIM_SABOTAGE").ok();
     let tries: u64 = std::env::var("SIM_PIN_TRIES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
@@ -208,11 +225,13 @@ fn pin_regression_seeds() {
         .ok()
         .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).filter(|&c| c < all.len()).collect())
         .unwrap_or_default();
-    // Those pinned, and the one that has no pinned seed yet.
+    // Those pinned, and those that have no pinned seed.
     let threads: Vec<_> = PINNED
         .iter()
-        .chain(&[(Sabotage::HeldWatchOnlyWhenQuiet, 2, 0)])
-        .filter(|(sabotage, ..)| only.as_ref().is_none_or(|name| *name == format!("{sabotage:?}")))
+        .chain(&UNPINNED)
+        .filter(|(sabotage, ..)| {
+            only.as_ref().is_none_or(|names| names.split(',').any(|n| n == format!("{sabotage:?}")))
+        })
         .map(|&(sabotage, preferred, _)| {
             let (all, combos) = (all.clone(), combos.clone());
             std::thread::spawn(move || {
