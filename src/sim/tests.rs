@@ -161,10 +161,10 @@ fn every_combination_survives_seeded_faults() {
 /// found in. Found by `pin_regression_seeds` below; a change to the world's model changes what a seed does: re-pin
 /// from what it prints. Two switches have no pinned seed ([`UNPINNED`]): `Sabotage::HeldWatchOnlyWhenQuiet` needs
 /// lock work busy for over 2 × `time_boundary` right after an acquisition, which the simulation's small parties did
-/// not produce in 100,000 seeds
+/// not produce in about 50,000 seeds of the current model
 /// (`decision::tests::held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_churn` catches
 /// it); `Sabotage::OwnPredecessorWaited` was found by a long run (4 runs in 73,600, base 20261125 at 787c7f3), and
-/// its seeds no longer reproduce it since the model changed, nor did 60,000 searched seeds.
+/// its seeds no longer reproduce it since the model changed, nor did about 50,000 searched seeds.
 const PINNED: [(Sabotage, usize, u64); 11] = [
     (Sabotage::ResumeAbandonsRebalance, 3, 20_360_183_784_069),
     (Sabotage::UnnoticedSuspensionDuringRelease, 2, 20_360_183_784_072),
