@@ -1263,15 +1263,7 @@ impl World {
             self.frozen_since = now;
         }
         self.frozen_until = self.frozen_until.max(now + length);
-        let sessions: Vec<SessionId> = (0..self.actors.len())
-            .filter_map(|a| match &self.actors[a] {
-                Actor::Starting(s) => Some(s.zk.session()),
-                Actor::Member(m) => Some(m.zk.session()),
-                Actor::Admin(ad) => Some(ad.zk.session()),
-                Actor::Cleaning(c) => Some(c.zk.session()),
-                Actor::Gone => None,
-            })
-            .collect();
+        let sessions = self.sessions();
         lock(&self.net).frozen = true;
         self.stalled = now;
         for session in sessions {
@@ -1318,15 +1310,7 @@ impl World {
             let delay = self.rng().millis(10, 300);
             self.at(delay, WorldEv::Reconnect { session, link });
         }
-        let sessions: Vec<SessionId> = (0..self.actors.len())
-            .filter_map(|a| match &self.actors[a] {
-                Actor::Starting(s) => Some(s.zk.session()),
-                Actor::Member(m) => Some(m.zk.session()),
-                Actor::Admin(ad) => Some(ad.zk.session()),
-                Actor::Cleaning(c) => Some(c.zk.session()),
-                Actor::Gone => None,
-            })
-            .collect();
+        let sessions = self.sessions();
         for session in sessions {
             lock(&self.net).serve_soon(session);
         }
@@ -1439,6 +1423,20 @@ impl World {
 
     /// An operator deletes a listed item's lock node by hand (`tests/faults.rs` does the same on a real server): any
     /// one, or (`fresh`) the one taken last.
+    /// The sessions of every process that has one.
+    fn sessions(&self) -> Vec<SessionId> {
+        self.actors
+            .iter()
+            .filter_map(|actor| match actor {
+                Actor::Starting(s) => Some(s.zk.session()),
+                Actor::Member(m) => Some(m.zk.session()),
+                Actor::Admin(ad) => Some(ad.zk.session()),
+                Actor::Cleaning(c) => Some(c.zk.session()),
+                Actor::Gone => None,
+            })
+            .collect()
+    }
+
     fn operator_deletes_a_held_node(&mut self, fresh: bool) {
         let mut held = Vec::new();
         for actor in self.members() {
