@@ -18,8 +18,10 @@
 # hosting, before the runs: they warm the fresh server's JVM; their lines carry "warmup": true), MODES ("eager-stride,incremental-rendezvous"; also
 # incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
 # keeps only it), QUIET_S (8: seconds without a member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
-# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE (a sentence added to the machine line), ZK_ROUTE
-# (bridge: the container's address; proxy: the published port, through docker-proxy).
+# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), WORKER (a worker binary to run instead of this tree's), MACHINE_NOTE (a sentence added to the machine line), ZK_ROUTE
+# (bridge: the container's address; proxy: the published port, through docker-proxy), ZK_HOST (docker; process: ZooKeeper
+# as a plain Java process from Debian's libzookeeper-java on loopback, no container), ZK_MAX_SESSION_TIMEOUT (60000 ms:
+# the server's cap on session timeouts; ZooKeeper's own default at tickTime 200 ms would be 20 ticks, 4 s).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -67,6 +69,7 @@ cleanup() {
         kill -KILL -- "-$runner" 2>/dev/null || kill -KILL "$runner" 2>/dev/null || true
     fi
     docker rm -f -v "$container" >/dev/null 2>&1 || true
+    [ -z "${zk_pid:-}" ] || { kill "$zk_pid" 2>/dev/null; wait "$zk_pid" 2>/dev/null; } || true
     # KEEP_LOGS=DIR: the members' stderr (RUST_LOG=zk_partitioner=debug for the library's logs) and ZooKeeper's GC log.
     if [ -n "${KEEP_LOGS:-}" ]; then
         mkdir -p "$KEEP_LOGS" && cp -r "$work/logs" "$work/zklog" "$KEEP_LOGS"/ 2>/dev/null || true
@@ -76,8 +79,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "ZooKeeper image $image"
-bash docker/zookeeper/build.sh "$image"
+if [ "${ZK_HOST:-docker}" != process ]; then
+    say "ZooKeeper image $image"
+    bash docker/zookeeper/build.sh "$image"
+fi
 
 python3 -c 'import kazoo' 2>/dev/null || {
     python3 -m pip install --quiet --disable-pip-version-check kazoo==2.11.0 \
@@ -89,6 +94,7 @@ revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 uncommitted=$(git status --porcelain -- src examples/worker.rs benches/scale.rs Cargo.toml 2>/dev/null \
     | awk '{print $2}' | paste -sd, -)
 [ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+[ -z "${WORKER:-}" ] || revision="the worker binary $WORKER (the in-process host and tools: $revision)"
 
 say "building the worker example and the bench binaries (release)"
 # shellcheck source=bench/cargo_exe.sh
@@ -97,29 +103,61 @@ worker_exe=$(cargo_exe worker build --release --example worker)
 host_bin=$(cargo_exe scale bench --bench scale --no-run)
 bench_bin=$(cargo_exe partitioner bench --bench partitioner --no-run)
 # Private copies: a rebuild in this tree during the run must not swap the binaries under us.
-cp "$worker_exe" "$work/worker"
+# WORKER=BIN: another worker binary for the separate processes (another commit's, built by bench/ab.sh under
+# ${CARGO_TARGET_DIR:-target}/ab), to compare commits on this bench.
+cp "${WORKER:-$worker_exe}" "$work/worker"
 cp "$host_bin" "$work/scale-host"
 cp "$bench_bin" "$work/partitioner"
 
-say "starting ZooKeeper ($container, heap ${ZOO_HEAP_MB} MB)"
 mkdir -p "$work/zkdata" "$work/zklog" "$work/logs"
-docker run -d --rm --name "$container" \
-    -e 'ZOO_4LW_COMMANDS_WHITELIST=*' -e ZOO_MAX_CLIENT_CNXNS=0 -e ZOO_TICK_TIME=200 -e ZOO_MAX_SESSION_TIMEOUT=60000 \
-    -e "ZOO_HEAP_MB=$ZOO_HEAP_MB" -e 'JVMFLAGS=-Xlog:gc:file=/zklog/gc.log:time,uptime' \
-    -v "$work/zkdata:/datalog" -v "$work/zklog:/zklog" \
-    -p 127.0.0.1::2181 "$image" >/dev/null
-port=$(docker port "$container" 2181/tcp | head -n1 | sed 's/.*://')
-connect="127.0.0.1:$port"
-zk_version=$(python3 bench/wait_serving.py "$connect")
-# Clients reach the server at the container's address on Docker's bridge where the host can (Linux): through the
-# published port every byte also crosses docker-proxy, a userland copy that took 4% of the 2 cores in a 100-member
-# cold start (perf). The published port stays as the fallback.
-route="the published port (through docker-proxy)"
-bridge_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$container" 2>/dev/null || true)
-if [ "${ZK_ROUTE:-bridge}" = bridge ] && [ -n "$bridge_ip" ] && python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], 2181), 2).close()' \
-    "$bridge_ip" 2>/dev/null; then
-    connect="$bridge_ip:2181"
-    route="the container's bridge address (no docker-proxy)"
+zk_args=(--container "$container")
+if [ "${ZK_HOST:-docker}" = process ]; then
+    # ZooKeeper as a plain Java process from Debian's libzookeeper-java (apt-get install libzookeeper-java), on a free
+    # loopback port: no container, no bridge, no docker-proxy. The same configuration as the container's.
+    [ -f /usr/share/java/zookeeper.jar ] || { echo "ZK_HOST=process needs Debian's libzookeeper-java" >&2; exit 1; }
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$work/zksnap"
+    cat >"$work/zoo.cfg" <<CFG
+dataDir=$work/zksnap
+dataLogDir=$work/zkdata
+tickTime=200
+maxSessionTimeout=${ZK_MAX_SESSION_TIMEOUT:-60000}
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=*
+clientPort=$port
+clientPortAddress=127.0.0.1
+CFG
+    say "starting ZooKeeper as a process (heap ${ZOO_HEAP_MB} MB, port $port)"
+    java "-Xmx${ZOO_HEAP_MB}m" "-Xlog:gc:file=$work/zklog/gc.log:time,uptime" \
+        -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" >"$work/zklog/server.log" 2>&1 &
+    zk_pid=$!
+    zk_args=(--zk-pid "$zk_pid")
+    connect="127.0.0.1:$port"
+    zk_version=$(python3 bench/wait_serving.py "$connect")
+    route="loopback (ZooKeeper as a plain process, Debian's libzookeeper-java)"
+else
+    say "starting ZooKeeper ($container, heap ${ZOO_HEAP_MB} MB)"
+    docker run -d --rm --name "$container" \
+        -e 'ZOO_4LW_COMMANDS_WHITELIST=*' -e ZOO_MAX_CLIENT_CNXNS=0 -e ZOO_TICK_TIME=200 \
+        -e "ZOO_MAX_SESSION_TIMEOUT=${ZK_MAX_SESSION_TIMEOUT:-60000}" \
+        -e "ZOO_HEAP_MB=$ZOO_HEAP_MB" -e 'JVMFLAGS=-Xlog:gc:file=/zklog/gc.log:time,uptime' \
+        -v "$work/zkdata:/datalog" -v "$work/zklog:/zklog" \
+        -p 127.0.0.1::2181 "$image" >/dev/null
+    port=$(docker port "$container" 2181/tcp | head -n1 | sed 's/.*://')
+    connect="127.0.0.1:$port"
+    zk_version=$(python3 bench/wait_serving.py "$connect")
+    # Clients reach the server at the container's address on Docker's bridge where the host can (Linux): through the
+    # published port every byte also crosses docker-proxy, a userland copy that took 4% of the 2 cores in a 100-member
+    # cold start (perf). The published port stays as the fallback.
+    route="the published port (through docker-proxy)"
+    bridge_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$container" 2>/dev/null || true)
+    if [ "${ZK_ROUTE:-bridge}" = bridge ] && [ -n "$bridge_ip" ] && python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], 2181), 2).close()' \
+        "$bridge_ip" 2>/dev/null; then
+        connect="$bridge_ip:2181"
+        route="the container's bridge address (no docker-proxy)"
+    fi
 fi
 say "ZooKeeper $zk_version serving on $connect: $MEMBERS members × $ITEMS items, modes $MODES, hostings $HOSTINGS"
 
@@ -128,7 +166,7 @@ mkdir -p bench/results
 results="bench/results/$OUT.jsonl"
 : >"$results"
 run_status=0
-python3 bench/scale.py run --own-process-group --connect "$connect" --container "$container" --zk-data "$work/zkdata" \
+python3 bench/scale.py run --own-process-group --connect "$connect" "${zk_args[@]}" --zk-data "$work/zkdata" \
     --zk-gc-log "$work/zklog/gc.log" --zk-heap-mb "$ZOO_HEAP_MB" --rust-worker "$work/worker" \
     --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --warmup "$WARMUP" --modes "$MODES" \
     --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
@@ -142,6 +180,8 @@ elapsed=$(( $(date +%s) - t0 ))
 cores=$(nproc)
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 busy_end=$(cpu_busy_pct)
+zk_where="image ${image}, in Docker"
+[ "${ZK_HOST:-docker}" != process ] || zk_where="a plain Java process"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 busy=""
 if machine_busy "$busy_start" "$busy_end"; then
@@ -151,8 +191,8 @@ fi
 machine="Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${elapsed} s in all; crate at ${revision}. Machine: ${cores} × ${cpu}, \
 $(free -g | awk '/^Mem:/ {print $2}') GB RAM, Linux $(uname -r); load average ${load_start} at the start, ${load_end} \
 at the end; CPU in use before the run ${busy_start}%, after it ${busy_end}%.${busy} ZooKeeper ${zk_version} (image \
-${image}, standalone, tickTime 200 ms, heap -Xmx${ZOO_HEAP_MB}m, in \
-Docker on the same machine, clients connected to ${route}), Python $(python3 -c 'import platform; print(platform.python_version())'), \
+${zk_where}, standalone, tickTime 200 ms, maxSessionTimeout ${ZK_MAX_SESSION_TIMEOUT:-60000} ms, heap \
+-Xmx${ZOO_HEAP_MB}m, on the same machine, clients connected through ${route}), Python $(python3 -c 'import platform; print(platform.python_version())'), \
 $(rustc --version | cut -d' ' -f1-2). ${MEMBERS} members, ${ITEMS} items, runs: ${RUNS}, after ${WARMUP} warm-up round(s); time_boundary \
 ${TIME_BOUNDARY} s, session timeout ${SESSION_TIMEOUT} s.${MACHINE_NOTE:+ $MACHINE_NOTE}"
 
@@ -162,6 +202,11 @@ command="MEMBERS=$MEMBERS ITEMS=$ITEMS bash bench/scale.sh"
 [ "$RUNS" = 1 ] || command="RUNS=$RUNS $command"
 [ "$WARMUP" = 1 ] || command="WARMUP=$WARMUP $command"
 [ -z "${INPROCESS_THREADS:-}" ] || command="INPROCESS_THREADS=$INPROCESS_THREADS $command"
+[ "${ZK_HOST:-docker}" = docker ] || command="ZK_HOST=$ZK_HOST $command"
+[ -z "${ZK_MAX_SESSION_TIMEOUT:-}" ] || command="ZK_MAX_SESSION_TIMEOUT=$ZK_MAX_SESSION_TIMEOUT $command"
+[ -z "${WORKER:-}" ] || command="WORKER=$WORKER $command"
+[ "$ZOO_HEAP_MB" = 256 ] || command="ZOO_HEAP_MB=$ZOO_HEAP_MB $command"
+[ "$OUT" = scale ] || command="$command  # OUT=$OUT"
 python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --command "$command" \
     --title "Scale: $MEMBERS members over $ITEMS items" | tee "bench/results/$OUT.md"
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
@@ -171,5 +216,4 @@ say "written bench/results/$OUT.md and bench/results/$OUT.jsonl ($failed failed 
 [ "$failed" = 0 ]
 }
 
-main "$@"
-exit
+main "$@"; exit  # one line: bash has read it whole before main runs, so an edit during the run cannot split it
