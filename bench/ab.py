@@ -117,6 +117,28 @@ def report(args):
     print()
     for scenario, key, meaning in FIGURES:
         print("- **%s**: %s (`%s`)." % (scenario, meaning, key))
+    floors = [r for r in records if r["scenario"] == "floor"]
+    if floors:
+        print()
+        print("The floor (`partitioner floor`: a bare client sends what a warm allocation needs, no partitioner; "
+              "medians): the latency of one create `multi` and of one read `multi` alone at each batch size, the "
+              "requests times that latency, and the whole allocation pipelined; the distance of each side's warm "
+              "median to the fastest pipelined floor.")
+        print()
+        print("| items | ops per multi | requests | create multi | read multi | requests × latency | pipelined "
+              "median (min) | %s − floor | %s − floor |" % (args.a, args.b))
+        print("|---|---|---|---|---|---|---|---|---|")
+        for n in sorted({r["n"] for r in floors}):
+            mine = sorted((r for r in floors if r["n"] == n), key=lambda r: r["batch"])
+            best = min(r["pipelined_ms"] for r in mine)
+            for r in mine:
+                gaps = []
+                for label in (args.a, args.b):
+                    warm = values(label, "warm", n, "net_s")
+                    gaps.append("%+.0f ms" % (1000 * statistics.median(warm) - best) if warm else "-")
+                print("| %s | %d | %d | %.1f ms | %.1f ms | %.0f ms | %.0f ms (%.0f) | %s | %s |" % (
+                    "{:,}".format(n), r["batch"], r["requests"], r["create_ms"], r["read_ms"], r["serial_ms"],
+                    r["pipelined_ms"], r["pipelined_min_ms"], gaps[0], gaps[1]))
 
 
 def main():

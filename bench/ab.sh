@@ -21,7 +21,8 @@
 #
 # Knobs (environment): RUNS (7, warm runs per side and size), SIZES ("1000 5000 20000"), GROUP_RUNS (5), REACT_RUNS (1,
 # each of REACT_CYCLES 5 cycles), TIME_BOUNDARY (0.5), KAZOO (1: kazoo 2.11's warm allocation beside, at KAZOO_SIZES
-# "1000"), ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8).
+# "1000"), FLOOR (1: the floor beside, at FLOOR_SIZES "1000 5000": a bare client's requests for the same allocation,
+# benches/partitioner.rs floor, built from the working tree), ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
@@ -35,6 +36,8 @@ REACT_CYCLES=${REACT_CYCLES:-5}
 TIME_BOUNDARY=${TIME_BOUNDARY:-0.5}
 KAZOO=${KAZOO:-1}
 KAZOO_SIZES=${KAZOO_SIZES:-1000}
+FLOOR=${FLOOR:-1}
+FLOOR_SIZES=${FLOOR_SIZES:-1000 5000}
 image=${ZOOKEEPER_IMAGE:-zk-partitioner/zookeeper:3.8}
 # shellcheck source=bench/machine.sh
 . bench/machine.sh
@@ -86,6 +89,10 @@ prepare() {
 
 prepare A "$1"
 prepare B "${2:-}"
+if [ "$FLOOR" = 1 ]; then
+    say "building the floor probe (benches/partitioner.rs, the working tree)"
+    cp "$(cargo_exe partitioner bench --bench partitioner --no-run)" "$work/floor"
+fi
 [ "$label_A" != "$label_B" ] || say "note: A and B are the same commit ($label_A): an A/A run, for the noise"
 # Distinct labels even for an A/A run.
 [ "$label_A" != "$label_B" ] || label_B="$label_B'"
@@ -124,6 +131,10 @@ for n in $SIZES; do
                 --path "$path" --items "$n" --time-boundary "$TIME_BOUNDARY" --run "$run" >> "$jsonl"
         done
     done
+    if [ "$FLOOR" = 1 ] && [[ " $FLOOR_SIZES " == *" $n "* ]]; then
+        say "the floor, $n items: $RUNS repetitions per batch size"
+        "$work/floor" floor --connect "$connect" --path "/ab/floor-$n" --items "$n" --run "$RUNS" >> "$jsonl"
+    fi
     if [ "$KAZOO" = 1 ] && [[ " $KAZOO_SIZES " == *" $n "* ]]; then
         say "warm, $n items, kazoo 2.11"
         kpath="/ab/kazoo-warm-$n"

@@ -6,6 +6,7 @@
 //! cargo bench --bench partitioner -- single --connect HOST:PORT --path /p --items N [--time-boundary SECS]
 //!     [--mode fresh|reused] [--run I]
 //! cargo bench --bench partitioner -- delete-tree --connect HOST:PORT --path /p
+//! cargo bench --bench partitioner -- floor --connect HOST:PORT --path /p --items N [--run REPS]
 //! ```
 //!
 //! `single`: one member, on a session connected beforehand, partitions the integers `0..N` under `--path` (a path
@@ -15,6 +16,15 @@
 //! (`rss_idle_kb`) and once holding the items (`rss_peak_kb`). Then it calls `finish()` (timed as `finish_s`).
 //!
 //! `delete-tree`: removes `--path` and everything under it (between runs; not measured).
+//!
+//! `floor`: what a warm allocation of N items cannot go below on this server, with no partitioner at all
+//! (BENCHMARKS.md, "The floor of the warm allocation, and a request trace"). Its lock directories made first (not
+//! measured), it sends the requests such an allocation needs, as a bare client: contender creates in `multi`s of B
+//! (100, 500 and N), and for each batch the read that tells the position and the fencing token (a read `multi` of B
+//! children lists and B node reads). Per batch size, `--run` repetitions (7 by default) of: one create `multi` alone,
+//! then its read alone (the latency per request at that batch size), and the whole allocation pipelined (every create
+//! `multi` at once, each one's read sent as it returns), then the nodes deleted (not measured). One JSON line per
+//! batch size, medians and minimums.
 //!
 //! With `RUST_LOG` set (e.g. `RUST_LOG=zk_partitioner=debug`) the library's logs go to stderr, timed from the start.
 //!
@@ -32,7 +42,8 @@ use zk_partitioner::zookeeper_client::{self, Client};
 use zk_partitioner::{Item, PartitionState, SetPartitioner};
 
 const USAGE: &str = "usage: partitioner single --connect HOST:PORT --path /p --items N [--time-boundary SECS] \
-[--mode fresh|reused] [--run I]\n       partitioner delete-tree --connect HOST:PORT --path /p";
+[--mode fresh|reused] [--run I]\n       partitioner delete-tree --connect HOST:PORT --path /p\n       \
+partitioner floor --connect HOST:PORT --path /p --items N [--run REPS]";
 
 struct Args {
     command: String,
@@ -105,6 +116,7 @@ fn main() -> ExitCode {
         match args.command.as_str() {
             "single" => single(&args).await,
             "delete-tree" => delete_tree(&args).await,
+            "floor" => floor(&args).await,
             other => Err(format!("unknown scenario {other:?}\n{USAGE}")),
         }
     });
@@ -185,6 +197,126 @@ fn vm_hwm_kb() -> u64 {
             line.split_whitespace().nth(1)?.parse().ok()
         })
         .unwrap_or(0)
+}
+
+/// Contender data as the partitioner writes it: the member's name.
+const FLOOR_DATA: &[u8] = b"floor-probe@bench-host";
+
+async fn floor(args: &Args) -> Result<(), String> {
+    use zookeeper_client::{Acls, CreateMode, MultiWriteResult};
+    if args.items == 0 {
+        return Err(format!("--items is required\n{USAGE}"));
+    }
+    let reps = if args.run == 0 { 7 } else { args.run as usize };
+    let client = connect(&args.connect).await?;
+    // The warm path: `<path>/locks/<item>` for every item (not measured).
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let locks = format!("{}/locks", args.path);
+    for path in [args.path.clone(), locks.clone()] {
+        match client.create(&path, b"", &persistent).await {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(err) => return Err(format!("create {path}: {err}")),
+        }
+    }
+    let dirs: Vec<String> = (0..args.items).map(|i| format!("{locks}/{i}")).collect();
+    let mut made = futures::stream::iter(dirs.iter().map(|dir| client.create(dir, b"", &persistent))).buffered(1000);
+    while let Some(result) = made.next().await {
+        match result {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(err) => return Err(format!("create a lock directory: {err}")),
+        }
+    }
+    drop(made);
+    let sequential = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let prefix = "0123456789abcdef0123456789abcdef__lock__";
+    // One create `multi` over `dirs`: the created nodes' paths.
+    let create = |dirs: &[String]| {
+        let mut writer = client.new_multi_writer();
+        let added: Result<(), _> = dirs.iter().try_for_each(|dir| {
+            writer.add_create(&format!("{dir}/{prefix}"), FLOOR_DATA, &sequential).map_err(|e| e.to_string())
+        });
+        async move {
+            added?;
+            let results = writer.commit().await.map_err(|e| format!("create multi: {e}"))?;
+            Ok::<Vec<String>, String>(
+                results
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        MultiWriteResult::Create { path, .. } => Some(path),
+                        _ => None,
+                    })
+                    .collect(),
+            )
+        }
+    };
+    // Its read: each directory's children and the node's stat (its creation zxid, the fencing token).
+    let read = |nodes: &[String]| {
+        let mut reader = client.new_multi_reader();
+        let added: Result<(), _> = nodes.iter().try_for_each(|node| {
+            let dir = node.rsplit_once('/').map_or("/", |(dir, _)| dir);
+            reader.add_get_children(dir).and_then(|()| reader.add_get_data(node)).map_err(|e| e.to_string())
+        });
+        async move {
+            added?;
+            reader.commit().await.map_err(|e| format!("read multi: {e}"))?;
+            Ok::<(), String>(())
+        }
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let mut batches = vec![100, 500, args.items];
+    batches.retain(|&b| b <= args.items);
+    batches.dedup();
+    for batch in batches {
+        let (mut creates, mut reads, mut pipelined) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            // One request of each kind alone: the latency per request at this batch size.
+            let start = Instant::now();
+            let nodes = create(&dirs[..batch]).await?;
+            creates.push(ms(start.elapsed()));
+            let start = Instant::now();
+            read(&nodes).await?;
+            reads.push(ms(start.elapsed()));
+            delete_nodes(&client, nodes).await?;
+            // The whole allocation, pipelined: every create at once, each one's read as it returns.
+            let start = Instant::now();
+            let chains = dirs.chunks(batch).map(|chunk| async {
+                let nodes = create(chunk).await?;
+                read(&nodes).await?;
+                Ok::<Vec<String>, String>(nodes)
+            });
+            let nodes: Vec<Vec<String>> = futures::future::try_join_all(chains).await?;
+            pipelined.push(ms(start.elapsed()));
+            delete_nodes(&client, nodes.concat()).await?;
+        }
+        let requests = 2 * args.items.div_ceil(batch);
+        let (create_ms, read_ms) = (median(creates.clone()), median(reads.clone()));
+        println!(
+            "{{\"impl\":\"bare\",\"scenario\":\"floor\",\"n\":{},\"batch\":{batch},\"reps\":{reps},\
+             \"requests\":{requests},\"create_ms\":{create_ms:.3},\"read_ms\":{read_ms:.3},\
+             \"serial_ms\":{:.3},\"pipelined_ms\":{:.3},\"pipelined_min_ms\":{:.3}}}",
+            args.items,
+            args.items.div_ceil(batch) as f64 * (create_ms + read_ms),
+            median(pipelined.clone()),
+            pipelined.iter().copied().fold(f64::INFINITY, f64::min),
+        );
+    }
+    Ok(())
+}
+
+/// Deletes `nodes`, 500 per `multi`.
+async fn delete_nodes(client: &Client, nodes: Vec<String>) -> Result<(), String> {
+    for chunk in nodes.chunks(500) {
+        let mut writer = client.new_multi_writer();
+        for node in chunk {
+            writer.add_delete(node, None).map_err(|e| e.to_string())?;
+        }
+        writer.commit().await.map_err(|e| format!("delete multi: {e}"))?;
+    }
+    Ok(())
 }
 
 async fn delete_tree(args: &Args) -> Result<(), String> {
