@@ -17,13 +17,22 @@ use crate::error::{is_transient, session_end};
 use crate::party::retry_transient;
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, Written, ZkError, ZooKeeper};
 
-/// Write operations (creates, deletes) per `multi`: one transaction for 100 locks saves 99 round trips. Not more:
-/// ZooKeeper keeps its last 500 write transactions in memory (`zookeeper.commitLogCount`, for followers catching up;
-/// a standalone server too), whole `multi`s included, so at 500 per `multi` a 100-member rebalance of 100,000 items
-/// stayed in its heap entirely (measured with a 256 MB heap, eager phases: 218-234 MB in use after the last
-/// collection, against 161-181 MB at 100 per `multi`, and a quarter as many collections; BENCHMARKS.md, "The scale
-/// benchmark"). A lone member's allocation is as fast either way.
+/// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set
+/// ([`LOCK_BATCH`]): one transaction for 100 locks saves 99 round trips. Not more: ZooKeeper keeps its last 500 write
+/// transactions in memory (`zookeeper.commitLogCount`, for followers catching up; a standalone server too), whole
+/// `multi`s included, so at 500 per `multi` a 100-member rebalance of 100,000 items stayed in its heap entirely
+/// (measured with a 256 MB heap, eager phases: 218-234 MB in use after the last collection, against 161-181 MB at 100
+/// per `multi`, and a quarter as many collections; BENCHMARKS.md, "The scale benchmark").
 pub(crate) const WRITE_BATCH: usize = 100;
+
+/// Lock operations per `multi` in an allocation: 500 for sets of up to 25,000 items, [`WRITE_BATCH`] above. A lone
+/// member's warm allocation then needs a fifth of the requests: 5,000 locks on a warm path took 59-63 ms at 100 per
+/// `multi` and 53-55 ms at 500 as a bare client (BENCHMARKS.md, "The floor of the warm allocation"). The server's memory stays below the
+/// 100,000-item case's: at 500 per `multi` the last 500 transactions can hold 250,000 operations (about 70 MB, by
+/// the 100,000-item measurement above: 500 per `multi` kept about 55 MB more than 100), beside a data tree a quarter
+/// of the 100,000-item one, where that case holds 161-181 MB after a collection.
+pub(crate) const LOCK_BATCH: crate::decision::Batch =
+    crate::decision::Batch { small: 500, small_set: 25_000, large: WRITE_BATCH };
 
 /// Read operations per read `multi`: reads leave nothing behind on the server, and each is small, so 500 stay far
 /// below ZooKeeper's 1 MB packet limit (`jute.maxbuffer`).

@@ -481,7 +481,7 @@ impl Builder {
             shared_item_set: self.shared_item_set,
             acls: paths.acls.clone(),
             window: DEFAULT_WINDOW,
-            batch: crate::locks::WRITE_BATCH,
+            batch: crate::locks::LOCK_BATCH,
             jitter_parties: crate::decision::JitterParties::default(),
             set_chunk: crate::item_set::CHUNK_OPS,
         };

@@ -33,7 +33,7 @@ pub(crate) struct Settings {
     pub acls: NodeAcls,
     /// Lock operations in flight at most, and per `multi`.
     pub window: usize,
-    pub batch: usize,
+    pub batch: crate::decision::Batch,
     /// The party sizes from which the debounce's jitter starts and is full ([`crate::decision::JitterParties`]).
     pub jitter_parties: crate::decision::JitterParties,
     /// Operations per `multi` of the shared set's updates (see [`SharedSet::with_chunk`]).

@@ -1,4 +1,5 @@
-//! How many lock operations a member keeps in flight: a window that follows ZooKeeper's latency.
+//! How many lock operations a member keeps in flight, a window that follows ZooKeeper's latency, and how many it
+//! puts in one request.
 //!
 //! When a hundred members rebalance at once, each sending its full share, one server queues a hundred thousand
 //! operations. So each member paces itself the way TCP's delay-based senders do (Vegas, LEDBAT): a reply that took
@@ -22,6 +23,30 @@ use super::ReqId;
 const QUEUE_DELAY: Duration = Duration::from_millis(100);
 /// How much the window grows per round trip after slow start.
 const GROWTH: usize = 100;
+
+/// Lock operations per `multi` request: `small` while the set has at most `small_set` items, `large` above. A `multi`
+/// is one request and one transaction, so fewer, larger ones cost the server less per lock; but ZooKeeper keeps its
+/// last 500 write transactions in memory whole (see [`crate::locks::WRITE_BATCH`]), which bounds the large batch
+/// where a rebalance writes hundreds of thousands of lock nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub small: usize,
+    pub small_set: usize,
+    pub large: usize,
+}
+
+impl Batch {
+    /// The same batch whatever the set's size.
+    #[cfg(test)]
+    pub const fn fixed(ops: usize) -> Batch {
+        Batch { small: ops, small_set: 0, large: ops }
+    }
+
+    /// The batch for a set of `items` items (at least 1).
+    pub fn for_items(self, items: usize) -> usize {
+        (if items <= self.small_set { self.small } else { self.large }).max(1)
+    }
+}
 
 #[derive(Debug)]
 pub(super) struct Window {

@@ -67,6 +67,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use catalogue::Catalogue;
+pub(crate) use congestion::Batch;
 use congestion::Window;
 pub(crate) use contention::{LOCK_MARK, Position, position, sequence};
 use debounce::Debounce;
@@ -103,8 +104,8 @@ pub(crate) struct CoreConfig {
     /// At most this many lock operations in flight (waits on a watch do not count); the window adapts to the
     /// server's latency below it ([`congestion`]).
     pub window: usize,
-    /// Operations per `multi` request.
-    pub batch: usize,
+    /// Operations per `multi` request, by the set's size.
+    pub batch: Batch,
     /// The party sizes from which the debounce's jitter starts and is full.
     pub jitter_parties: JitterParties,
     /// Whether the items' lock directories are taken to exist at start: `false` when `<path>/locks` had no child
@@ -406,7 +407,7 @@ impl Core {
         let deadline = cfg.max_allocation_time.map(|limit| now + limit);
         // The jitter's seed: the random bits the contender prefixes are made from.
         let debounce = Debounce::new(cfg.time_boundary, cfg.jitter_parties, now, (nonce >> 64) as u64 ^ nonce as u64);
-        let window = Window::new(cfg.batch, cfg.window);
+        let window = Window::new(cfg.batch.small.min(cfg.batch.large), cfg.window);
         let dirs_exist = cfg.lock_dirs_exist;
         let mut core = Core {
             cfg,
@@ -1561,8 +1562,13 @@ impl Core {
         }
     }
 
+    /// Operations per `multi` for the set as it is now.
+    fn batch(&self) -> usize {
+        self.cfg.batch.for_items(self.catalogue.len())
+    }
+
     fn send_lists(&mut self, items: Vec<usize>) {
-        for chunk in items.chunks(self.cfg.batch.max(1)) {
+        for chunk in items.chunks(self.batch()) {
             // Our node is read along only while its fencing token is unknown (servers before 3.8.2 send no stat for
             // a create inside a multi): one read fewer per item and listing otherwise.
             let unknown_token = |lock: &Lock| if lock.token == 0 { lock.node.clone() } else { None };
@@ -1575,7 +1581,7 @@ impl Core {
     }
 
     fn send_make_dirs(&mut self, items: Vec<usize>) {
-        for chunk in items.chunks(self.cfg.batch.max(1)) {
+        for chunk in items.chunks(self.batch()) {
             let id = self.request(Op::MakeDirs(chunk.to_vec()), Pending::Locks(chunk.to_vec()));
             for &item in chunk {
                 self.set_step(item, Step::MakingDir(id));
@@ -1661,7 +1667,7 @@ impl Core {
             self.send_make_dirs(make);
         }
         while !self.queued.is_empty() && self.in_flight < self.window.size() {
-            let room = (self.window.size() - self.in_flight).min(self.cfg.batch.max(1));
+            let room = (self.window.size() - self.in_flight).min(self.batch());
             let batch: Vec<usize> = std::iter::from_fn(|| self.queued.pop_first()).take(room).collect();
             let mut contenders = Vec::with_capacity(batch.len());
             for &item in &batch {

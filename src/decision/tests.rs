@@ -35,7 +35,7 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
         session_policy: policy,
         rebalance,
         window: 100,
-        batch: 100,
+        batch: Batch::fixed(100),
         jitter_parties: JitterParties::default(),
         lock_dirs_exist: true,
     }
@@ -451,6 +451,31 @@ fn a_fresh_path_makes_the_directories_before_the_first_creates() {
     assert_eq!(s.last_state(), PartitionState::Acquired);
 }
 
+/// The batch follows the set's size: larger `multi`s for a small set, the large-set batch once it has more items.
+#[test]
+fn the_batch_follows_the_set_size() {
+    let creates = |items: usize| {
+        let mut cfg = config(items, Rebalance::Eager, SessionPolicy::Standard, None);
+        cfg.window = 10_000;
+        cfg.batch = Batch { small: 500, small_set: 1000, large: 100 };
+        let mut s = Script::new(cfg);
+        s.party(&["a-0000000000"]);
+        s.wait(SETTLED);
+        let sizes: Vec<usize> = s
+            .seen
+            .iter()
+            .filter_map(|a| match a {
+                Action::Request(_, Op::Create { contenders, .. }) => Some(contenders.len()),
+                _ => None,
+            })
+            .collect();
+        sizes
+    };
+    assert_eq!(creates(1000), [500, 500], "up to the bound: the small-set batch");
+    assert_eq!(creates(1001), [vec![100; 10], vec![1]].concat(), "above it: the large-set batch");
+    assert_eq!(Batch::fixed(0).for_items(5), 1, "never an empty multi");
+}
+
 /// The fresh-path rule lasts one allocation: once acquired, every directory is assumed again, those of the other
 /// members' shares too, so a rebalance's creates go at once instead of making each relocked item's directory again.
 #[test]
@@ -721,7 +746,7 @@ fn the_first_member_recovers_an_update_whose_writer_is_gone() {
 fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_churn() {
     for sabotage in [Sabotage::None, Sabotage::HeldWatchOnlyWhenQuiet] {
         let mut cfg = config(2, Rebalance::Incremental, SessionPolicy::Standard, None);
-        (cfg.window, cfg.batch) = (1, 1);
+        (cfg.window, cfg.batch) = (1, Batch::fixed(1));
         let mut s = Script::new(cfg);
         s.core.sabotage = sabotage;
         s.party(&["a-0000000000"]);

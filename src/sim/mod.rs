@@ -483,7 +483,7 @@ impl World {
             acls: NodeAcls::default(),
             // Small, so batching and the window are exercised with few items.
             window: 6,
-            batch: 4,
+            batch: crate::decision::Batch::fixed(4),
             // Some runs jitter as a large party does, so that the jitter's schedules are simulated too (the
             // simulation's parties are small, where production waits without one).
             jitter_parties: if plan.large_party_jitter { JitterParties::ALWAYS } else { JitterParties::default() },
