@@ -15,13 +15,17 @@
 # it and writes bench/results/$OUT.md (the markdown section) and bench/results/$OUT.jsonl (one JSON line per phase).
 #
 # Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), WARMUP (1: untimed rounds of every mode, in the first
-# hosting, before the runs: they warm the fresh server's JVM; their lines carry "warmup": true), MODES ("eager-stride,incremental-rendezvous"; also
-# incremental-rendezvous-session-aware), HOSTINGS ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only
-# keeps only it), QUIET_S (8: seconds without a member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in), INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s), SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale),
-# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), WORKER (a worker binary to run instead of this tree's), MACHINE_NOTE (a sentence added to the machine line), ZK_ROUTE
-# (bridge: the container's address; proxy: the published port, through docker-proxy), ZK_HOST (docker; process: ZooKeeper
-# as a plain Java process from Debian's libzookeeper-java on loopback, no container), ZK_MAX_SESSION_TIMEOUT (60000 ms:
-# the server's cap on session timeouts; ZooKeeper's own default at tickTime 200 ms would be 20 ticks, 4 s).
+# hosting, before the runs: they warm the fresh server's JVM; their lines carry "warmup": true), MODES
+# ("eager-stride,incremental-rendezvous"; also incremental-rendezvous-session-aware), HOSTINGS
+# ("processes,inprocess"; INPROCESS=0 drops inprocess, INPROCESS=only keeps only it), QUIET_S (8: seconds without a
+# member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in),
+# INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s),
+# SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale), ZOOKEEPER_IMAGE
+# (zk-partitioner/zookeeper:3.8), WORKER (a worker binary to run instead of this tree's), MACHINE_NOTE (a sentence
+# added to the machine line), ZK_ROUTE (bridge: the container's address; proxy: the published port, through
+# docker-proxy), ZK_HOST (docker; process: ZooKeeper as a plain Java process from Debian's libzookeeper-java on
+# loopback, no container), ZK_MAX_SESSION_TIMEOUT (60000 ms: the server's cap on session timeouts; ZooKeeper's own
+# default at tickTime 200 ms would be 20 ticks, 4 s).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
