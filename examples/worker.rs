@@ -115,6 +115,10 @@ struct Args {
     /// Print one JSON object per state change instead of a line of text
     #[arg(long)]
     json: bool,
+    /// Serve the partitioner's metrics in Prometheus' text format over HTTP on this address (e.g. 0.0.0.0:9464;
+    /// any path answers), through metrics-exporter-prometheus; the metrics are listed in the README
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -199,6 +203,15 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         use clap::CommandFactory;
         let message = "one of --items or --items-file is required (or --shared-set with an existing set)";
         Args::command().error(clap::error::ErrorKind::MissingRequiredArgument, message).exit();
+    }
+    if let Some(addr) = args.metrics_addr {
+        // Installed before joining, so that a scrape finds the endpoint as soon as the process runs.
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        zk_partitioner::metrics::describe();
+        tracing::info!(%addr, "serving Prometheus metrics");
     }
     let stop = stop_signal();
     tokio::pin!(stop);

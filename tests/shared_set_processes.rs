@@ -6,25 +6,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Ctx, timing, wait_for};
+use common::{Ctx, example, timing, wait_for};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const PATH: &str = "/partitioner";
-
-/// An example binary beside this test's (`cargo test` builds the examples).
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let path = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("examples").join(name)).expect("target");
-    assert!(path.exists(), "{} is missing: `cargo test` builds it (or `cargo build --example {name}`)", path.display());
-    path
-}
 
 /// A worker process and the last JSON line it printed.
 struct Worker {

@@ -35,3 +35,11 @@ pub fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,zookeeper_client=error"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
+
+/// An example binary beside this test's (`cargo test` builds the examples).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let path = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("examples").join(name)).expect("target");
+    assert!(path.exists(), "{} is missing: `cargo test` builds it (or `cargo build --example {name}`)", path.display());
+    path
+}
