@@ -34,12 +34,16 @@ def worker_command(args, items_file):
     return [sys.executable, os.path.join(HERE, "kazoo_bench.py"), "worker"] + common
 
 
-def warm(args):
+def allocation(args, prefix=(), check_exit=True):
+    """Runs one member (`prefix` before its command, e.g. strace) over `args.items` integer items on `args.path`;
+    returns the times of its first ALLOCATING and of its ACQUIRED line (all the items listed), on its own clock. It
+    then gets SIGTERM (its whole process group) and, with `check_exit`, must exit cleanly."""
     fd, items_file = tempfile.mkstemp(prefix="ab-items-", suffix=".txt")
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(str(i) for i in range(args.items)) + "\n")
-    proc = subprocess.Popen(worker_command(args, items_file), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, bufsize=1)
+    # A session (process group) of its own, so that the signals reach the member under a prefix such as strace too.
+    proc = subprocess.Popen(list(prefix) + worker_command(args, items_file), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
     allocating = acquired = None
     deadline = time.time() + 600
     try:
@@ -59,17 +63,22 @@ def warm(args):
             if time.time() > deadline:
                 raise SystemExit("%s: no ACQUIRED within 600 s" % args.label)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             _, stderr = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             _, stderr = proc.communicate()
         os.unlink(items_file)
     if acquired is None or allocating is None:
         raise SystemExit("%s exited with %s before ACQUIRED: %s" % (args.label, proc.returncode, stderr[-2000:]))
-    if proc.returncode != 0:
+    if check_exit and proc.returncode != 0:
         raise SystemExit("%s did not finish cleanly (exit %s): %s" % (args.label, proc.returncode, stderr[-2000:]))
+    return allocating, acquired
+
+
+def warm(args):
+    allocating, acquired = allocation(args)
     raw = acquired - allocating
     print(json.dumps({"label": args.label, "impl": args.impl, "scenario": "warm", "n": args.items, "run": args.run,
                       "tb_s": args.time_boundary, "raw_s": round(raw, 6),

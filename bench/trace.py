@@ -18,12 +18,11 @@ import argparse
 import json
 import os
 import re
-import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import time
+
+from ab import allocation  # bench/ab.py, beside this script: the same run of one member
 
 OPS = {0: "notification", 1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData", 8: "getChildren",
        9: "sync", 11: "ping", 12: "getChildren2", 13: "check", 14: "multi", 15: "create2", 19: "createContainer",
@@ -172,35 +171,12 @@ def decode(chunks):
 
 
 def warm(args):
-    fd, items_file = tempfile.mkstemp(prefix="trace-items-", suffix=".txt")
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(str(i) for i in range(args.items)) + "\n")
+    args.impl = "rust"
     out = args.strace_out or tempfile.mkstemp(prefix="trace-", suffix=".strace")[1]
-    command = ["strace", "-f", "-ttt", "-yy", "-xx", "-s", "16777216", "-o", out,
-               "-e", "trace=read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg", args.worker,
-               "--connect", args.connect, "--path", args.path, "--items-file", items_file, "--int-items",
-               "--time-boundary", str(args.time_boundary), "--session-timeout", "10", "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-    allocating = acquired = None
-    try:
-        for line in proc.stdout:
-            if not line.startswith("{"):
-                continue
-            record = json.loads(line)
-            if record["state"] == "ALLOCATING" and allocating is None:
-                allocating = record["ts"]
-            elif record["state"] == "ACQUIRED":
-                acquired = record["ts"]
-                break
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        os.unlink(items_file)
-    if allocating is None or acquired is None:
-        raise SystemExit("%s: no ALLOCATING/ACQUIRED line" % args.label)
+    strace = ["strace", "-f", "-ttt", "-yy", "-xx", "-s", "16777216", "-o", out,
+              "-e", "trace=read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg"]
+    # The exit status is strace's (it is signalled too), not the worker's.
+    allocating, acquired = allocation(args, prefix=strace, check_exit=False)
     port = int(args.connect.rsplit(":", 1)[1])
     requests = decode(streams(out, port))
     if not args.strace_out:
