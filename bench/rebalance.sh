@@ -12,7 +12,8 @@
 # definitions, machine, tables) and bench/results/rebalance.jsonl (one JSON line per measured phase, with every
 # member's state changes). With SCENARIOS=restart (run on its own) the files are bench/results/restart.md and
 # bench/results/restart.jsonl instead, and the default modes are kazoo, eager-stride, incremental-rendezvous and
-# incremental-rendezvous-static (`--static-membership`).
+# incremental-rendezvous-static (`--static-membership`). Then it draws the plots of the JSON lines (bench/plot.py:
+# bench/results/rebalance.svg and join-moves.svg from rebalance.jsonl).
 #
 # Knobs (environment): RUNS (3), TIME_BOUNDARY (1 s, every member), SESSION_TIMEOUT (6 s; the stall freezes
 # ZooKeeper for half of it), MODES (all five), SCENARIOS ("churn,stall"), ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8),
@@ -123,5 +124,7 @@ python3 bench/rebalance.py report "bench/results/$out.jsonl" --machine "$machine
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
     "bench/results/$out.jsonl")
 say "written bench/results/$out.md and bench/results/$out.jsonl ($failed failed phases)"
+# The plots of these JSON lines (rebalance.jsonl: bench/results/rebalance.svg, join-moves.svg; bench/plot.py --list).
+python3 bench/plot.py --from "bench/results/$out.jsonl"
 [ "$run_status" = 0 ] || { say "bench/rebalance.py stopped early (exit $run_status): the results are partial"; exit 1; }
 [ "$failed" = 0 ]

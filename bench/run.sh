@@ -7,7 +7,8 @@
 # It ensures the ZooKeeper image (docker/zookeeper/build.sh) and kazoo 2.11 (pip), builds the Rust bench binary and the
 # worker example in release mode, starts ONE ZooKeeper container (removed on exit), runs every scenario for
 # zk-partitioner and for kazoo alternately against it, and writes the tables to stdout and to bench/results/latest.md
-# (raw JSON lines: bench/results/latest.jsonl; --quick writes quick.md / quick.jsonl instead).
+# (raw JSON lines: bench/results/latest.jsonl; --quick writes quick.md / quick.jsonl instead), then draws the plots of
+# latest.jsonl (bench/plot.py: bench/results/acquired.svg, reaction.svg).
 #
 # Knobs (environment): RUNS (5), SIZES ("1000 5000 20000"), KAZOO_RUNS_5K (2), KAZOO_RUNS_20K (1), GROUP_RUNS (RUNS),
 # REACT_RUNS (2), RUST_CYCLES (12), KAZOO_CYCLES (4), TIME_BOUNDARY (0.1, single member), GROUP_TIME_BOUNDARY (0.5),
@@ -160,4 +161,6 @@ if [ "$quick" = 1 ]; then title="$title (quick smoke run: 1 run, not for compari
 python3 bench/report.py "bench/results/$name.jsonl" --title "$title" --machine "$machine" \
     | tee "bench/results/$name.md"
 say "tables written to bench/results/$name.md ($failures failed measurements)"
+# The plots of these JSON lines (latest.jsonl: bench/results/acquired.svg and reaction.svg; see bench/plot.py --list).
+python3 bench/plot.py --from "bench/results/$name.jsonl"
 [ "$failures" = 0 ]

@@ -12,7 +12,8 @@
 # worker example and the bench binaries (benches/scale.rs: the in-process host; benches/partitioner.rs: delete-tree
 # between runs) in release mode, starts ONE ZooKeeper container with a ZOO_HEAP_MB heap, its transaction log and GC
 # log on the host (removed on exit, however the script ends, with every member process), runs bench/scale.py against
-# it and writes bench/results/$OUT.md (the markdown section) and bench/results/$OUT.jsonl (one JSON line per phase).
+# it and writes bench/results/$OUT.md (the markdown section) and bench/results/$OUT.jsonl (one JSON line per phase),
+# then the plots drawn from that file, if any (bench/plot.py --list: scale.svg, scale-100x100k.svg, join-moves.svg).
 #
 # Knobs (environment): MEMBERS (10), ITEMS (10000), RUNS (1), WARMUP (1: untimed rounds of every mode, in the first
 # hosting, before the runs: they warm the fresh server's JVM; their lines carry "warmup": true), MODES
@@ -216,6 +217,8 @@ python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
     "bench/results/$OUT.jsonl")
 say "written bench/results/$OUT.md and bench/results/$OUT.jsonl ($failed failed phases)"
+# The plots of these JSON lines (scale.jsonl: scale.svg, join-moves.svg; scale-100x100k*.jsonl: scale-100x100k.svg).
+python3 bench/plot.py --from "bench/results/$OUT.jsonl"
 [ "$run_status" = 0 ] || { say "bench/scale.py stopped with exit $run_status: see the failed phases"; exit 1; }
 [ "$failed" = 0 ]
 }
