@@ -7,10 +7,14 @@
 //! cargo build --release --example worker && CHAOS_FAULTS=1000 CHAOS_SEED=7 \
 //!     cargo test --release --test chaos -- --nocapture              # the long run behind RELIABILITY.md
 //! ```
+//!
+//! `CHAOS_JSON=<file>` also writes one JSON line per fault (its kind and recovery time) to that file, for the plot
+//! `bench/chaos.sh` draws with `bench/plot.py`.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -256,6 +260,11 @@ async fn chaos() {
     let liveness_bound = SESSION + common::members::TIME_BOUNDARY + Duration::from_secs(2);
     recover(&mut world, &observer, "the start".into()).await;
 
+    // CHAOS_JSON=<file>: a JSON line per fault, written as each recovers (a run that stops keeps what it measured).
+    let mut json = std::env::var_os("CHAOS_JSON").map(std::path::PathBuf::from).map(|path| {
+        let file = std::fs::File::create(&path).unwrap_or_else(|e| panic!("CHAOS_JSON {}: {e}", path.display()));
+        (path, file)
+    });
     let mut recoveries: BTreeMap<Fault, Vec<Duration>> = BTreeMap::new();
     for round in 0..faults {
         let fault = FAULTS[rng.below(FAULTS.len())];
@@ -303,6 +312,17 @@ async fn chaos() {
             checks.claims_checked,
             checks.violations.len()
         );
+        if let Some((path, file)) = &mut json {
+            let line = serde_json::json!({
+                "seed": seed,
+                "faults": faults,
+                "round": round,
+                "fault": format!("{fault:?}"),
+                "recovery_s": (took.as_secs_f64() * 1e6).round() / 1e6,
+                "bound_s": liveness_bound.as_secs_f64(),
+            });
+            writeln!(file, "{line}").unwrap_or_else(|e| panic!("CHAOS_JSON {}: {e}", path.display()));
+        }
         recoveries.entry(fault).or_default().push(took);
     }
 

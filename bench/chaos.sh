@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The chaos run of RELIABILITY.md ("The chaos run"), with its figures kept: tests/chaos.rs in release mode with
+# CHAOS_JSON, then the plot of the recovery time after each fault kind.
+#
+#   CHAOS_FAULTS=100 CHAOS_SEED=7 bash bench/chaos.sh     # ~5 minutes on 2 cores once built
+#   CHAOS_FAULTS=1000 CHAOS_SEED=7 bash bench/chaos.sh    # the long run: ~35 minutes
+#
+# It builds the worker example and the chaos test in release mode and runs private copies of them (a rebuild in the
+# tree during the run cannot swap them; the test finds the worker beside itself, as under target/), from the
+# repository's root, with CHAOS_JSON. It writes bench/results/$OUT.jsonl (one JSON line per fault: kind, recovery
+# seconds, the liveness bound, seed), bench/results/$OUT.md (the run's line: date, commit, machine; and the test's
+# summary table) and, through bench/plot.py, bench/results/$OUT.svg. The test starts its own ZooKeeper container.
+#
+# Knobs (environment): CHAOS_FAULTS (100), CHAOS_SEED (7), OUT (chaos), MACHINE_NOTE (a sentence added to the run's
+# line, e.g. what else the machine was doing).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+case "${1:-}" in
+    "") ;;
+    *) echo "usage: CHAOS_FAULTS=100 CHAOS_SEED=7 bash bench/chaos.sh   (knobs: CHAOS_FAULTS, CHAOS_SEED, OUT)" >&2
+       exit 2 ;;
+esac
+CHAOS_FAULTS=${CHAOS_FAULTS:-100}
+CHAOS_SEED=${CHAOS_SEED:-7}
+OUT=${OUT:-chaos}
+
+t0=$(date +%s)
+say() { printf '[chaos.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
+source bench/machine.sh  # cpu_busy_pct, machine_busy
+
+work=$(mktemp -d /tmp/zkp-chaos.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+# What is measured: HEAD plus any uncommitted change to the library, the worker or the tests (noted before building).
+revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+uncommitted=$(git status --porcelain -- src examples tests Cargo.toml 2>/dev/null | awk '{print $2}' | paste -sd, -)
+[ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+
+say "building the worker example and the chaos test (release)"
+# shellcheck source=bench/cargo_exe.sh
+. bench/cargo_exe.sh
+worker_exe=$(cargo_exe worker build --release --example worker)
+chaos_exe=$(cargo_exe chaos test --release --test chaos --no-run)
+mkdir -p "$work/release/deps" "$work/release/examples"
+cp "$worker_exe" "$work/release/examples/worker"
+cp "$chaos_exe" "$work/release/deps/chaos"
+
+busy_start=$(cpu_busy_pct)
+start=$(date -u '+%Y-%m-%d %H:%M')
+say "chaos: $CHAOS_FAULTS faults, seed $CHAOS_SEED (the log: $work/chaos.log)"
+set +e
+CHAOS_FAULTS=$CHAOS_FAULTS CHAOS_SEED=$CHAOS_SEED CHAOS_JSON="$work/chaos.jsonl" \
+    "$work/release/deps/chaos" --exact chaos --nocapture 2>&1 | tee "$work/chaos.log" >&2
+status=${PIPESTATUS[0]}
+set -e
+end=$(date -u '+%H:%M')
+busy_end=$(cpu_busy_pct)
+elapsed=$(( $(date +%s) - t0 ))
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+busy=""
+if machine_busy "$busy_start" "$busy_end"; then
+    busy=" The machine was busy with other work (CPU in use before or after the run), so recovery times are inflated."
+fi
+mkdir -p bench/results
+cp "$work/chaos.jsonl" "bench/results/$OUT.jsonl"
+{
+    echo "### Chaos run: CHAOS_FAULTS=$CHAOS_FAULTS CHAOS_SEED=$CHAOS_SEED"
+    echo
+    echo "Run $start-$end UTC, ${elapsed} s in all (build included); crate at ${revision}. Machine: $(nproc) × ${cpu}, \
+$(free -g | awk '/^Mem:/ {print $2}') GB RAM, Linux $(uname -r); CPU in use before the run ${busy_start}%, after it \
+${busy_end}%.${busy} $(rustc --version | cut -d' ' -f1-2), release build.${MACHINE_NOTE:+ $MACHINE_NOTE}"
+    echo
+    sed -n '/^chaos summary/,$p' "$work/chaos.log" | grep -E '^(chaos summary|\||safety samples)' || true
+} | tee "bench/results/$OUT.md"
+python3 bench/plot.py --from "bench/results/$OUT.jsonl"
+say "written bench/results/$OUT.jsonl and $OUT.md ($(wc -l <"bench/results/$OUT.jsonl") faults)"
+[ "$status" = 0 ] || { say "the chaos test failed (exit $status): see the log above"; exit 1; }
