@@ -61,6 +61,8 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
         publisher: Publisher,
     ) -> Self {
+        // Before `build()` returns: from then on, the set's size is among the metrics.
+        publisher.started(&core);
         Driver {
             client,
             context,
@@ -260,6 +262,7 @@ pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
         let reason = format!("the background task panicked: {}", decision::panic_message(&*panic));
         tracing::error!(%reason, "partitioner failed");
         Publisher::panicked(&sender, reason);
+        crate::metrics::DriverMetrics::panicked(&paths);
         delete_our_nodes(&client, &paths).await;
     }
     release.release();

@@ -14,11 +14,21 @@
 //! | [`zk_partitioner_session_suspensions_total`](SESSION_SUSPENSIONS) | counter | `path` | connection losses of the member's ZooKeeper session (the session may survive them) |
 //! | [`zk_partitioner_session_expiries_total`](SESSION_EXPIRIES) | counter | `path` | the member's session expired (the partitioner then fails) |
 //! | [`zk_partitioner_partition_fn_seconds`](PARTITION_FN_SECONDS) | histogram | `path` | how long each call of the partition function took, in seconds |
+//! | [`zk_partitioner_state`](STATE) | gauge | `path`, `state` | 1 for the member's current state, 0 for the other three (`state` is one of [`STATES`]) |
+//! | [`zk_partitioner_state_entered_timestamp_seconds`](STATE_ENTERED) | gauge | `path` | when the member entered its current state, in seconds since the Unix epoch |
+//! | [`zk_partitioner_items`](ITEMS) | gauge | `path` | items in the set the member divides (the fixed set, or the shared set as it last read it) |
 //!
 //! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `item_set_changed`
 //! (the [shared item set](crate::ItemSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
 //! node did not survive a suspension, or someone else deleted a held one), `release_set` (the worker called
 //! `release_set()` while `ACQUIRED`), or `other`.
+//!
+//! The gauges are set at every transition and when the member starts (`ALLOCATING`, nothing held), and the session
+//! counters are registered at 0 then, so that a rate or an increase sees their first event. With them, alerts can
+//! say "`ALLOCATING` for more than 5 minutes" (`time() - zk_partitioner_state_entered_timestamp_seconds > 300` for a
+//! member whose `zk_partitioner_state{state="ALLOCATING"}` is 1) and "items with no owner" (the largest
+//! `zk_partitioner_items` of a path above the sum of its members' `zk_partitioner_items_held`): the README's metrics
+//! section links example rules. One member per path in a process: two would write the same series.
 //!
 //! Call [`describe`] once after installing a recorder to give exporters each metric's unit and help text.
 //!
@@ -31,7 +41,7 @@
 //! assert!(metrics::NAMES.contains(&metrics::REBALANCES));
 //! ```
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use zookeeper_client::SessionState;
 
@@ -63,8 +73,21 @@ pub const SESSION_EXPIRIES: &str = "zk_partitioner_session_expiries_total";
 /// cores). Label `path`.
 pub const PARTITION_FN_SECONDS: &str = "zk_partitioner_partition_fn_seconds";
 
+/// Gauge: 1 for the member's current state, 0 for the other three (Prometheus' convention for an enumeration: one
+/// series per value, so `zk_partitioner_state{state="ALLOCATING"} == 1` selects the members allocating). Labels
+/// `path`, `state` (one of [`STATES`]).
+pub const STATE: &str = "zk_partitioner_state";
+/// Gauge: when the member entered its current state, in seconds since the Unix epoch by its wall clock (a
+/// republication of the same state, such as a party change during `ALLOCATING`, leaves it alone). Alerts compute how
+/// long a member has been in a state as `time() - zk_partitioner_state_entered_timestamp_seconds`. Label `path`.
+pub const STATE_ENTERED: &str = "zk_partitioner_state_entered_timestamp_seconds";
+/// Gauge: the number of items in the set the member divides, as it sees it: the fixed set, or the shared set as it
+/// last read it ([`ItemSet`](crate::ItemSet)). Once the party is stable, its members' [`ITEMS_HELD`] add up to this.
+/// Label `path`.
+pub const ITEMS: &str = "zk_partitioner_items";
+
 /// Every metric name, for exporters' allow lists and for tests.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 11] = [
     REBALANCES,
     ALLOCATION_SECONDS,
     ITEMS_HELD,
@@ -73,7 +96,13 @@ pub const NAMES: [&str; 8] = [
     SESSION_SUSPENSIONS,
     SESSION_EXPIRIES,
     PARTITION_FN_SECONDS,
+    STATE,
+    STATE_ENTERED,
+    ITEMS,
 ];
+
+/// The values of [`STATE`]'s `state` label: kazoo's state names ([`PartitionState::as_str`]).
+pub const STATES: [&str; 4] = ["ALLOCATING", "ACQUIRED", "RELEASE", "FAILURE"];
 
 /// The values of [`REBALANCES`]' `cause` label.
 pub const CAUSES: [&str; 6] = ["party_changed", "item_set_changed", "connection", "lock_lost", "release_set", "other"];
@@ -89,6 +118,9 @@ pub fn describe() {
     describe_counter!(SESSION_SUSPENSIONS, Unit::Count, "Connection losses of the member's ZooKeeper session");
     describe_counter!(SESSION_EXPIRIES, Unit::Count, "Expiries of the member's ZooKeeper session");
     describe_histogram!(PARTITION_FN_SECONDS, Unit::Seconds, "Time each call of the partition function took");
+    describe_gauge!(STATE, "1 for the member's current state (label state), 0 for the others");
+    describe_gauge!(STATE_ENTERED, Unit::Seconds, "Unix time at which the member entered its current state");
+    describe_gauge!(ITEMS, Unit::Count, "Items in the set the member divides, as it sees it");
 }
 
 /// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].
@@ -122,25 +154,43 @@ pub(crate) struct DriverMetrics {
 }
 
 impl DriverMetrics {
-    /// A member of the partition at `paths`, starting (as every member does) in `ALLOCATING`, connected.
+    /// A member of the partition at `paths`, starting (as every member does) in `ALLOCATING`, connected: its state
+    /// gauges say so, it holds nothing, and its session counters are registered at 0 (a rate sees their first event).
     pub(crate) fn new(paths: &Paths, now: Instant) -> Self {
-        let path = paths.party.strip_suffix("/party").unwrap_or(&paths.party);
-        DriverMetrics {
-            path: path.to_owned(),
-            allocating_since: Some(now),
-            last_session: SessionState::SyncConnected,
-            expired: false,
-        }
+        let path = path_of(paths);
+        entered(&path, PartitionState::Allocating);
+        ::metrics::gauge!(ITEMS_HELD, "path" => path.clone()).set(0.0);
+        ::metrics::counter!(SESSION_SUSPENSIONS, "path" => path.clone()).increment(0);
+        ::metrics::counter!(SESSION_EXPIRIES, "path" => path.clone()).increment(0);
+        DriverMetrics { path, allocating_since: Some(now), last_session: SessionState::SyncConnected, expired: false }
     }
 
-    /// A publication: from the state `before` (and the items then `revoked_before`, sorted) to `after`.
+    /// The size of the set the member divides, before its first publication.
+    pub(crate) fn started(&self, set_len: usize) {
+        ::metrics::gauge!(ITEMS, "path" => self.path.clone()).set(set_len as f64);
+    }
+
+    /// The background task of the member at `paths` panicked: it is in `FAILURE` and holds nothing (its publisher,
+    /// and this, went with the task).
+    pub(crate) fn panicked(paths: &Paths) {
+        let path = path_of(paths);
+        entered(&path, PartitionState::Failure);
+        ::metrics::gauge!(ITEMS_HELD, "path" => path).set(0.0);
+    }
+
+    /// A publication: from the state `before` (and the items then `revoked_before`, sorted) to `after`, with `items`
+    /// listed out of a set of `set_len`.
     pub(crate) fn published(
         &mut self,
         (before, revoked_before): (PartitionState, &[Item]),
         (after, reason, items, revoked): (PartitionState, Reason, usize, &[Item]),
+        set_len: usize,
         now: Instant,
     ) {
         let path = self.path.clone();
+        if after != before {
+            entered(&path, after);
+        }
         if before == PartitionState::Acquired && matches!(after, PartitionState::Release | PartitionState::Allocating) {
             let cause = reason.rebalance_cause().unwrap_or("other");
             ::metrics::counter!(REBALANCES, "path" => path.clone(), "cause" => cause).increment(1);
@@ -162,6 +212,7 @@ impl DriverMetrics {
         if newly_revoked > 0 {
             ::metrics::counter!(ITEMS_REVOKED, "path" => path.clone()).increment(newly_revoked as u64);
         }
+        ::metrics::gauge!(ITEMS, "path" => path.clone()).set(set_len as f64);
         ::metrics::gauge!(ITEMS_HELD, "path" => path).set(items as f64);
     }
 
@@ -188,6 +239,22 @@ impl DriverMetrics {
     }
 }
 
+/// The `path` label of the member at `paths`.
+fn path_of(paths: &Paths) -> String {
+    paths.party.strip_suffix("/party").unwrap_or(&paths.party).to_owned()
+}
+
+/// The member at `path` entered `state` now: [`STATE`] says which, [`STATE_ENTERED`] when.
+fn entered(path: &str, state: PartitionState) {
+    for name in STATES {
+        let value = if name == state.as_str() { 1.0 } else { 0.0 };
+        ::metrics::gauge!(STATE, "path" => path.to_owned(), "state" => name).set(value);
+    }
+    // A clock before 1970 (a machine that never set it) reads as the epoch: alerts on time in a state then fire.
+    let unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |since| since.as_secs_f64());
+    ::metrics::gauge!(STATE_ENTERED, "path" => path.to_owned()).set(unix);
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -207,15 +274,17 @@ mod tests {
         let snapshotter = recorder.snapshotter();
         let start = Instant::now();
         let items: Vec<Item> = (0..3).map(Item::from).collect();
+        let at = |seconds| start + Duration::from_secs(seconds);
         metrics::with_local_recorder(&recorder, || {
             let mut m = DriverMetrics::new(&Paths::new("/p"), start);
             use PartitionState::*;
-            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 3, &[]), start + Duration::from_secs(2));
-            m.published((Acquired, &[]), (Release, Reason::PartyChanged, 0, &items), start + Duration::from_secs(3));
+            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 3, &[]), 3, at(2));
+            m.published((Acquired, &[]), (Release, Reason::PartyChanged, 0, &items), 3, at(3));
             // Republished with one more revoked item: only the new one counts.
-            m.published((Release, &items[..2]), (Release, Reason::ItemsRevoked, 0, &items), start);
-            m.published((Release, &items), (Allocating, Reason::ReleaseSet, 0, &[]), start + Duration::from_secs(4));
-            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 2, &[]), start + Duration::from_secs(5));
+            m.published((Release, &items[..2]), (Release, Reason::ItemsRevoked, 0, &items), 3, start);
+            m.published((Release, &items), (Allocating, Reason::ReleaseSet, 0, &[]), 3, at(4));
+            // The shared set grew by one.
+            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 2, &[]), 4, at(5));
             m.session(SessionState::Disconnected);
             m.session(SessionState::SyncConnected);
             m.session(SessionState::SyncConnected); // folded
@@ -235,11 +304,111 @@ mod tests {
         assert_eq!(value_of(&flat, MetricKind::Counter, SESSION_EXPIRIES), [&DebugValue::Counter(1)]);
         assert_eq!(value_of(&flat, MetricKind::Counter, LOCK_WAITS), [&DebugValue::Counter(1)]);
         assert_eq!(value_of(&flat, MetricKind::Gauge, ITEMS_HELD), [&DebugValue::Gauge(2.0.into())]);
+        assert_eq!(value_of(&flat, MetricKind::Gauge, ITEMS), [&DebugValue::Gauge(4.0.into())]);
         let seconds: Vec<f64> = match &value_of(&flat, MetricKind::Histogram, ALLOCATION_SECONDS)[..] {
             [DebugValue::Histogram(values)] => values.iter().map(|v| v.into_inner()).collect(),
             other => panic!("{other:?}"),
         };
         assert_eq!(seconds, [2.0, 1.0]);
+    }
+
+    /// A gauge's value in a snapshot, by name and `state` label (a snapshot of the debugging recorder drains it: a
+    /// gauge not set since the previous snapshot reads 0).
+    fn gauge(snapshot: &[(CompositeKey, DebugValue)], name: &str, state: Option<&str>) -> f64 {
+        let found = snapshot.iter().find(|(key, _)| {
+            let label = key.key().labels().find(|l| l.key() == "state").map(|l| l.value());
+            key.kind() == MetricKind::Gauge && key.key().name() == name && label == state
+        });
+        match found {
+            Some((_, DebugValue::Gauge(value))) => value.into_inner(),
+            other => panic!("no gauge {name} {state:?}: {other:?}"),
+        }
+    }
+
+    /// Which states [`STATE`] reads 1 for, and whether every other reads 0.
+    fn states_at_one(snapshot: &[(CompositeKey, DebugValue)]) -> Vec<&'static str> {
+        let values: Vec<f64> = STATES.iter().map(|&state| gauge(snapshot, STATE, Some(state))).collect();
+        assert!(values.iter().all(|&v| v == 0.0 || v == 1.0), "{values:?}");
+        STATES.iter().zip(values).filter(|&(_, v)| v == 1.0).map(|(&state, _)| state).collect()
+    }
+
+    fn unix_now() -> f64 {
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("a clock after 1970").as_secs_f64()
+    }
+
+    #[test]
+    fn the_state_gauges_say_which_state_and_since_when() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let read = || -> Vec<(CompositeKey, DebugValue)> {
+            snapshotter.snapshot().into_vec().into_iter().map(|(k, _, _, v)| (k, v)).collect()
+        };
+        let start = Instant::now();
+        let items: Vec<Item> = (0..3).map(Item::from).collect();
+        let paths = Paths::new("/p");
+        metrics::with_local_recorder(&recorder, || {
+            use PartitionState::*;
+            // A new member: ALLOCATING since now, nothing held, its session counters at 0; the set's size at start.
+            let before = unix_now();
+            let mut m = DriverMetrics::new(&paths, start);
+            m.started(3);
+            let snapshot = read();
+            assert_eq!(states_at_one(&snapshot), ["ALLOCATING"]);
+            let allocating = gauge(&snapshot, STATE_ENTERED, None);
+            assert!((before..=unix_now()).contains(&allocating), "{before} {allocating}");
+            assert_eq!(gauge(&snapshot, ITEMS, None), 3.0);
+            assert_eq!(gauge(&snapshot, ITEMS_HELD, None), 0.0);
+            for name in [SESSION_SUSPENSIONS, SESSION_EXPIRIES] {
+                assert_eq!(value_of(&snapshot, MetricKind::Counter, name), [&DebugValue::Counter(0)], "{name}");
+            }
+
+            // ACQUIRED, then RELEASE: each transition sets the four states and the time.
+            m.published((Allocating, &[]), (Acquired, Reason::AllAcquired, 3, &[]), 3, start);
+            let snapshot = read();
+            assert_eq!(states_at_one(&snapshot), ["ACQUIRED"]);
+            let acquired = gauge(&snapshot, STATE_ENTERED, None);
+            assert!(acquired >= allocating);
+            m.published((Acquired, &[]), (Release, Reason::PartyChanged, 0, &items), 3, start);
+            let snapshot = read();
+            assert_eq!(states_at_one(&snapshot), ["RELEASE"]);
+            assert!(gauge(&snapshot, STATE_ENTERED, None) >= acquired);
+            assert_eq!(gauge(&snapshot, ITEMS_HELD, None), 0.0);
+
+            // RELEASE republished: the state and its time are left alone (not set since the last read: 0), the
+            // item counts are set again.
+            m.published((Release, &items[..2]), (Release, Reason::ItemsRevoked, 0, &items), 3, start);
+            let snapshot = read();
+            assert_eq!(states_at_one(&snapshot), [] as [&str; 0]);
+            assert_eq!(gauge(&snapshot, STATE_ENTERED, None), 0.0);
+            assert_eq!(gauge(&snapshot, ITEMS, None), 3.0);
+
+            // FAILURE, and a panicked task's FAILURE (published without its publisher).
+            m.published((Release, &items), (Failure, Reason::Ended, 0, &[]), 3, start);
+            assert_eq!(states_at_one(&read()), ["FAILURE"]);
+            DriverMetrics::panicked(&paths);
+            let snapshot = read();
+            assert_eq!(states_at_one(&snapshot), ["FAILURE"]);
+            assert!(gauge(&snapshot, STATE_ENTERED, None) > 0.0);
+        });
+        // One series per state, no more.
+        let mut series: Vec<Vec<(String, String)>> = read()
+            .iter()
+            .filter(|(key, _)| key.key().name() == STATE)
+            .map(|(key, _)| key.key().labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect())
+            .collect();
+        series.sort();
+        let mut expected: Vec<Vec<(String, String)>> =
+            STATES.iter().map(|&state| vec![("path".into(), "/p".into()), ("state".into(), state.into())]).collect();
+        expected.sort();
+        assert_eq!(series, expected);
+    }
+
+    #[test]
+    fn every_state_is_labelled_by_its_name() {
+        use PartitionState::*;
+        let names: Vec<&str> =
+            [Allocating, Acquired, Release, Failure].into_iter().map(PartitionState::as_str).collect();
+        assert_eq!(names, STATES);
     }
 
     #[test]

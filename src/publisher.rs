@@ -39,6 +39,11 @@ impl Publisher {
         self.metrics.lock_wait();
     }
 
+    /// The driver is built: what the metrics need from the core before its first publication.
+    pub fn started(&self, core: &Core) {
+        self.metrics.started(core.set_len());
+    }
+
     /// Publishes `p`: bumps the generation and wakes every observer.
     pub fn publish(&mut self, core: &Core, p: Publication, now: Instant) {
         let indexes: Vec<usize> = p.items.iter().map(|&(i, _)| i).collect();
@@ -53,7 +58,8 @@ impl Publisher {
         }
         let before = self.sender.borrow().state;
         let revoked_before = self.sender.borrow().revoked.clone();
-        self.metrics.published((before, &revoked_before), (p.state, p.reason, items.len(), &revoked), now);
+        let after = (p.state, p.reason, items.len(), &revoked[..]);
+        self.metrics.published((before, &revoked_before), after, core.set_len(), now);
         let published_set = &mut self.published_set;
         self.sender.send_modify(|snapshot| {
             if p.disagreements != snapshot.disagreements {

@@ -1,17 +1,24 @@
-//! The metrics a real partitioner records (through a global debugging recorder: this test binary holds one test, so
-//! nothing else records into it): allocation time, items held, lock waits, a rebalance with its cause, revoked items,
-//! a suspension and an expiry.
+//! The metrics a real partitioner records. Through a global debugging recorder (only the first test's members record
+//! into it): allocation time, items held, lock waits, a rebalance with its cause, revoked items, a suspension and an
+//! expiry. Through a recorder per member (each on a thread of its own, as if in a process of its own with an
+//! exporter): the state gauges follow the member's states, `zk_partitioner_items` is the set's size, and the members'
+//! items held add up to it once the party is stable: what the example alerts in docs/prometheus rely on.
 
 mod common;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use common::members::{auto_release, ints, settle};
+use common::ctx::SESSION_TIMEOUT;
+use common::members::{Member, TIME_BOUNDARY, auto_release, ints, settle};
 use common::{Ctx, timing, wait_until};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use zk_partitioner::{Item, PartitionState, metrics as names};
+use metrics_util::registry::{AtomicStorage, Registry};
+use tokio::sync::oneshot;
+use zk_partitioner::{Builder, Item, ItemSet, PartitionState, SetPartitioner, metrics as names};
 
 const PATH: &str = "/partitioner";
 
@@ -133,4 +140,193 @@ async fn a_partitioner_records_its_metrics() {
     // and m0's suspension (Standard policy) made it release: a rebalance caused by the connection
     assert_eq!(totals.counter(names::REBALANCES, Some("connection")), 1);
     assert!(names::NAMES.iter().all(|name| totals.recorded(name)), "every metric recorded");
+}
+
+/// A recorder that keeps the latest value of everything recorded, to be read at any time (the debugging recorder's
+/// snapshots drain gauges, after which a gauge set to 0 and one not set since read the same).
+#[derive(Clone)]
+struct Kept(Arc<Registry<Key, AtomicStorage>>);
+
+impl Recorder for Kept {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0.get_or_create_counter(key, |counter| Counter::from_arc(counter.clone()))
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0.get_or_create_gauge(key, |gauge| Gauge::from_arc(gauge.clone()))
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0.get_or_create_histogram(key, |histogram| Histogram::from_arc(histogram.clone()))
+    }
+}
+
+impl Kept {
+    fn new() -> Self {
+        Kept(Arc::new(Registry::atomic()))
+    }
+
+    /// The gauge `name` of [`PATH`] with this `state` label (`None`: without one), if set.
+    fn gauge(&self, name: &str, state: Option<&str>) -> Option<f64> {
+        let label = |key: &Key, wanted: &str| key.labels().find(|l| l.key() == wanted).map(|l| l.value().to_owned());
+        self.0.get_gauge_handles().into_iter().find_map(|(key, gauge): (Key, Arc<AtomicU64>)| {
+            let ours = key.name() == name && label(&key, "path").as_deref() == Some(PATH);
+            (ours && label(&key, "state").as_deref() == state).then(|| f64::from_bits(gauge.load(Ordering::SeqCst)))
+        })
+    }
+
+    /// The state [`names::STATE`] reads 1 for; panics unless exactly one does and the other three read 0.
+    fn state(&self) -> &'static str {
+        let values: Vec<Option<f64>> = names::STATES.iter().map(|&s| self.gauge(names::STATE, Some(s))).collect();
+        let at_one: Vec<&str> =
+            names::STATES.iter().zip(&values).filter(|(_, v)| **v == Some(1.0)).map(|(s, _)| *s).collect();
+        let at_zero = values.iter().filter(|v| **v == Some(0.0)).count();
+        assert!(at_one.len() == 1 && at_zero == 3, "{:?}: {values:?}", names::STATES);
+        at_one[0]
+    }
+
+    /// When the member entered its state, by [`names::STATE_ENTERED`].
+    fn entered(&self) -> f64 {
+        self.gauge(names::STATE_ENTERED, None).expect("the time of the latest state")
+    }
+
+    fn items(&self) -> Option<f64> {
+        self.gauge(names::ITEMS, None)
+    }
+
+    fn held(&self) -> Option<f64> {
+        self.gauge(names::ITEMS_HELD, None)
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("a clock after 1970").as_secs_f64()
+}
+
+/// Stops an [`apart`] member's thread when dropped (its runtime, and the member's session with it, end).
+struct Thread(Option<oneshot::Sender<()>>);
+
+impl Drop for Thread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.0.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A member of the party at [`PATH`] that runs (its session and its background task) on a thread of its own, with a
+/// current-thread runtime and a [`Kept`] recorder as the thread's default: what it records is its alone.
+async fn apart(
+    ctx: &Ctx,
+    identifier: &str,
+    items: Vec<Item>,
+    configure: impl FnOnce(Builder) -> Builder + Send + 'static,
+) -> (Member, Kept, Thread) {
+    let (connect, identifier) = (format!("{}{}", ctx.endpoint, ctx.namespace), identifier.to_owned());
+    let kept = Kept::new();
+    let recorder = kept.clone();
+    let (started, member) = oneshot::channel();
+    let (stop, stopped) = oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let _default = metrics::set_default_local_recorder(&recorder);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let client = common::connect(&connect, SESSION_TIMEOUT).await;
+            let builder = SetPartitioner::builder(client.clone(), PATH, items)
+                .identifier(identifier)
+                .time_boundary(TIME_BOUNDARY);
+            let partitioner = configure(builder).build().await.expect("build partitioner");
+            let _ = started.send(Member { client, partitioner });
+            let _ = stopped.await;
+        });
+    });
+    let member = member.await.expect("the member's thread built it (else its panic is above)");
+    (member, kept, Thread(Some(stop)))
+}
+
+#[tokio::test]
+async fn each_member_says_its_state_and_the_items_held_add_up_to_the_set() {
+    let deadline = timing(Duration::from_secs(20));
+    // given: a lock held by hand, so m0's contender for item 3 waits behind it and m0 stays ALLOCATING
+    let ctx = Ctx::new().await;
+    let items = ints(5);
+    let blocker = ctx.client().await;
+    let held = ctx.hold_locks(&blocker, PATH, &[Item::from(3)]).await;
+    let before = unix_now();
+    let (m0, k0, _t0) = apart(&ctx, "m0", items.clone(), |b| b).await;
+    wait_until("m0 waits for item 3", deadline, || async {
+        k0.0.get_counter_handles()
+            .iter()
+            .any(|(key, c)| key.name() == names::LOCK_WAITS && c.load(Ordering::SeqCst) > 0)
+    })
+    .await;
+    assert_eq!(m0.state(), PartitionState::Allocating);
+    // then: ALLOCATING since it started, the set's 5 items, none held
+    assert_eq!(k0.state(), "ALLOCATING");
+    let allocating = k0.entered();
+    let waited = unix_now();
+    assert!((before..=waited).contains(&allocating), "entered ALLOCATING at {allocating}, started at {before}");
+    assert_eq!((k0.items(), k0.held()), (Some(5.0), Some(0.0)));
+
+    // when: the blocker lets go, then: ACQUIRED since then, all 5 held
+    ctx.release_locks(&blocker, held).await;
+    m0.wait_items(&items, deadline).await;
+    assert_eq!(k0.state(), "ACQUIRED");
+    let acquired = k0.entered();
+    assert!(acquired >= waited, "entered ACQUIRED at {acquired}, before the lock was let go at {waited}");
+    assert_eq!((k0.items(), k0.held()), (Some(5.0), Some(5.0)));
+
+    // when: m1 joins (nobody releases yet), then: m0 is in RELEASE, holding nothing it may process; m1 ALLOCATING
+    let (m1, k1, _t1) = apart(&ctx, "m1", items.clone(), |b| b).await;
+    m0.wait_state(PartitionState::Release, deadline).await;
+    assert_eq!(k0.state(), "RELEASE");
+    assert!(k0.entered() >= acquired);
+    assert_eq!((k0.items(), k0.held()), (Some(5.0), Some(0.0)));
+    assert_eq!(m1.state(), PartitionState::Allocating, "m1 waits for m0's locks");
+    assert_eq!((k1.state(), k1.items(), k1.held()), ("ALLOCATING", Some(5.0), Some(0.0)));
+
+    // when: both run the worker loop until stable, then: both ACQUIRED, and their items held add up to the set
+    let pair = [m0, m1];
+    settle(&pair, deadline).await;
+    let mut sum = 0.0;
+    for (member, kept) in pair.iter().zip([&k0, &k1]) {
+        assert_eq!((kept.state(), kept.items()), ("ACQUIRED", Some(5.0)));
+        let held = kept.held().expect("items held");
+        assert_eq!(held, member.partitioner.snapshot().items.len() as f64);
+        sum += held;
+    }
+    assert_eq!(sum, 5.0, "the items held add up to the set");
+
+    // when: m0 finishes, then: m0 is in FAILURE holding nothing, m1 takes everything: the sum is still the set
+    let [m0, m1] = pair;
+    m0.partitioner.finish().await;
+    m0.wait_state(PartitionState::Failure, deadline).await;
+    assert_eq!((k0.state(), k0.held()), ("FAILURE", Some(0.0)));
+    let _m1_worker = auto_release(&m1.partitioner);
+    m1.wait_items(&items, deadline).await;
+    assert_eq!((k1.state(), k1.items(), k1.held()), ("ACQUIRED", Some(5.0), Some(5.0)));
+}
+
+#[tokio::test]
+async fn the_items_gauge_follows_the_shared_set() {
+    let deadline = timing(Duration::from_secs(20));
+    // given: a member of a shared set seeded with 3 items, ACQUIRED with them
+    let ctx = Ctx::new().await;
+    let (m0, k0, _t0) = apart(&ctx, "m0", ints(3), |b| b.shared_item_set(true)).await;
+    let _worker = auto_release(&m0.partitioner);
+    m0.wait_items(&ints(3), deadline).await;
+    assert_eq!((k0.items(), k0.held()), (Some(3.0), Some(3.0)));
+    let set = ItemSet::new(ctx.client().await, PATH).expect("the set's handle");
+
+    // when: 2 items are added, then: 5; when: 1 is removed, then: 4
+    set.add([Item::from(3), Item::from(4)]).await.expect("add to the set");
+    m0.wait_items(&ints(5), deadline).await;
+    assert_eq!((k0.items(), k0.held()), (Some(5.0), Some(5.0)));
+    set.remove([Item::from(0)]).await.expect("remove from the set");
+    m0.wait_items(&ints(5)[1..], deadline).await;
+    assert_eq!((k0.items(), k0.held()), (Some(4.0), Some(4.0)));
 }

@@ -1,6 +1,7 @@
 //! The worker example's Prometheus endpoint (`--metrics-addr`), scraped over HTTP as Prometheus does: the metrics'
-//! help and type lines, and their values after a rebalance (items held, rebalances by cause, allocation time); and a
-//! clear error when the address cannot be served.
+//! help and type lines, and their values after a rebalance (items held, rebalances by cause, allocation time, the
+//! state gauges, the set's size, and the two members' items held adding up to it, as the example alerts in
+//! docs/prometheus expect); and a clear error when the address cannot be served.
 
 mod common;
 
@@ -53,6 +54,20 @@ fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// The state whose `zk_partitioner_state` series reads 1, if exactly one does and the other three read 0.
+fn state(body: &str) -> Result<String, String> {
+    let series = |state: &str| sample(body, &format!("zk_partitioner_state{{path=\"{PATH}\",state=\"{state}\"}}"));
+    let values: Vec<(&str, Option<f64>)> = zk_partitioner::metrics::STATES.iter().map(|&s| (s, series(s))).collect();
+    match values.iter().filter(|(_, v)| *v == Some(1.0)).collect::<Vec<_>>()[..] {
+        [(state, _)] if values.iter().filter(|(_, v)| *v == Some(0.0)).count() == 3 => Ok(state.to_string()),
+        _ => Err(format!("state series: {values:?}")),
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("a clock after 1970").as_secs_f64()
+}
+
 async fn stop(mut child: Child) {
     let pid = child.id().expect("running");
     std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
@@ -64,7 +79,9 @@ async fn stop(mut child: Child) {
 async fn a_worker_serves_its_metrics_to_prometheus() {
     let ctx = Ctx::new().await;
     let addr = free_addr();
+    let spawned = unix_now();
     let w0 = worker(&ctx, "w0", &["--metrics-addr", &addr]).spawn().expect("spawn the worker example");
+    let items = format!("zk_partitioner_items{{path=\"{PATH}\"}}");
     let held = |value: f64| {
         let addr = addr.clone();
         move || {
@@ -85,14 +102,26 @@ async fn a_worker_serves_its_metrics_to_prometheus() {
         "# TYPE zk_partitioner_allocation_seconds summary",
         "# HELP zk_partitioner_allocation_seconds",
         "# HELP zk_partitioner_items_held",
+        "# TYPE zk_partitioner_state gauge",
+        "# TYPE zk_partitioner_state_entered_timestamp_seconds gauge",
+        "# TYPE zk_partitioner_items gauge",
     ] {
         assert!(body.lines().any(|l| l.starts_with(line)), "no {line:?} in:\n{body}");
     }
     let allocations = |body: &str| sample(body, &format!("zk_partitioner_allocation_seconds_count{{path=\"{PATH}\"}}"));
     assert_eq!(allocations(&body), Some(1.0), "one allocation so far:\n{body}");
+    assert_eq!(state(&body), Ok("ACQUIRED".into()), "{body}");
+    let entered = sample(&body, &format!("zk_partitioner_state_entered_timestamp_seconds{{path=\"{PATH}\"}}"))
+        .expect("the time w0 entered ACQUIRED");
+    assert!((spawned..=unix_now()).contains(&entered), "entered at {entered}, spawned at {spawned}:\n{body}");
+    assert_eq!(sample(&body, &items), Some(10.0), "{body}");
+    // Registered at 0 when the member started, so that a rate sees the first suspension.
+    let suspensions = format!("zk_partitioner_session_suspensions_total{{path=\"{PATH}\"}}");
+    assert_eq!(sample(&body, &suspensions), Some(0.0), "{body}");
 
     // A second member joins: w0 releases (eager), a rebalance caused by the party, and allocates its half again.
-    let w1 = worker(&ctx, "w1", &[]).spawn().expect("spawn the worker example");
+    let addr1 = free_addr();
+    let w1 = worker(&ctx, "w1", &["--metrics-addr", &addr1]).spawn().expect("spawn the worker example");
     let body = wait_for("w0 to hold 5 items", timing(Duration::from_secs(30)), held(5.0)).await;
     let rebalances = format!("zk_partitioner_rebalances_total{{path=\"{PATH}\",cause=\"party_changed\"}}");
     assert_eq!(sample(&body, &rebalances), Some(1.0), "one rebalance caused by the party:\n{body}");
@@ -102,6 +131,20 @@ async fn a_worker_serves_its_metrics_to_prometheus() {
         .expect("the allocation time's sum");
     // Each allocation waits at least the 0.3 s time_boundary.
     assert!(seconds >= 0.6, "two allocations took {seconds} s in all:\n{body}");
+    // w1 ACQUIRED too: each member says it, and the items held over the two add up to the set (w0's 5 and w1's 5).
+    let body1 = wait_for("w1 to be ACQUIRED", timing(Duration::from_secs(30)), || {
+        let addr1 = addr1.clone();
+        async move {
+            let body = scrape(&addr1).await?;
+            if state(&body)? == "ACQUIRED" { Ok(body) } else { Err(format!("w1 is {:?}", state(&body))) }
+        }
+    })
+    .await;
+    let body = scrape(&addr).await.expect("scrape w0");
+    assert_eq!(state(&body), Ok("ACQUIRED".into()), "{body}");
+    let held_by = |body: &str| sample(body, &format!("zk_partitioner_items_held{{path=\"{PATH}\"}}"));
+    assert_eq!((sample(&body, &items), sample(&body1, &items)), (Some(10.0), Some(10.0)));
+    assert_eq!((held_by(&body), held_by(&body1)), (Some(5.0), Some(5.0)), "w0:\n{body}\nw1:\n{body1}");
 
     // The address is taken now: another worker asked to serve on it says so and exits without joining.
     let taken = worker(&ctx, "w2", &["--metrics-addr", &addr]).output().await.expect("run the worker example");

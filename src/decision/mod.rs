@@ -519,6 +519,11 @@ impl Core {
         self.catalogue.len()
     }
 
+    /// How many items the set in force has (the set the member divides; for the metrics).
+    pub fn set_len(&self) -> usize {
+        self.catalogue.set().len()
+    }
+
     /// Whether the set comes from ZooKeeper (only a shared set has a version).
     fn shared(&self) -> bool {
         self.catalogue.version().is_some()
