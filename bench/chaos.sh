@@ -12,7 +12,8 @@
 # summary table) and, through bench/plot.py, bench/results/$OUT.svg. The test starts its own ZooKeeper container.
 #
 # Knobs (environment): CHAOS_FAULTS (100), CHAOS_SEED (7), OUT (chaos), MACHINE_NOTE (a sentence added to the run's
-# line, e.g. what else the machine was doing).
+# line, e.g. what else the machine was doing), ZK_TEST_TIME_SCALE (the test kit's deadlines scaled, for a busy
+# machine; noted in the run's line).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -71,7 +72,8 @@ cp "$work/chaos.jsonl" "bench/results/$OUT.jsonl"
     echo
     echo "Run $start-$end UTC, ${elapsed} s in all (build included); crate at ${revision}. Machine: $(nproc) × ${cpu}, \
 $(free -g | awk '/^Mem:/ {print $2}') GB RAM, Linux $(uname -r); CPU in use before the run ${busy_start}%, after it \
-${busy_end}%.${busy} $(rustc --version | cut -d' ' -f1-2), release build.${MACHINE_NOTE:+ $MACHINE_NOTE}"
+${busy_end}%.${busy} $(rustc --version | cut -d' ' -f1-2), release build\
+${ZK_TEST_TIME_SCALE:+, the test kit deadlines scaled by ZK_TEST_TIME_SCALE=$ZK_TEST_TIME_SCALE}.${MACHINE_NOTE:+ $MACHINE_NOTE}"
     echo
     sed -n '/^chaos summary/,$p' "$work/chaos.log" | grep -E '^(chaos summary|\||safety samples)' || true
 } | tee "bench/results/$OUT.md"
