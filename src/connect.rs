@@ -1,10 +1,12 @@
-//! Opening a ZooKeeper session with a bounded wait and an error that says what is wrong.
+//! Opening a ZooKeeper session with a bounded wait and an error that says what is wrong, and keeping it connected
+//! through the [reconnect relay](crate::relay) unless told otherwise.
 
 use std::time::{Duration, Instant};
 
 use zookeeper_client::{Client, Connector};
 
 use crate::Error;
+use crate::relay::Relay;
 
 /// How long [`connect`] tries to open a session before failing with [`Error::Connect`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -12,14 +14,102 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the diagnosis of a failed connect waits for each server to answer a TCP connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Opens a ZooKeeper session to `cluster` (`host:port[,host:port...][/chroot]`) with the given session timeout,
+/// How [`connect_with`] opens a session and keeps it connected: the connect timeout, whether to fail fast when no
+/// server can be reached, and the reconnect relay.
+///
+/// A `Duration` converts into the options with that connect timeout, so `connect_with(connector, cluster,
+/// Duration::from_secs(5))` works as it reads.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use zk_partitioner::ConnectOptions;
+///
+/// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(30)).fail_fast(true);
+/// assert_eq!(options.get_connect_timeout(), Duration::from_secs(30));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    connect_timeout: Duration,
+    fail_fast: bool,
+    reconnect_relay: bool,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions { connect_timeout: DEFAULT_CONNECT_TIMEOUT, fail_fast: false, reconnect_relay: true }
+    }
+}
+
+impl From<Duration> for ConnectOptions {
+    fn from(connect_timeout: Duration) -> ConnectOptions {
+        ConnectOptions::new().connect_timeout(connect_timeout)
+    }
+}
+
+impl ConnectOptions {
+    /// The defaults: a connect timeout of [`DEFAULT_CONNECT_TIMEOUT`] (10 s), no fail-fast, the reconnect relay on.
+    pub fn new() -> ConnectOptions {
+        ConnectOptions::default()
+    }
+
+    /// How long to try to open a session before failing with [`Error::Connect`] (default 10 s). Within it, a server
+    /// that is still starting (refusing connections, or accepting them without opening sessions yet) is waited for
+    /// and tried again every 200 ms. This is not the session timeout, which the connector sets
+    /// (`Connector::with_session_timeout`).
+    pub fn connect_timeout(mut self, connect_timeout: Duration) -> ConnectOptions {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Fail at once, instead of waiting out the connect timeout, when no server of the connect string can be reached
+    /// at all: every host name fails to resolve, or every server refuses the connection or does not answer it within
+    /// 1 s. Off by default, so that a worker started beside its ZooKeeper (`docker compose up`) waits for it; turn it
+    /// on in tools run by hand, where a typo should be reported now. A server that accepts connections but opens no
+    /// session is still waited for.
+    pub fn fail_fast(mut self, fail_fast: bool) -> ConnectOptions {
+        self.fail_fast = fail_fast;
+        self
+    }
+
+    /// Keep the session connected through the reconnect relay (on by default): after a connection loss the session
+    /// is back within about 250 ms of a server accepting connections again, where zookeeper-client's own back-off
+    /// alone takes up to as long as the outage lasted (RELIABILITY.md, "Reconnection after a server restart").
+    ///
+    /// The relay is a task of this crate listening on a loopback port; the client connects to it, and it connects to
+    /// the servers, copying bytes unchanged (module docs of `relay` in the source). It is never used for a connect
+    /// string with a `tcp+tls://` server, because the TLS client checks the server's name. Turn it off to connect
+    /// the client to the servers directly, for example with SASL/Kerberos, which also names the server.
+    pub fn reconnect_relay(mut self, reconnect_relay: bool) -> ConnectOptions {
+        self.reconnect_relay = reconnect_relay;
+        self
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Whether [`fail_fast`](Self::fail_fast) is on.
+    pub fn get_fail_fast(&self) -> bool {
+        self.fail_fast
+    }
+
+    /// Whether the [reconnect relay](Self::reconnect_relay) is on.
+    pub fn get_reconnect_relay(&self) -> bool {
+        self.reconnect_relay
+    }
+}
+
+/// Opens a ZooKeeper session to `cluster` (`host:port[,host:port...][/chroot]`) with the given **session timeout**,
 /// trying for at most [`DEFAULT_CONNECT_TIMEOUT`] (10 s), and checks that the chroot, if any, exists.
 ///
 /// `zookeeper_client`'s own `connect` keeps trying for the whole session timeout and then reports a bare `timeout`;
 /// this one retries every 200 ms within its connect timeout (so a server that is still starting is waited for),
 /// then fails with the address and the reason for each server: the host name does not resolve, the connection was
 /// refused (nothing listens on that port), it is unreachable (no answer), or it accepted the connection but opened
-/// no session (not a ZooKeeper server, or an ensemble member without a quorum).
+/// no session (not a ZooKeeper server, or an ensemble member without a quorum). The session is kept connected
+/// through the [reconnect relay](ConnectOptions::reconnect_relay). [`connect_with`] chooses otherwise.
 ///
 /// Give each partitioner its own session: a member's locks live and die with it.
 ///
@@ -36,23 +126,26 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
 /// use std::time::Duration;
 ///
+/// // A 10 s session timeout; connect itself waits at most DEFAULT_CONNECT_TIMEOUT (10 s) for the server.
 /// let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
 /// println!("session {} open", client.session_id());
 /// # Ok(())
 /// # }
 /// ```
 pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client, Error> {
-    connect_with(Client::connector().with_session_timeout(session_timeout), cluster, DEFAULT_CONNECT_TIMEOUT).await
+    connect_with(Client::connector().with_session_timeout(session_timeout), cluster, ConnectOptions::new()).await
 }
 
-/// [`connect`] with a connector of your own (authentication, TLS, read-only sessions...) and a connect timeout of
-/// your choice.
+/// [`connect`] with a connector of your own (session timeout, authentication, TLS...) and [`ConnectOptions`] of your
+/// choice, or just a connect timeout (a `Duration` converts into options).
 ///
 /// The connector is used with `with_fail_eagerly()` (one pass over the servers per attempt), and attempts repeat
-/// until `connect_timeout` has passed.
+/// until the connect timeout has passed, or until the first pass in which no server could be reached with
+/// [`ConnectOptions::fail_fast`].
 ///
 /// # Errors
-/// As [`connect`]; an authentication failure is returned at once as [`Error::Connect`].
+/// As [`connect`]; an authentication failure is returned at once as [`Error::Connect`], and so is a failure to
+/// start the reconnect relay (no loopback port to listen on).
 ///
 /// # Cancel safety
 /// Cancel safe, as [`connect`].
@@ -61,62 +154,133 @@ pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client,
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
 /// use std::time::Duration;
+/// use zk_partitioner::ConnectOptions;
 /// use zk_partitioner::zookeeper_client::Client;
 ///
 /// let connector = Client::connector()
 ///     .with_session_timeout(Duration::from_secs(10))
 ///     .with_auth("digest", b"user:password");
-/// let client = zk_partitioner::connect_with(connector, "zk1:2181,zk2:2181/apps", Duration::from_secs(5)).await?;
+/// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(5)).fail_fast(true);
+/// let client = zk_partitioner::connect_with(connector, "zk1:2181,zk2:2181/apps", options).await?;
 /// # drop(client);
 /// # Ok(())
 /// # }
 /// ```
-pub async fn connect_with(connector: Connector, cluster: &str, connect_timeout: Duration) -> Result<Client, Error> {
-    let started = Instant::now();
-    let connector = connector.with_fail_eagerly();
+pub async fn connect_with(
+    connector: Connector,
+    cluster: &str,
+    options: impl Into<ConnectOptions>,
+) -> Result<Client, Error> {
+    let options = options.into();
     let fail = |reason: String| Error::Connect { cluster: cluster.to_string(), reason };
+    let (servers, chroot) = parse(cluster)
+        .map_err(|what| fail(format!("invalid connect string ({what}); expected host:port[,host:port...][/chroot]")))?;
+    let relay = if options.reconnect_relay && !cluster.contains("tcp+tls://") {
+        let relay = Relay::start(servers.clone())
+            .await
+            .map_err(|err| fail(format!("cannot start the reconnect relay on a loopback port: {err}")))?;
+        Some(relay)
+    } else {
+        None
+    };
+    let target = match &relay {
+        Some(relay) => format!("{}{chroot}", relay.addr()),
+        None => cluster.to_string(),
+    };
+    tracing::debug!(cluster, relay = relay.is_some(), timeout = ?options.connect_timeout, "connecting");
+    let client = open(connector, &target, &servers, &options).await.map_err(fail)?;
+    if let Some(relay) = relay {
+        relay.attach(client.state_watcher());
+    }
+    check_chroot(client).await
+}
+
+/// Opens a session to `target` (the connect string, or the relay's address and the chroot) within the connect
+/// timeout, or says why not, per server of the connect string.
+async fn open(
+    connector: Connector,
+    target: &str,
+    servers: &[(String, u16)],
+    options: &ConnectOptions,
+) -> Result<Client, String> {
+    let started = Instant::now();
+    let connect_timeout = options.connect_timeout;
+    let connector = connector.with_fail_eagerly();
     let mut last = None;
+    // With fail-fast, the servers are diagnosed beside the first attempt: when none can be reached, that is the
+    // answer, whatever the client is still trying.
+    let unreachable = async {
+        if !options.fail_fast {
+            return std::future::pending().await;
+        }
+        let diagnoses = diagnose_all(servers).await;
+        if diagnoses.iter().all(Option::is_some) {
+            return describe(servers, diagnoses, None, "");
+        }
+        std::future::pending().await
+    };
+    let mut unreachable = std::pin::pin!(unreachable);
     loop {
         let left = connect_timeout.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, connector.clone().connect(cluster)).await {
-            Ok(Ok(client)) => return check_chroot(client).await,
-            Ok(Err(zookeeper_client::Error::BadArguments(what))) => {
-                return Err(fail(format!(
-                    "invalid connect string ({what}); expected host:port[,host:port...][/chroot]"
-                )));
+        let attempt = tokio::time::timeout(left, connector.clone().connect(target));
+        tokio::select! {
+            reason = &mut unreachable => {
+                return Err(format!("fail-fast: no server can be reached: {reason}"));
             }
-            Ok(Err(zookeeper_client::Error::AuthFailed)) => {
-                return Err(fail("the server rejected the authentication".to_string()));
-            }
-            Ok(Err(err)) => last = Some(err),
-            Err(_) => {}
+            attempt = attempt => match attempt {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(zookeeper_client::Error::BadArguments(what))) => {
+                    return Err(format!(
+                        "invalid connect string ({what}); expected host:port[,host:port...][/chroot]"
+                    ));
+                }
+                Ok(Err(zookeeper_client::Error::AuthFailed)) => {
+                    return Err("the server rejected the authentication".to_string());
+                }
+                Ok(Err(err)) => last = Some(err),
+                Err(_) => {}
+            },
         }
         let left = connect_timeout.saturating_sub(started.elapsed());
         if left.is_zero() {
             break;
         }
-        tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+        tokio::select! {
+            reason = &mut unreachable => {
+                return Err(format!("fail-fast: no server can be reached: {reason}"));
+            }
+            () = tokio::time::sleep(left.min(Duration::from_millis(200))) => {}
+        }
     }
-    let servers = servers(cluster);
-    let diagnoses = futures::future::join_all(servers.iter().map(|(host, port)| diagnose(host, *port))).await;
-    let last = last.map_or_else(|| "none".to_string(), |err| err.to_string());
+    let diagnoses = diagnose_all(servers).await;
     // The client does not say why a TLS handshake failed (its error is "no available hosts"): name the usual causes.
-    let tls_hint = if cluster.contains("tcp+tls://") {
+    let tls_hint = if target.contains("tcp+tls://") {
         "; over TLS, check that the port is the server's secureClientPort, that the CA given issued the server's \
          certificate and that the certificate names the host as written, and the client certificate if the server \
          requires one"
     } else {
         ""
     };
-    let reasons: Vec<String> = servers
+    let last = last.map_or_else(|| "none".to_string(), |err| err.to_string());
+    Err(format!("no session within {connect_timeout:?}: {}", describe(servers, diagnoses, Some(&last), tls_hint)))
+}
+
+async fn diagnose_all(servers: &[(String, u16)]) -> Vec<Option<String>> {
+    futures::future::join_all(servers.iter().map(|(host, port)| diagnose(host, *port))).await
+}
+
+/// One clause per server: what is wrong with it, or that it accepts connections but opened no session.
+fn describe(servers: &[(String, u16)], diagnoses: Vec<Option<String>>, last: Option<&str>, tls_hint: &str) -> String {
+    let last = last.unwrap_or("none");
+    servers
         .iter()
         .zip(diagnoses)
         .map(|((host, port), diagnosis)| match diagnosis {
             Some(diagnosis) => format!("{host}:{port} {diagnosis}"),
             None => format!("{host}:{port} accepts connections but opened no session (last error: {last}){tls_hint}"),
         })
-        .collect();
-    Err(fail(format!("no session within {connect_timeout:?}: {}", reasons.join("; "))))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Fails with [`Error::ChrootMissing`] if `client`'s chroot does not exist.
@@ -132,23 +296,50 @@ async fn check_chroot(client: Client) -> Result<Client, Error> {
     }
 }
 
-/// The servers of a connect string, as `(host, port)`: `tcp://` and `tcp+tls://` prefixes and the chroot removed,
-/// the port 2181 by default, IPv6 addresses in brackets.
-fn servers(cluster: &str) -> Vec<(String, u16)> {
-    cluster
-        .split(',')
-        .map(|server| {
-            let server = server.trim();
-            let server = server.strip_prefix("tcp://").or_else(|| server.strip_prefix("tcp+tls://")).unwrap_or(server);
-            let server = server.split('/').next().unwrap_or_default();
-            let (host, port) = match server.rsplit_once(':') {
-                Some((host, port)) if !port.contains(']') => (host, port.parse().unwrap_or(2181)),
-                _ => (server, 2181),
-            };
-            (host.trim_start_matches('[').trim_end_matches(']').to_string(), port)
-        })
-        .filter(|(host, _)| !host.is_empty())
-        .collect()
+/// A server of a connect string: host and port.
+type Server = (String, u16);
+
+/// The servers of a connect string, as `(host, port)`, and its chroot (`""` if none), by zookeeper-client's rules:
+/// `tcp://` and `tcp+tls://` prefixes, the chroot after the last server, the port 2181 by default, IPv6 addresses
+/// in brackets. The relay's client never sees the servers, so they are checked here as the client would.
+fn parse(cluster: &str) -> Result<(Vec<Server>, &str), &'static str> {
+    let mut chroot = None;
+    let mut servers = Vec::new();
+    for server in cluster.rsplit(',') {
+        let mut server = match server.strip_prefix("tcp://").or_else(|| server.strip_prefix("tcp+tls://")) {
+            Some(server) => server,
+            None if server.is_empty() && chroot.is_none() => return Err("empty connect string"),
+            None if server.is_empty() => return Err("empty server address"),
+            None => server,
+        };
+        if chroot.is_none() {
+            let slash = server.find('/').unwrap_or(server.len());
+            chroot = Some(&server[slash..]);
+            server = &server[..slash];
+        }
+        let (host, port) = match server.strip_prefix('[') {
+            Some(bracketed) => match bracketed.split_once(']') {
+                Some((host, "")) => (host, ""),
+                Some((host, rest)) => (host, rest.strip_prefix(':').ok_or("invalid address")?),
+                None => return Err("invalid address"),
+            },
+            None => server.rsplit_once(':').unwrap_or((server, "")),
+        };
+        if host.is_empty() {
+            return Err("empty host");
+        }
+        let port = match port {
+            "" => 2181,
+            port => match port.parse::<u16>() {
+                Ok(0) => return Err("invalid port number"),
+                Ok(port) => port,
+                Err(_) => return Err("invalid port"),
+            },
+        };
+        servers.push((host.to_string(), port));
+    }
+    servers.reverse();
+    Ok((servers, chroot.unwrap_or("")))
 }
 
 /// Why a TCP connection to `host:port` fails, or `None` if it succeeds.
@@ -176,12 +367,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn connect_strings_are_split_into_servers() {
+    fn connect_strings_are_split_into_servers_and_chroot() {
         let pair = |host: &str, port: u16| (host.to_string(), port);
-        assert_eq!(servers("127.0.0.1:2181"), [pair("127.0.0.1", 2181)]);
-        assert_eq!(servers("zk1:2182,zk2/chroot/x"), [pair("zk1", 2182), pair("zk2", 2181)]);
-        assert_eq!(servers("tcp://[::1]:2183,tcp+tls://h:1/c"), [pair("::1", 2183), pair("h", 1)]);
-        assert_eq!(servers("[::1]"), [pair("::1", 2181)]);
+        assert_eq!(parse("127.0.0.1:2181"), Ok((vec![pair("127.0.0.1", 2181)], "")));
+        assert_eq!(parse("zk1:2182,zk2/chroot/x"), Ok((vec![pair("zk1", 2182), pair("zk2", 2181)], "/chroot/x")));
+        assert_eq!(parse("tcp://[::1]:2183,tcp+tls://h:1/c"), Ok((vec![pair("::1", 2183), pair("h", 1)], "/c")));
+        assert_eq!(parse("[::1]"), Ok((vec![pair("::1", 2181)], "")));
+        assert_eq!(parse(""), Err("empty connect string"));
+        assert_eq!(parse("a,,b"), Err("empty server address"));
+        assert_eq!(parse("a:0"), Err("invalid port number"));
+        assert_eq!(parse("a:x"), Err("invalid port"));
+        assert_eq!(parse(":2181"), Err("empty host"));
+        assert_eq!(parse("[::1"), Err("invalid address"));
     }
 
     #[tokio::test]

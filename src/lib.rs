@@ -183,6 +183,7 @@ mod partitioner;
 mod party;
 mod policy;
 mod publisher;
+mod relay;
 mod requests;
 mod session;
 #[cfg(test)]
@@ -197,7 +198,7 @@ mod tls;
 mod zookeeper;
 
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
-pub use connect::{DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
 pub use describe::{
     Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
 };
