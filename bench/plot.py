@@ -515,8 +515,8 @@ def plot_chaos(plt, inputs, out):
                     color=INK, annotation_clip=False)
     if bound:
         ax.axhline(bound, color="#C00000", linestyle="--", linewidth=1)
-        ax.text(len(kinds) - 0.5, bound, "liveness bound %s (session + time_boundary + 2 s)" % fmt_seconds(bound),
-                ha="right", va="bottom", fontsize=7.5, color="#C00000")
+        ax.text(len(kinds) - 0.5, bound * 0.985, "liveness bound %s (session + time_boundary + 2 s)" % (
+            fmt_seconds(bound)), ha="right", va="top", fontsize=7.5, color="#C00000")
     ax.set_xticks(range(len(kinds)))
     ax.set_xticklabels([label for _, label in kinds], fontsize=8)
     ax.tick_params(axis="x", pad=24)
