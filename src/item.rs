@@ -44,6 +44,14 @@ impl Item {
         }
     }
 
+    /// The kind with its article, for a message: `an integer`, `a string`.
+    fn a_kind(&self) -> &'static str {
+        match self {
+            Item::Int(_) => "an integer",
+            Item::Str(_) => "a string",
+        }
+    }
+
     /// The item for a message: `the integer 7`, `the string "7"` (cut when long).
     fn described(&self) -> String {
         match self {
@@ -117,6 +125,30 @@ impl From<&Item> for Item {
     }
 }
 
+/// Checks items as [`Builder::build`](crate::Builder::build) does under any options, without a session: each renders
+/// to a valid lock node name, no two distinct items render alike (the integer `1` and the string `"1"`), and all are
+/// of one kind, integers or strings (what the default partition function and a shared set require). For programs
+/// that check their configuration before they connect.
+///
+/// # Errors
+/// [`Error::InvalidItem`] naming an offending item and what is wrong with it.
+///
+/// # Examples
+/// ```
+/// use zk_partitioner::{Item, check_items};
+///
+/// assert!(check_items(["queue-1", "queue-2"]).is_ok());
+/// assert!(check_items(["queue-1", "a/b"]).is_err()); // a '/' would make it a path
+/// assert!(check_items([Item::from(1), Item::from("1")]).is_err()); // one lock node for two items
+/// ```
+pub fn check_items<I>(items: I) -> Result<(), Error>
+where
+    I: IntoIterator,
+    I::Item: Into<Item>,
+{
+    validate_items(items.into_iter().map(Into::into).collect(), true).map(drop)
+}
+
 /// Checks a set of items and returns it sorted and free of duplicates.
 ///
 /// Every item must render to a valid znode name, and no two distinct items may render to the same name (`1` and
@@ -161,6 +193,25 @@ pub(crate) fn validate_items(items: Vec<Item>, require_one_kind: bool) -> Result
     Ok(items)
 }
 
+/// Checks that every item of `added` has the kind of `held`, an item of the shared set whose node is `set`: a shared
+/// set is all integers or all strings. The error names the first new item of the other kind, not an item of the set.
+pub(crate) fn check_kind_of_set(added: &[Item], held: &Item, set: &str) -> Result<(), Error> {
+    match added.iter().find(|item| item.kind() != held.kind()) {
+        None => Ok(()),
+        Some(item) => Err(Error::InvalidItem {
+            item: item.to_string(),
+            reason: format!(
+                "is {} but the shared item set at {set} holds {}s (such as {}): a shared set's items are all of one \
+                 kind (give the item as {}, or replace the whole set to change its kind)",
+                item.a_kind(),
+                held.kind(),
+                held.described(),
+                held.a_kind()
+            ),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +254,28 @@ mod tests {
         );
         assert!(!err.to_string().contains("Int("), "{err}");
         assert!(validate_items(vec![Item::from(1), Item::from("a")], false).is_ok());
+    }
+
+    #[test]
+    fn an_item_of_the_other_kind_is_named_against_a_shared_set() {
+        let held = Item::from("a");
+        let err = check_kind_of_set(&[Item::from("b"), Item::from(5)], &held, "/p/items").unwrap_err();
+        assert!(matches!(err, Error::InvalidItem { ref item, .. } if item == "5"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "invalid item \"5\": is an integer but the shared item set at /p/items holds strings (such as the string \
+             \"a\"): a shared set's items are all of one kind (give the item as a string, or replace the whole set to \
+             change its kind)"
+        );
+        let err = check_kind_of_set(&[Item::from("7")], &Item::from(1), "/p/items").unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "invalid item \"7\": is a string but the shared item set at /p/items holds \
+             integers (such as the integer 1)"
+            ),
+            "{err}"
+        );
+        assert!(check_kind_of_set(&[Item::from(2), Item::from(3)], &Item::from(1), "/p/items").is_ok());
     }
 
     #[test]

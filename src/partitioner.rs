@@ -397,6 +397,8 @@ impl Builder {
     /// - [`Error::InvalidConfig`] or [`Error::InvalidItem`] for bad options, before any request is sent;
     /// - [`Error::IdentifierInUse`] under static membership, if another party node carries the identifier for longer
     ///   than `max_identity_wait`;
+    /// - [`Error::ItemSetMissing`] under [`shared_item_set`](Builder::shared_item_set) with no items to seed the set,
+    ///   if the path has none: checked before anything is created, so nothing is left behind;
     /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if creating the paths or joining fails.
     ///
     /// # Cancel safety

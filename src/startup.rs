@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::acl::NodeAcls;
 use crate::agreement::Agreement;
 use crate::decision::{Core, CoreConfig};
-use crate::item_set::SharedSet;
+use crate::item_set::{SharedItems, SharedSet};
 use crate::party::{self, Membership, Paths};
 use crate::requests::Context;
 use crate::session::SessionRef;
@@ -59,17 +59,25 @@ pub(crate) async fn start<Z: ZooKeeper>(
 ) -> Result<Started, Error> {
     let mut paths = Paths::new(&settings.path);
     paths.acls = settings.acls.clone();
+    let set = settings.shared_item_set.then(|| {
+        SharedSet::new(SessionRef::Owned(zk.clone()), &settings.path, paths.acls.clone()).with_chunk(settings.set_chunk)
+    });
+    // A shared set with nothing to seed it must exist already: read it before creating anything, so that a path
+    // without a set is an error that leaves no `<path>`, `party` or `locks` behind. Only a committed set is read.
+    let nonempty = |set: &SharedSet<Z>, read: SharedItems| {
+        if read.items.is_empty() { Err(Error::EmptyItemSet { path: set.paths().node.clone() }) } else { Ok(read) }
+    };
+    let followed = match &set {
+        Some(set) if settings.items.is_empty() => Some(nonempty(set, set.read().await?)?),
+        _ => None,
+    };
     party::ensure_base(zk, &paths).await?;
     let lock_dirs_exist = crate::locks::any_dir(zk, &paths).await?;
-    let (items, set, set_version) = if settings.shared_item_set {
-        let set = SharedSet::new(SessionRef::Owned(zk.clone()), &settings.path, paths.acls.clone())
-            .with_chunk(settings.set_chunk);
-        // Only a committed set: create_if_missing and read never return part of one.
-        let read =
-            if settings.items.is_empty() { set.read().await? } else { set.create_if_missing(settings.items).await?.0 };
-        if read.items.is_empty() {
-            return Err(Error::EmptyItemSet { path: set.paths().node.clone() });
-        }
+    let (items, set, set_version) = if let Some(set) = set {
+        let read = match followed {
+            Some(read) => read,
+            None => nonempty(&set, set.create_if_missing(settings.items).await?.0)?,
+        };
         (read.items, Some(set.paths().clone()), Some(read.version))
     } else {
         (settings.items, None, None)

@@ -291,9 +291,16 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
     let set = ItemSet::new(client.clone(), PATH).expect("handle");
     assert!(matches!(ItemSet::new(client.clone(), "relative"), Err(Error::InvalidConfig { .. })));
     assert!(matches!(set.read().await, Err(Error::ItemSetMissing { .. })));
-    // No set and nothing to seed it with.
+    // No set and nothing to seed it with: an error, and no `<path>`, `party` or `locks` left behind.
     let built = SetPartitioner::builder(client.clone(), PATH, Vec::<Item>::new()).shared_item_set(true).build().await;
     assert!(matches!(built, Err(Error::ItemSetMissing { .. })), "{built:?}");
+    assert_eq!(client.check_stat(PATH).await.expect("stat"), None, "{PATH} was created");
+    // Nor under a path that exists (another application's, or a fixed set's party): nothing added to it.
+    let other = "/elsewhere";
+    client.create(other, b"", &common::persistent()).await.expect("create");
+    let built = SetPartitioner::builder(client.clone(), other, Vec::<Item>::new()).shared_item_set(true).build().await;
+    assert!(matches!(built, Err(Error::ItemSetMissing { .. })), "{built:?}");
+    assert_eq!(client.list_children(other).await.expect("children"), Vec::<String>::new());
     assert!(matches!(set.create_if_missing(Vec::<Item>::new()).await, Err(Error::EmptyItemSet { .. })));
 
     let member = shared_member(&ctx, "a", &[1, 2, 3], Rebalance::Incremental).await;
@@ -307,8 +314,17 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
     assert!(matches!(&absent, Err(Error::InvalidItem { item, .. }) if item == "99"), "{absent:?}");
     let empty = set.remove(items_of(&[1, 2, 3])).await;
     assert!(matches!(empty, Err(Error::EmptyItemSet { .. })), "{empty:?}");
+    // An item of the other kind: the error names it (not an item of the set) and says what is wrong.
     let mixed = set.add([Item::from("x")]).await;
-    assert!(matches!(mixed, Err(Error::InvalidItem { .. })), "{mixed:?}");
+    assert!(matches!(&mixed, Err(Error::InvalidItem { item, .. }) if item == "x"), "{mixed:?}");
+    let message = mixed.unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!(
+            "invalid item \"x\": is a string but the shared item set at {PATH}/items holds integers (such as the \
+             integer 1)"
+        )),
+        "{message}"
+    );
     let slash = set.add([Item::from("a/b")]).await;
     assert!(matches!(slash, Err(Error::InvalidItem { .. })), "{slash:?}");
     let unchanged = set.read().await.expect("read");

@@ -42,7 +42,7 @@ use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
 use crate::error::is_transient;
-use crate::item::validate_items;
+use crate::item::{check_kind_of_set, validate_items};
 use crate::names::check_base_path;
 use crate::party::retry_transient;
 use crate::session::SessionRef;
@@ -198,8 +198,8 @@ impl ItemSet {
     /// Adds `items` (those already in the set are left as they are) and returns the set after the change.
     ///
     /// # Errors
-    /// [`Error::InvalidItem`] for an item that is not a valid node name or is not of the set's kind (integers or
-    /// strings), and the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
+    /// [`Error::InvalidItem`] naming the first item given that is not a valid node name or is not of the set's kind
+    /// (integers or strings), and the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
     pub async fn add<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -374,7 +374,14 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
     pub async fn add(&self, added: Vec<Item>) -> Result<SharedItems, Error> {
         let added = validate_items(added, true)?;
-        self.update(None, |current, _| Ok(current.iter().chain(&added).cloned().collect())).await
+        self.update(None, |current, _| {
+            // Checked against the set before merging, so that the error names the new item, not one of the set's.
+            if let Some(held) = current.first() {
+                check_kind_of_set(&added, held, &self.paths.node)?;
+            }
+            Ok(current.iter().chain(&added).cloned().collect())
+        })
+        .await
     }
 
     pub async fn remove(&self, removed: Vec<Item>) -> Result<SharedItems, Error> {
