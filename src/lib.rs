@@ -130,9 +130,10 @@
 //!   inside the task publishes `Failure` ([`Error::Internal`]) and deletes the member's nodes; a task gone without
 //!   publishing `Failure` (its runtime shut down) reads as `Failure` ([`Error::Stopped`]).
 //!
-//! [`RELIABILITY.md`] says how each guarantee is tested: the decision table row by row, a deterministic simulation of
-//! every mode combination under seeded faults, and real faults on a real ZooKeeper. How the crate is built (one
-//! background task per partitioner around a sans-IO decision core) is in the [README].
+//! `RELIABILITY.md`, in the repository, says how each guarantee is tested: the decision table row by row, a
+//! deterministic simulation of every mode combination under seeded faults, and real faults on a real ZooKeeper. How
+//! the crate is built (one background task per partitioner around a sans-IO decision core) is in the README's "How it
+//! is built".
 //!
 //! # A set that changes
 //!
@@ -156,9 +157,6 @@
 //! - [`metrics`]: rebalances by cause, allocation time, items held and revoked, lock waits, session suspensions and
 //!   expiries, recorded through the [`metrics`](https://docs.rs/metrics) facade for whatever exporter the application
 //!   installs. The module documents every name.
-//!
-//! [`RELIABILITY.md`]: https://github.com/zk-partitioner/zk-partitioner/blob/main/RELIABILITY.md
-//! [README]: https://github.com/zk-partitioner/zk-partitioner#how-it-is-built
 //!
 //! [`SetPartitioner`]: https://kazoo.readthedocs.io/en/latest/api/recipe/partitioner.html
 #![deny(missing_docs, missing_debug_implementations)]
@@ -203,8 +201,9 @@ pub use describe::{
     Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
 };
 pub use error::Error;
-pub use item::Item;
+pub use item::{Item, check_items};
 pub use item_set::{ItemSet, SharedItems};
+pub use names::{check_identifier, check_path};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::{Builder, SetPartitioner};
 pub use policy::{Rebalance, SessionPolicy};

@@ -60,8 +60,36 @@ pub(crate) fn check_base_path(path: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Checks a member identifier: a valid node name fragment (it becomes part of the party node's name).
-pub(crate) fn check_identifier(identifier: &str) -> Result<(), Error> {
+/// Checks a partition path as [`Builder::build`](crate::Builder::build) does, without a session: absolute, not the
+/// root, no trailing slash, no empty, `.` or `..` segment, only characters ZooKeeper accepts, and outside ZooKeeper's
+/// reserved `/zookeeper` subtree. For programs that check their configuration before they connect.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] (field `path`) saying what is wrong.
+///
+/// # Examples
+/// ```
+/// assert!(zk_partitioner::check_path("/work_queues").is_ok());
+/// let err = zk_partitioner::check_path("work_queues").unwrap_err();
+/// assert_eq!(err.to_string(), "invalid path: \"work_queues\" is not absolute (it must start with '/')");
+/// ```
+pub fn check_path(path: &str) -> Result<(), Error> {
+    check_base_path(path)
+}
+
+/// Checks a member identifier as [`Builder::build`](crate::Builder::build) does, without a session: it becomes part
+/// of the member's party node name, so it must be a valid node name (not empty, no `/`, only characters ZooKeeper
+/// accepts, at most 1,024 bytes). For programs that check their configuration before they connect.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] (field `identifier`) saying what is wrong.
+///
+/// # Examples
+/// ```
+/// assert!(zk_partitioner::check_identifier("worker-3").is_ok());
+/// assert!(zk_partitioner::check_identifier("rack/worker-3").is_err());
+/// ```
+pub fn check_identifier(identifier: &str) -> Result<(), Error> {
     check_node_name(identifier).map_err(|reason| {
         Error::config("identifier", format!("{} {}", shown(identifier), reason.replace("renders to", "is")))
     })
