@@ -4,15 +4,18 @@
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --json
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --watch
-//! cargo run --example inspect -- --path /work_queues --items a,b,c,d --partition stride
+//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d --partition stride
 //! ```
 //!
 //! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner
 //! and contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`,
 //! the items a member holds outside its share. `--json` prints the same as one JSON document; `--watch` prints again
 //! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
+//! Sessions are printed in decimal (a number in the JSON), as the worker prints its own.
 //!
-//! Exit status: 0 on success, 1 on an error (a missing path, an unreachable server), 2 on bad arguments.
+//! Exit status: 0 on success, 1 on an error (a missing path, a missing chroot, an unreachable server: the same
+//! messages as the worker's and item_set's), 2 on bad arguments (checked before connecting). `--connect` is
+//! required, as by worker and item_set.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -20,33 +23,28 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
-use zk_partitioner::zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
+use zk_partitioner::zookeeper_client::{AddWatchMode, EventType, SessionState};
 use zk_partitioner::{
     Contender, DescribeOptions, Description, Item, KazooStride, PartitionFn, Rendezvous, describe_with,
 };
 
+#[path = "common/connection.rs"]
+mod connection;
 #[path = "common/tls.rs"]
 mod tls;
+
+use connection::seconds;
 
 /// Who owns what under a zk-partitioner / kazoo SetPartitioner path (read-only).
 #[derive(Parser, Debug)]
 #[command(name = "inspect", version)]
 struct Args {
-    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot]
-    #[arg(long, default_value = "127.0.0.1:2181")]
-    connect: String,
+    #[command(flatten)]
+    session: connection::SessionArgs,
 
     /// The partition path, as given to the partitioners (required)
-    #[arg(long)]
+    #[arg(long, value_parser = path)]
     path: String,
-
-    /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (needed to read nodes whose ACL
-    /// grants READ to that identity only)
-    #[arg(long, value_name = "SCHEME:CREDENTIALS")]
-    auth: Option<String>,
-
-    #[command(flatten)]
-    tls: tls::TlsArgs,
 
     /// Print one JSON document instead of tables (with --watch: one document per line, per change) [default: off]
     #[arg(long)]
@@ -70,8 +68,8 @@ struct Args {
     limit: usize,
 
     /// ZooKeeper session timeout, in seconds
-    #[arg(long, default_value_t = 10.0)]
-    session_timeout: f64,
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    session_timeout: Duration,
 
     /// With --watch: wait this long after a change for more changes before printing, in milliseconds
     #[arg(long, default_value_t = 200)]
@@ -101,17 +99,13 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A partition path, checked as the partitioners check it.
+fn path(value: &str) -> Result<String, String> {
+    zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+}
+
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    if !(args.session_timeout.is_finite() && args.session_timeout > 0.0) {
-        return Err("--session-timeout must be a positive number of seconds".into());
-    }
-    let mut connector = Client::connector().with_session_timeout(Duration::from_secs_f64(args.session_timeout));
-    if let Some(auth) = &args.auth {
-        let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
-        connector = connector.with_auth(scheme, credentials.as_bytes());
-    }
-    let (connector, cluster) = args.tls.apply(connector, &args.connect)?;
-    let client = connector.connect(&cluster).await.map_err(|err| format!("cannot connect to {cluster}: {err}"))?;
+    let client = args.session.open(args.session_timeout).await?;
     let items: Option<Vec<Item>> = args.items.as_ref().map(|names| parse_items(names));
     let partition_fn: Option<Box<dyn PartitionFn>> = match args.partition {
         Partition::None => None,
@@ -235,7 +229,7 @@ fn table(d: &Description, limit: usize) -> String {
             [
                 m.name.clone(),
                 m.identifier.clone(),
-                format!("{:#x}", m.session),
+                m.session.to_string(),
                 ago(now, m.joined),
                 m.items.to_string(),
                 m.waiting.to_string(),
@@ -282,7 +276,7 @@ fn table(d: &Description, limit: usize) -> String {
             [
                 o.item.clone(),
                 o.contender.member.clone(),
-                format!("{:#x}", o.contender.session),
+                o.contender.session.to_string(),
                 role.into(),
                 o.contender.node.clone(),
             ]
@@ -314,10 +308,10 @@ fn table(d: &Description, limit: usize) -> String {
     out
 }
 
-/// `member (0xsession)`, marked when orphaned.
+/// `member (session)`, marked when orphaned.
 fn who(contender: &Contender) -> String {
     let orphan = if contender.orphan { ", orphan" } else { "" };
-    format!("{} ({:#x}{orphan})", contender.member, contender.session)
+    format!("{} ({}{orphan})", contender.member, contender.session)
 }
 
 fn ago(now: SystemTime, then: SystemTime) -> String {
@@ -361,8 +355,8 @@ fn columns<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String;
 
 // ---- The JSON document --------------------------------------------------------------------------------------------
 
-/// What `--json` prints: the description, with sessions in hex (as ZooKeeper shows them) and times in milliseconds
-/// since the epoch.
+/// What `--json` prints: the description, with sessions as numbers (as the worker prints its own) and times in
+/// milliseconds since the epoch.
 #[derive(Serialize)]
 struct Document<'a> {
     path: &'a str,
@@ -382,7 +376,7 @@ struct MemberJson<'a> {
     name: &'a str,
     identifier: &'a str,
     node: &'a str,
-    session: String,
+    session: i64,
     joined_ms: u128,
     items: usize,
     waiting: usize,
@@ -399,7 +393,7 @@ struct ItemJson<'a> {
 #[derive(Serialize)]
 struct ContenderJson<'a> {
     member: &'a str,
-    session: String,
+    session: i64,
     token: i64,
     node: &'a str,
     created_ms: u128,
@@ -429,7 +423,7 @@ impl<'a> From<&'a Contender> for ContenderJson<'a> {
     fn from(c: &'a Contender) -> Self {
         ContenderJson {
             member: &c.member,
-            session: format!("{:#x}", c.session),
+            session: c.session,
             token: c.token.get(),
             node: &c.node,
             created_ms: millis(c.created),
@@ -449,7 +443,7 @@ impl<'a> From<&'a Description> for Document<'a> {
                     name: &m.name,
                     identifier: &m.identifier,
                     node: &m.node,
-                    session: format!("{:#x}", m.session),
+                    session: m.session,
                     joined_ms: millis(m.joined),
                     items: m.items,
                     waiting: m.waiting,

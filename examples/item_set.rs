@@ -11,44 +11,42 @@
 //!
 //! Every change is one atomic, versioned update ([`ItemSet`]): two admins at once never lose each other's changes.
 //! Prints the set after the command (`--json`: one JSON object with `version`, `items`, `updating`, `skipped`).
-//! Exits 1 with the reason when the update is refused (an item that is not there, a set left empty, a stale
-//! `--if-version`), 2 on bad arguments.
+//! Exits 1 with the reason when the update is refused (an item that is not there, an item of the other kind, a set
+//! left empty, a stale `--if-version`) or the session cannot be opened (the same messages as the worker's and
+//! inspect's), 2 on bad arguments (checked before connecting). `--connect` is required, as by worker and inspect.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use zk_partitioner::{Item, ItemSet, SharedItems};
 
+#[path = "common/connection.rs"]
+mod connection;
 #[path = "common/tls.rs"]
 mod tls;
+
+use connection::seconds;
 
 /// Read or change the shared item set of a partition path.
 #[derive(Debug, Parser)]
 #[command(name = "item_set")]
 struct Args {
-    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot]
-    #[arg(long, value_name = "HOST:PORT[,...]")]
-    connect: String,
-    /// The partitioner's path
-    #[arg(long, value_name = "PATH")]
-    path: String,
-    /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (a set it creates is then readable and
-    /// writable by that identity only: creator-all)
-    #[arg(long, value_name = "SCHEME:CREDENTIALS")]
-    auth: Option<String>,
     #[command(flatten)]
-    tls: tls::TlsArgs,
+    session: connection::SessionArgs,
+    /// The partitioner's path
+    #[arg(long, value_name = "PATH", value_parser = path)]
+    path: String,
+    /// ZooKeeper session timeout, in seconds: if the command is killed part-way through a large update, the update
+    /// is undone or finished about this long after
+    #[arg(long, value_name = "SECS", default_value = "6", value_parser = seconds)]
+    session_timeout: std::time::Duration,
     /// Treat the items as integers, not strings
     #[arg(long)]
     int_items: bool,
     /// Print one JSON object instead of text [default: off]
     #[arg(long)]
     json: bool,
-    /// Seconds to keep trying to open a session
-    #[arg(long, value_name = "SECS", default_value = "10")]
-    connect_timeout: f64,
     #[command(subcommand)]
     command: Command,
 }
@@ -82,23 +80,52 @@ enum Command {
     },
 }
 
+/// A partition path, checked as the partitioners check it.
+fn path(value: &str) -> Result<String, String> {
+    zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+}
+
+/// The items of the command line, checked as the set checks them (whether they are of the set's kind is known only
+/// once it is read).
 fn items(raw: &[String], ints: bool) -> Result<Vec<Item>, String> {
-    raw.iter()
+    let items: Vec<Item> = raw
+        .iter()
         .map(|s| {
             let s = s.trim();
             if ints {
-                s.parse::<i64>().map(Item::from).map_err(|_| format!("{s:?} is not an integer"))
+                s.parse::<i64>().map(Item::from).map_err(|_| format!("{s:?} is not an integer (--int-items)"))
             } else {
                 Ok(Item::from(s))
             }
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    zk_partitioner::check_items(&items).map_err(|err| err.to_string())?;
+    Ok(items)
+}
+
+impl Command {
+    /// The items given to the command, if it takes any.
+    fn items(&self) -> Option<&[String]> {
+        match self {
+            Command::Show => None,
+            Command::Create { items } | Command::Add { items } | Command::Remove { items } => Some(items),
+            Command::Replace { items, .. } => Some(items),
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args).await {
+    // Bad items are bad arguments: exit 2 with the usage, before connecting.
+    let given = match args.command.items().map(|raw| items(raw, args.int_items)).transpose() {
+        Ok(given) => given.unwrap_or_default(),
+        Err(message) => {
+            use clap::CommandFactory;
+            Args::command().error(clap::error::ErrorKind::ValueValidation, message).exit()
+        }
+    };
+    match run(&args, given).await {
         Ok(set) => {
             print(&set, args.json);
             ExitCode::SUCCESS
@@ -110,27 +137,19 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &Args) -> Result<SharedItems, String> {
-    let timeout = Duration::try_from_secs_f64(args.connect_timeout).map_err(|e| format!("--connect-timeout: {e}"))?;
-    let mut connector = zk_partitioner::zookeeper_client::Client::connector();
-    if let Some(auth) = &args.auth {
-        let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
-        connector = connector.with_auth(scheme, credentials.as_bytes());
-    }
-    let (connector, cluster) = args.tls.apply(connector, &args.connect)?;
-    let client = zk_partitioner::connect_with(connector, &cluster, timeout).await.map_err(|e| e.to_string())?;
+async fn run(args: &Args, items: Vec<Item>) -> Result<SharedItems, String> {
+    let client = args.session.open(args.session_timeout).await?;
     let mut set = ItemSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
-    if args.auth.is_some() {
+    if args.session.auth.is_some() {
         set = set.with_acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
-    let ints = args.int_items;
     let result = match &args.command {
         Command::Show => set.read().await,
-        Command::Create { items: raw } => set.create_if_missing(items(raw, ints)?).await.map(|(set, _)| set),
-        Command::Add { items: raw } => set.add(items(raw, ints)?).await,
-        Command::Remove { items: raw } => set.remove(items(raw, ints)?).await,
-        Command::Replace { items: raw, if_version: Some(version) } => set.replace_if(*version, items(raw, ints)?).await,
-        Command::Replace { items: raw, if_version: None } => set.replace(items(raw, ints)?).await,
+        Command::Create { .. } => set.create_if_missing(items).await.map(|(set, _)| set),
+        Command::Add { .. } => set.add(items).await,
+        Command::Remove { .. } => set.remove(items).await,
+        Command::Replace { if_version: Some(version), .. } => set.replace_if(*version, items).await,
+        Command::Replace { if_version: None, .. } => set.replace(items).await,
     };
     result.map_err(|e| e.to_string())
 }

@@ -16,10 +16,10 @@
 //! the session timeout), and exits 1 if it outlives that.
 //!
 //! Prints every state change on stdout, one JSON object per line with `--json`: `ts`, `state`, `member`, `session`
-//! (the ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`), `generation`, `items` (the items it may
-//! process now: those held when ACQUIRED, and under `--rebalance incremental` the kept ones while the party changes),
-//! `revoked` (the items to stop, in RELEASE), `suspended` (true while a session-aware member waits for its
-//! connection), `cause` on FAILURE, and `finished: true` on the last line of a clean exit (the partitioner's state
+//! (the ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`, in decimal like the other tools),
+//! `generation`, `items` (the items it may process now: those held when ACQUIRED, and under `--rebalance incremental`
+//! the kept ones while the party changes), `revoked` (the items to stop, in RELEASE), `suspended` (true while a
+//! session-aware member waits for its connection), `cause` on FAILURE, and `finished: true` on the last line of a clean exit (the partitioner's state
 //! is then FAILURE with cause `partitioner finished`: `finish()` was called, every lock and the party node are gone).
 //! Also, when they apply: `set_version`, `added` and `removed` (`--shared-set`: the version of the shared set the
 //! assignment follows and what its latest change did), `disagreements` (other members announcing another item set or
@@ -31,7 +31,9 @@
 //! /p add e,f` (or `remove`, `replace`, `show`).
 //!
 //! Logs (the library's, through `tracing`) go to stderr, filtered by `RUST_LOG` (default `info`). On SIGINT
-//! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE it exits 1 with the cause; on bad arguments 2.
+//! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE, or when it cannot connect or join, it exits 1
+//! with the cause; on bad arguments (checked before connecting: the path, the identifier, the items, every
+//! duration) it exits 2 with the usage. `--connect` is required, as by inspect and item_set.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,18 +47,21 @@ use zk_partitioner::{
     Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
 };
 
+#[path = "common/connection.rs"]
+mod connection;
 #[path = "common/tls.rs"]
 mod tls;
+
+use connection::seconds;
 
 /// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
 #[derive(Debug, Parser)]
 #[command(name = "worker", group(ArgGroup::new("item-source").args(["items", "items_file"])))]
 struct Args {
-    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot]
-    #[arg(long, value_name = "HOST:PORT[,...]")]
-    connect: String,
+    #[command(flatten)]
+    session: connection::SessionArgs,
     /// The partitioner's path (created if missing)
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = path)]
     path: String,
     /// The items to divide, comma-separated
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
@@ -68,7 +73,7 @@ struct Args {
     #[arg(long)]
     int_items: bool,
     /// This member's identifier [default: <hostname>-<pid>]
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = identifier)]
     identifier: Option<String>,
     /// Seconds the party must be unchanged before the items are divided
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds)]
@@ -79,9 +84,6 @@ struct Args {
     /// ZooKeeper session timeout, in seconds (a crashed member's items wait this long)
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
     session_timeout: Duration,
-    /// Seconds to keep trying to open a session before exiting with the reason (refused, unreachable...)
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
-    connect_timeout: Duration,
     /// Partition function
     #[arg(long, value_enum, default_value_t = Partition::Stride)]
     partition: Partition,
@@ -106,12 +108,6 @@ struct Args {
     /// read and increased by each new owner, so a new owner resumes where the last one stopped
     #[arg(long)]
     checkpoints: bool,
-    /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD; every node the member creates is
-    /// then readable and writable by that identity only (creator-all)
-    #[arg(long, value_name = "SCHEME:CREDENTIALS")]
-    auth: Option<String>,
-    #[command(flatten)]
-    tls: tls::TlsArgs,
     /// Print one JSON object per state change instead of a line of text
     #[arg(long)]
     json: bool,
@@ -141,15 +137,18 @@ enum SessionPolicyArg {
     SessionAware,
 }
 
-/// A number of seconds between 0 and 86400, exclusive.
-fn seconds(value: &str) -> Result<Duration, String> {
-    match value.parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 && s < 86400.0 => Ok(Duration::from_secs_f64(s)),
-        _ => Err(format!("a number of seconds between 0 and 86400 is expected, not {value:?}")),
-    }
+/// A partition path, checked as `build()` checks it.
+fn path(value: &str) -> Result<String, String> {
+    zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+}
+
+/// A member identifier, checked as `build()` checks it.
+fn identifier(value: &str) -> Result<String, String> {
+    zk_partitioner::check_identifier(value).map(|()| value.to_string()).map_err(|err| err.to_string())
 }
 
 impl Args {
+    /// The items of `--items` or `--items-file`, checked as `build()` checks them.
     fn items(&self) -> Result<Vec<Item>, String> {
         let raw: Vec<String> = match &self.items_file {
             Some(file) => std::fs::read_to_string(file)
@@ -160,31 +159,48 @@ impl Args {
                 .collect(),
             None => self.items.clone(),
         };
-        if self.int_items {
+        let items: Vec<Item> = if self.int_items {
             raw.iter()
                 .map(|s| s.trim().parse::<i64>().map(Item::from).map_err(|_| format!("{s:?} is not an integer")))
-                .collect()
+                .collect::<Result<_, _>>()?
         } else {
-            Ok(raw.into_iter().map(Item::from).collect())
-        }
+            raw.into_iter().map(Item::from).collect()
+        };
+        zk_partitioner::check_items(&items).map_err(|err| err.to_string())?;
+        Ok(items)
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // `--help` prints to stdout and exits 0; bad arguments print the usage to stderr and exit 2.
+    // `--help` prints to stdout and exits 0; bad arguments print the usage to stderr and exit 2, before any
+    // connection: every flag is checked as it is parsed, the items just below.
     let args = Args::parse();
+    let items = match args.items() {
+        Ok(items) if items.is_empty() && !args.shared_set => usage_error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "one of --items or --items-file is required (or --shared-set with an existing set)",
+        ),
+        Ok(items) => items,
+        Err(message) => usage_error(clap::error::ErrorKind::ValueValidation, &message),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
-    match run(args).await {
+    match run(args, items).await {
         Ok(code) => code,
         Err(message) => {
             eprintln!("worker: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints `message` with the usage, as clap does for a bad flag, and exits 2.
+fn usage_error(kind: clap::error::ErrorKind, message: &str) -> ! {
+    use clap::CommandFactory;
+    Args::command().error(kind, message).exit()
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
@@ -197,13 +213,7 @@ async fn stop_signal() -> Result<(), String> {
     }
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
-    let items = args.items()?;
-    if items.is_empty() && !args.shared_set {
-        use clap::CommandFactory;
-        let message = "one of --items or --items-file is required (or --shared-set with an existing set)";
-        Args::command().error(clap::error::ErrorKind::MissingRequiredArgument, message).exit();
-    }
+async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
     if let Some(addr) = args.metrics_addr {
         // Installed before joining, so that a scrape finds the endpoint as soon as the process runs.
         metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -279,15 +289,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
 
 /// Connects and joins the party; returns the partitioner, its session id and a watcher of the session's state.
 async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, StateWatcher), String> {
-    let mut connector =
-        zk_partitioner::zookeeper_client::Client::connector().with_session_timeout(args.session_timeout);
-    if let Some(auth) = &args.auth {
-        let (scheme, credentials) = auth.split_once(':').ok_or("--auth must be SCHEME:CREDENTIALS")?;
-        connector = connector.with_auth(scheme, credentials.as_bytes());
-    }
-    let (connector, cluster) = args.tls.apply(connector, &args.connect)?;
-    let client =
-        zk_partitioner::connect_with(connector, &cluster, args.connect_timeout).await.map_err(|e| e.to_string())?;
+    let client = args.session.open(args.session_timeout).await?;
     let session = client.session_id().0;
     let session_state = client.state_watcher();
     let mut builder = SetPartitioner::builder(client, args.path.clone(), items)
@@ -317,7 +319,7 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
     if args.shared_set {
         builder = builder.shared_item_set(true);
     }
-    if args.auth.is_some() {
+    if args.session.auth.is_some() {
         builder = builder.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
     let partitioner = builder.build().await.map_err(|e| e.to_string())?;

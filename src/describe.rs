@@ -112,7 +112,7 @@ pub struct Description {
     /// means the members disagree about the items, the function or the party. `None` without a function.
     pub outside_share: Option<Vec<OutsideShare>>,
     /// How many items each owner holds, by [member name](Contender::member); orphans' owners included, under
-    /// their session id in hex (`0x...`) when their lock nodes carry no name.
+    /// their session id (in decimal) when their lock nodes carry no name.
     pub owner_counts: BTreeMap<String, usize>,
     /// Children of `<path>/party` that are not member nodes (not `<32 hex>-<name>`): ignored by this crate's
     /// members, but counted by kazoo's, which then leave a share unowned.
@@ -236,7 +236,7 @@ impl Description {
 /// let client = zk_partitioner::zookeeper_client::Client::connect("127.0.0.1:2181").await?;
 /// let description = zk_partitioner::describe(&client, "/work_queues").await?;
 /// for member in &description.members {
-///     println!("{} (session {:#x}) holds {} items", member.name, member.session, member.items);
+///     println!("{} (session {}) holds {} items", member.name, member.session, member.items);
 /// }
 /// for item in description.contended() {
 ///     println!("{}: {} waiting", item.item, item.waiting.len());
@@ -556,7 +556,7 @@ fn assemble(
     let mut waiting_by_session: HashMap<i64, usize> = HashMap::new();
     for info in &items {
         if let Some(owner) = &info.owner {
-            let name = if owner.member.is_empty() { format!("{:#x}", owner.session) } else { owner.member.clone() };
+            let name = if owner.member.is_empty() { owner.session.to_string() } else { owner.member.clone() };
             *owner_counts.entry(name).or_default() += 1;
             *held_by_session.entry(owner.session).or_default() += 1;
         }

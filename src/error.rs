@@ -86,7 +86,7 @@ pub enum Error {
     /// Also the [`Failure`](crate::PartitionState::Failure) cause of a static member whose party node was deleted
     /// (by an operator) and whose identifier another process took meanwhile: it does not join a second time.
     #[error(
-        "static identifier {} is in use by party node {} of session {session:#x} (waited {waited:?}): another live \
+        "static identifier {} is in use by party node {} of session {session} (waited {waited:?}): another live \
          member has this identifier, or a crashed predecessor's session has not expired yet",
         shown(identifier),
         shown_path(node)

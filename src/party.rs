@@ -192,7 +192,7 @@ pub(crate) async fn join_static<Z: ZooKeeper>(
                 tracing::warn!(
                     identifier,
                     node = %other,
-                    session = format_args!("{:#x}", stat.ephemeral_owner),
+                    session = stat.ephemeral_owner,
                     limit = ?limit,
                     "another party node carries our static identifier (a crashed predecessor whose session has not \
                      expired, or a live duplicate); waiting for it to go"
@@ -238,7 +238,7 @@ pub(crate) async fn join_static<Z: ZooKeeper>(
             tracing::warn!(
                 identifier,
                 node = %other,
-                session = format_args!("{:#x}", stat.ephemeral_owner),
+                session = stat.ephemeral_owner,
                 "an older party node with our static identifier appeared while we joined; stepping back"
             );
             leave(zk, paths, &membership).await?;
@@ -257,7 +257,7 @@ pub(crate) async fn join_static<Z: ZooKeeper>(
             tracing::warn!(
                 identifier,
                 node = %other,
-                session = format_args!("{:#x}", stat.ephemeral_owner),
+                session = stat.ephemeral_owner,
                 "a newer party node carries our static identifier; a static member of this crate gives way to us, \
                  anything else is a duplicate identifier"
             );

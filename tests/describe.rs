@@ -146,7 +146,7 @@ async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
     assert_eq!(
         d.owner_counts,
         BTreeMap::from([
-            (format!("{:#x}", blocker.session_id().0), 1), // an orphan whose node carries no name
+            (blocker.session_id().0.to_string(), 1), // an orphan whose node carries no name
             ("k1".into(), 4),
             (r1_name.clone(), 4),
             (r2_name.clone(), 3)
@@ -280,13 +280,13 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     assert!(table.starts_with(&format!(
         "partition {PATH}: 1 members, 5 items (4 owned, 1 unowned, 1 contended), 1 orphaned lock nodes\n"
     )));
-    let session = format!("{:#x}", member.session());
+    let session = member.session().to_string();
     let member_row = table.lines().find(|line| line.trim_start().starts_with(&name)).expect("a row for the member");
     let cells: Vec<&str> = member_row.split_whitespace().collect();
     assert_eq!((cells[1], cells[2], cells[cells.len() - 2], cells[cells.len() - 1]), ("solo", &*session, "4", "0"));
     assert!(table.contains("imbalance: 1.00 (most 4, mean 4.0 items per member)"), "{table}");
     assert!(table.contains("\nUNOWNED (1)\n  4\n"), "{table}");
-    let ghost_session = format!("{:#x}", ghost.session_id().0);
+    let ghost_session = ghost.session_id().0.to_string();
     assert!(table.contains(&format!("{name} ({session})")), "{table}");
     assert!(table.contains(&format!("ghost ({ghost_session}, orphan)")), "{table}");
     let orphan_row = table.lines().skip_while(|l| !l.starts_with("ORPHANS (1)")).nth(2).expect("an orphan row");
@@ -299,7 +299,7 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     // then: the same facts, as data
     assert_eq!(doc["path"], PATH);
     assert_eq!(doc["members"][0]["name"], name.as_str());
-    assert_eq!(doc["members"][0]["session"], session.as_str());
+    assert_eq!(doc["members"][0]["session"], member.session(), "sessions are numbers, as in the worker's JSON");
     assert_eq!(doc["members"][0]["items"], 4);
     assert_eq!(doc["contended"], serde_json::json!(["2"]));
     assert_eq!(doc["orphans"][0]["member"], "ghost");
@@ -348,7 +348,8 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     // and --help shows every flag with its default
     let (code, help, _) = inspect(&["--help"]).await;
     assert_eq!(code, 0);
-    for flag in ["--connect", "--path", "--json", "--watch", "--items", "--partition", "--limit", "--session-timeout"] {
+    let flags = ["--connect", "--path", "--json", "--watch", "--items", "--partition", "--limit", "--session-timeout"];
+    for flag in flags.into_iter().chain(["--connect-timeout"]) {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
     assert_eq!(help.matches("[default: ").count(), 8, "{help}");

@@ -598,7 +598,7 @@ impl Live {
     fn describe(&self) -> String {
         let s = self.member.partitioner.snapshot();
         format!(
-            "{} (session {:#x}, client {}): {}{} generation {}, items {:?}, revoked {:?}, party of {} {:?}",
+            "{} (session {}, client {}): {}{} generation {}, items {:?}, revoked {:?}, party of {} {:?}",
             s.member,
             self.member.session(),
             self.member.client.state_watcher().peek_state(),
@@ -896,7 +896,7 @@ impl World {
 
 fn holder_text(holder: Holder) -> String {
     match holder {
-        Holder::Session(session) => format!("session {session:#x}"),
+        Holder::Session(session) => format!("session {session}"),
         Holder::Free => "nobody".to_string(),
         Holder::Unknown => "a contender that just went away".to_string(),
     }

@@ -265,8 +265,11 @@ async fn the_admin_command_refuses_bad_changes() {
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
+    // Not an integer under --int-items: a bad argument (exit 2, checked before connecting).
     let output = run(vec!["add", "x"]).await;
-    assert_eq!(output.status.code(), Some(1), "not an integer");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\"x\" is not an integer"), "{stderr}");
     assert!(admin(&ctx, &["show"]).await.contains("2 items: 1,2"));
 }
 

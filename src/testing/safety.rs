@@ -303,12 +303,12 @@ async fn sample_loop(
                 match holders.get(&name).copied().unwrap_or(Holder::Unknown) {
                     Holder::Session(owner) if owner == w.session => {}
                     Holder::Session(owner) => found.push(format!(
-                        "at {at:.2?}: {} (session {:#x}) is {} with {name} (generation {}), whose lock is held by \
-                         session {owner:#x}",
+                        "at {at:.2?}: {} (session {}) is {} with {name} (generation {}), whose lock is held by \
+                         session {owner}",
                         before.member, w.session, before.state, before.generation
                     )),
                     Holder::Free => found.push(format!(
-                        "at {at:.2?}: {} (session {:#x}) is {} with {name} (generation {}), which has no lock node \
+                        "at {at:.2?}: {} (session {}) is {} with {name} (generation {}), which has no lock node \
                          at all",
                         before.member, w.session, before.state, before.generation
                     )),

@@ -304,7 +304,7 @@ pub async fn sessions_on(addr: SocketAddr) -> Result<BTreeSet<i64>, String> {
 
 /// Which of `servers` (id, address) `session` is connected to, waiting until exactly one answering server lists it.
 pub async fn server_of(servers: &[(usize, SocketAddr)], session: i64, deadline: Duration) -> usize {
-    wait_for(&format!("session {session:#x} to be connected to a server"), deadline, || async {
+    wait_for(&format!("session {session} to be connected to a server"), deadline, || async {
         let mut found = Vec::new();
         for (id, addr) in servers {
             if let Ok(sessions) = sessions_on(*addr).await

@@ -1,0 +1,60 @@
+//! The session flags the worker, inspect and item_set examples share (each includes this file with `#[path]`, beside
+//! `common/tls.rs`): `--connect`, required by all three (there is no default server: a tool that quietly reached
+//! 127.0.0.1:2181 could read or change the wrong cluster), `--connect-timeout`, `--auth` and the TLS flags, checked
+//! while the arguments are parsed, and one connect error: the library's, which says what went wrong with each server.
+//!
+//! Sessions are printed in decimal by all three, as ZooKeeper's clients return them (`Client::session_id().0`, kazoo's
+//! `client_id[0]`); zkCli and the server's log print the same number in hex (`printf '%#x\n' <session>` converts).
+
+use std::time::Duration;
+
+use zk_partitioner::zookeeper_client::Client;
+
+use crate::tls::TlsArgs;
+
+/// The session flags (flattened into each tool's arguments).
+#[derive(Debug, clap::Args)]
+pub struct SessionArgs {
+    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot] (required: no server is assumed)
+    #[arg(long, value_name = "HOST:PORT[,...]")]
+    pub connect: String,
+    /// Seconds to keep trying to open a session before exiting with the reason for each server (refused,
+    /// unreachable, cannot be resolved, not ZooKeeper)
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    pub connect_timeout: Duration,
+    /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (to read or change nodes whose ACL
+    /// grants that identity alone; worker and item_set then create their nodes creator-all, for that identity only)
+    #[arg(long, value_name = "SCHEME:CREDENTIALS", value_parser = auth)]
+    pub auth: Option<(String, String)>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+impl SessionArgs {
+    /// Opens a session with `session_timeout` through `zk_partitioner::connect_with`: the error is the library's, as
+    /// is (`cannot connect to ZooKeeper at <connect string>: ...` with a reason per server, or the missing chroot).
+    pub async fn open(&self, session_timeout: Duration) -> Result<Client, String> {
+        let mut connector = Client::connector().with_session_timeout(session_timeout);
+        if let Some((scheme, credentials)) = &self.auth {
+            connector = connector.with_auth(scheme, credentials.as_bytes());
+        }
+        let (connector, cluster) = self.tls.apply(connector, &self.connect)?;
+        zk_partitioner::connect_with(connector, &cluster, self.connect_timeout).await.map_err(|err| err.to_string())
+    }
+}
+
+/// A number of seconds, `0 < SECS <= 86400` (the library's bounds for its durations).
+pub fn seconds(value: &str) -> Result<Duration, String> {
+    match value.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 86400.0 => Ok(Duration::from_secs_f64(secs)),
+        _ => Err("must be a number of seconds greater than 0 and at most 86400 (24 hours)".to_string()),
+    }
+}
+
+/// `SCHEME:CREDENTIALS`, split at the first colon.
+fn auth(value: &str) -> Result<(String, String), String> {
+    match value.split_once(':') {
+        Some((scheme, credentials)) if !scheme.is_empty() => Ok((scheme.to_string(), credentials.to_string())),
+        _ => Err("must be SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD".to_string()),
+    }
+}

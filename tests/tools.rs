@@ -1,0 +1,188 @@
+//! The three command-line tools (`examples/worker.rs`, `inspect.rs`, `item_set.rs`) as a new user meets them, with
+//! one set of rules: `--connect` is required by each, bad arguments exit 2 with the usage before any connection, a
+//! session that cannot be opened exits 1 with the library's per-server diagnosis, a missing chroot is reported as
+//! such, sessions are printed the same way (decimal), and bad input changes nothing.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Ctx, example, timing};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const TOOLS: [&str; 3] = ["worker", "inspect", "item_set"];
+
+/// What `tool` needs besides the session flags to get as far as connecting.
+fn rest(tool: &str) -> &'static [&'static str] {
+    match tool {
+        "worker" => &["--path", "/p", "--items", "a,b"],
+        "inspect" => &["--path", "/p"],
+        _ => &["--path", "/p", "show"],
+    }
+}
+
+/// Runs `tool` with `args` to completion: (exit code, stderr).
+async fn run(tool: &str, args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(example(tool)).args(args).kill_on_drop(true).output().await.expect("run the tool");
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// `127.0.0.1:<port>` where nothing listens (the port was just free): connections to it are refused.
+fn refused_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("its address").to_string()
+}
+
+#[tokio::test]
+async fn every_tool_requires_connect() {
+    for tool in TOOLS {
+        let (code, stderr) = run(tool, rest(tool)).await;
+        assert_eq!(code, Some(2), "{tool}: {stderr}");
+        assert!(stderr.contains("required arguments were not provided"), "{tool}: {stderr}");
+        assert!(stderr.contains("--connect <HOST:PORT[,...]>"), "{tool}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn bad_arguments_are_refused_before_connecting() {
+    // given: a server that refuses, and a connect timeout that would make any connection attempt last a minute
+    let refused = refused_address();
+    let session = ["--connect", &refused, "--connect-timeout", "60"];
+    let cases: [(&str, &[&str], &str); 10] = [
+        ("worker", &["--path", "relative", "--items", "a"], "invalid path: \"relative\" is not absolute"),
+        (
+            "worker",
+            &["--path", "/p", "--items", "a", "--identifier", "rack/3"],
+            "invalid identifier: \"rack/3\" contains '/'",
+        ),
+        ("worker", &["--path", "/p", "--items", "a,,b"], "invalid item \"\": renders to an empty node name"),
+        ("worker", &["--path", "/p", "--items", "1,x", "--int-items"], "\"x\" is not an integer"),
+        ("worker", &["--path", "/p", "--items", "a", "--time-boundary", "0"], "greater than 0 and at most 86400"),
+        ("worker", &["--path", "/p", "--items", "a", "--session-timeout", "86401"], "greater than 0 and at most 86400"),
+        ("worker", &["--path", "/p", "--items", "a", "--auth", "digest"], "must be SCHEME:CREDENTIALS"),
+        ("inspect", &["--path", "/p/"], "invalid path: \"/p/\" ends with '/'"),
+        ("item_set", &["--path", "/zookeeper/p", "show"], "inside ZooKeeper's reserved /zookeeper subtree"),
+        ("item_set", &["--path", "/p", "add", "a/b"], "invalid item \"a/b\": contains '/'"),
+    ];
+    for (tool, args, message) in cases {
+        // when: a tool gets a bad argument
+        let (code, stderr) = run(tool, &[&session[..], args].concat()).await;
+        // then: it says what is wrong, as clap does, and exits 2 without trying to connect
+        assert_eq!(code, Some(2), "{tool} {args:?}: {stderr}");
+        assert!(stderr.contains(message), "{tool} {args:?}: {stderr}");
+        assert!(stderr.contains("try '--help'"), "{tool} {args:?}: {stderr}");
+        assert!(!stderr.contains("cannot connect"), "{tool} {args:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn every_tool_reports_a_refused_server_alike() {
+    let refused = refused_address();
+    for tool in TOOLS {
+        let (code, stderr) =
+            run(tool, &[&["--connect", &refused, "--connect-timeout", "0.5"], rest(tool)].concat()).await;
+        assert_eq!(code, Some(1), "{tool}: {stderr}");
+        // (The worker logs to stderr too: its error is the last line.)
+        let error = stderr.lines().last().unwrap_or_default();
+        assert!(error.starts_with(&format!("{tool}: cannot connect to ZooKeeper at {refused}: ")), "{tool}: {stderr}");
+        assert!(error.contains(&format!("{refused} refused the connection")), "{tool}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn every_tool_reports_a_missing_chroot_as_such() {
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}/missing", ctx.endpoint, ctx.namespace);
+    let expected = format!(
+        "the chroot {}/missing of the connect string does not exist: create that node first (ZooKeeper does not \
+         create chroots), or leave it out of the connect string",
+        ctx.namespace
+    );
+    for tool in TOOLS {
+        let (code, stderr) = run(tool, &[&["--connect", &connect], rest(tool)].concat()).await;
+        // (The worker logs to stderr too: its error is the last line.)
+        let error = stderr.lines().last().unwrap_or_default();
+        assert_eq!((code, error), (Some(1), &*format!("{tool}: {expected}")), "{tool}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn worker_shared_set_without_a_set_fails_and_leaves_nothing() {
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let (code, stderr) = run("worker", &["--connect", &connect, "--path", "/p", "--shared-set"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no shared item set at /p/items"), "{stderr}");
+    assert_eq!(ctx.observer.check_stat("/p").await.expect("stat"), None, "/p was created");
+}
+
+#[tokio::test]
+async fn item_set_names_the_new_item_of_the_other_kind() {
+    // given: a set of strings
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let admin = |args: &'static [&'static str]| {
+        let connect = connect.clone();
+        async move { run("item_set", &[&["--connect", &connect, "--path", "/p"], args].concat()).await }
+    };
+    assert_eq!(admin(&["create", "a,b"]).await.0, Some(0));
+    // when: an integer is added to it
+    let (code, stderr) = admin(&["--int-items", "add", "5"]).await;
+    // then: the error names the integer, not an item of the set, and what is wrong; the set is unchanged
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "item_set: invalid item \"5\": is an integer but the shared item set at /p/items holds strings (such as \
+             the string \"a\")"
+        ),
+        "{stderr}"
+    );
+    let shown = Command::new(example("item_set"))
+        .args(["--connect", &connect, "--path", "/p", "show"])
+        .output()
+        .await
+        .expect("run item_set show");
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("version 1: 2 items: a,b"), "{shown:?}");
+}
+
+#[tokio::test]
+async fn worker_and_inspect_print_a_session_alike() {
+    // given: a worker that has joined
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let mut worker = Command::new(example("worker"))
+        .args(["--connect", &connect, "--path", "/p", "--items", "a,b", "--time-boundary", "0.2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the worker");
+    let mut lines = BufReader::new(worker.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(timing(Duration::from_secs(20)), lines.next_line()).await;
+    let line: Value = serde_json::from_str(&line.expect("a line in time").expect("stdout").expect("a line")).unwrap();
+    // when: inspect lists the party, as a table and as JSON
+    let inspect = |json: bool| {
+        let connect = connect.clone();
+        async move {
+            let mut command = Command::new(example("inspect"));
+            command.args(["--connect", &connect, "--path", "/p"]);
+            if json {
+                command.arg("--json");
+            }
+            let output = command.output().await.expect("run inspect");
+            assert!(output.status.success(), "{output:?}");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        }
+    };
+    let doc: Value = serde_json::from_str(&inspect(true).await).expect("one JSON document");
+    let table = inspect(false).await;
+    // then: the same number, in decimal, everywhere
+    let session = line["session"].as_i64().expect("the worker's session is a number");
+    assert_eq!(doc["members"][0]["session"], session, "{doc}");
+    let row = table.lines().find(|l| l.trim_start().starts_with(line["member"].as_str().unwrap())).expect("a row");
+    assert_eq!(row.split_whitespace().nth(2), Some(&*session.to_string()), "{table}");
+    worker.start_kill().expect("kill the worker");
+}
