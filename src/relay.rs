@@ -35,12 +35,21 @@ use zookeeper_client::StateWatcher;
 /// (with ±50 % jitter, so that a fleet's relays do not knock in step).
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
-/// The longest pause between rounds: a server that accepts again is found within about this long.
-const MAX_PAUSE: Duration = Duration::from_millis(250);
+/// The longest pause between rounds (225 ms with its jitter): a server that accepts again is found within about
+/// this long.
+const MAX_PAUSE: Duration = Duration::from_millis(150);
 
 /// How long one TCP connection attempt to a server may take before the next server is tried (an address that drops
 /// packets, such as a stopped container's, never refuses).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long the relay first waits for a server's reply to the handshake before it tries again (doubled at each
+/// silent attempt of one connection, up to [`MAX_REPLY_WAIT`]). A server answers a handshake in milliseconds; a
+/// port forwarder whose server is still starting (docker-proxy) can accept a connection and hold it for seconds.
+const FIRST_REPLY_WAIT: Duration = Duration::from_millis(500);
+
+/// The longest wait for a reply to the handshake (a server in a long GC pause is given this long).
+const MAX_REPLY_WAIT: Duration = Duration::from_secs(4);
 
 /// The most handshake bytes kept for a replay. The handshake restores every watch of the session, so it can be large;
 /// a client that sends more than this before any reply is not speaking ZooKeeper's protocol.
@@ -63,10 +72,7 @@ impl Relay {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let (session, session_rx) = oneshot::channel();
-        // Connections start at a random server (spreading a fleet), then at the one after the server last used: a
-        // server that dropped a connection is likely to be the one going down.
-        let next = random() as usize % servers.len().max(1);
-        let relay = Shared { servers, next: AtomicUsize::new(next) };
+        let relay = Shared { servers, last: AtomicUsize::new(usize::MAX) };
         let span = tracing::debug_span!("relay", %addr);
         tokio::spawn(serve(listener, Arc::new(relay), session_rx).instrument(span));
         Ok(Relay { addr, session })
@@ -87,8 +93,8 @@ impl Relay {
 #[derive(Debug)]
 struct Shared {
     servers: Vec<(String, u16)>,
-    /// The server the next connection tries first.
-    next: AtomicUsize,
+    /// The server that last answered (`usize::MAX` before the first).
+    last: AtomicUsize,
 }
 
 /// Accepts connections until the session has ended (or was never attached).
@@ -132,14 +138,21 @@ async fn relay_connection(mut client: TcpStream, shared: Arc<Shared>) {
     }
     let mut handshake = Vec::new();
     let mut pause = FIRST_PAUSE;
+    let mut reply_wait = FIRST_REPLY_WAIT;
+    // A connection starts at a random server other than the one that answered last (it has just dropped a
+    // connection, so it may be going down), as the client itself would shuffle; a fleet's sessions spread out.
+    let last = shared.last.load(Ordering::Relaxed);
+    let mut first = random() as usize % servers;
+    if servers > 1 && first == last {
+        first = (first + 1 + random() as usize % (servers - 1)) % servers;
+    }
     loop {
-        for _ in 0..servers {
-            let index = shared.next.fetch_add(1, Ordering::Relaxed) % servers;
+        for offset in 0..servers {
+            let index = (first + offset) % servers;
             let (host, port) = &shared.servers[index];
-            match try_server(&mut client, &mut handshake, host, *port).await {
+            match try_server(&mut client, &mut handshake, host, *port, &mut reply_wait).await {
                 Attempt::Answered(mut server) => {
-                    // The next connection (after this one is lost) starts at the server after this one.
-                    shared.next.store(index + 1, Ordering::Relaxed);
+                    shared.last.store(index, Ordering::Relaxed);
                     trace!(server = %format_args!("{host}:{port}"), "relaying");
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
                     return;
@@ -173,9 +186,19 @@ enum Attempt {
     NoAnswer(String),
 }
 
-/// Connects to `host:port`, sends it the handshake so far and waits for its first reply, passing on whatever more
-/// the client sends meanwhile (and keeping it for a replay).
-async fn try_server(client: &mut TcpStream, handshake: &mut Vec<u8>, host: &str, port: u16) -> Attempt {
+/// Connects to `host:port`, sends it the handshake so far and waits (up to `reply_wait`, doubled if it passes) for
+/// its first reply, passing on whatever more the client sends meanwhile (and keeping it for a replay).
+///
+/// Giving up on a server that has the handshake and sending it to the next is what the client does after a
+/// connection loss: the server may have re-attached the session already, and attaching it again is harmless. Only
+/// one connection carries the handshake at a time: two at once could leave the session on the one the relay drops.
+async fn try_server(
+    client: &mut TcpStream,
+    handshake: &mut Vec<u8>,
+    host: &str,
+    port: u16,
+    reply_wait: &mut Duration,
+) -> Attempt {
     let mut scratch = [0u8; 16 * 1024];
     let connecting = tokio::time::timeout(ATTEMPT_TIMEOUT, TcpStream::connect((host, port)));
     let mut connecting = std::pin::pin!(connecting);
@@ -203,8 +226,15 @@ async fn try_server(client: &mut TcpStream, handshake: &mut Vec<u8>, host: &str,
     }
     // Wait for the server's first reply; pass on (and keep) whatever more the client sends.
     let mut reply = [0u8; 16 * 1024];
+    let silence = tokio::time::sleep(*reply_wait);
+    tokio::pin!(silence);
     loop {
         tokio::select! {
+            () = &mut silence => {
+                let waited = *reply_wait;
+                *reply_wait = (*reply_wait * 2).min(MAX_REPLY_WAIT);
+                return Attempt::NoAnswer(format!("no reply within {waited:?}"));
+            }
             read = server.read(&mut reply) => match read {
                 Ok(0) => return Attempt::NoAnswer("closed without a reply".to_string()),
                 Err(err) => return Attempt::NoAnswer(err.to_string()),
@@ -284,6 +314,30 @@ mod tests {
         let mut buf = [0u8; 6];
         tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf)).await.unwrap().unwrap();
         assert_eq!(&buf, b" world");
+    }
+
+    #[tokio::test]
+    async fn a_connection_held_without_a_reply_is_given_up_for_another() {
+        // The first connection is accepted and held open in silence (a port forwarder whose server is not up yet);
+        // the second echoes.
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (held, _) = listener.accept().await.unwrap();
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let (mut r, mut w) = conn.split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+            drop(held);
+        });
+        let relay = Relay::start(vec![("127.0.0.1".to_string(), port)]).await.unwrap();
+        let mut client = TcpStream::connect(relay.addr()).await.unwrap();
+        let started = tokio::time::Instant::now();
+        client.write_all(b"hello").await.unwrap();
+        let mut buf = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(&buf, b"hello");
+        let took = started.elapsed();
+        assert!(took < FIRST_REPLY_WAIT * 2, "answered after {took:?}");
     }
 
     #[tokio::test]
