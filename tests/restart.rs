@@ -1,0 +1,373 @@
+//! Recovery after a ZooKeeper server restart that the sessions survive: every member is `ACQUIRED` again within 1 s
+//! of a server accepting connections again, on a single server (stopped for 2 s and for 4 s) and through a rolling
+//! restart of a 3-server ensemble (each server in turn). The members' sessions go through the reconnect relay, as
+//! `zk_partitioner::connect` sets up; RELIABILITY.md ("Reconnection after a server restart") has the figures without
+//! it.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::faults::{Opts, SafetyChecker, member_at, sessions_on, wait_converged};
+use common::members::{Member, auto_release, ints};
+use common::{Ensemble, OwnedServer, connect, namespace, timing};
+use zk_partitioner::testing::server_mode;
+use zk_partitioner::zookeeper_client::SessionState;
+use zk_partitioner::{Item, PartitionState};
+
+/// The bound: from a server accepting connections again to every member `ACQUIRED` again.
+const BOUND: Duration = Duration::from_secs(1);
+
+/// The members' session timeout: long enough to outlive every outage here.
+const SESSION: Duration = Duration::from_secs(20);
+
+/// The issue's configuration: members debounce party changes for 0.5 s.
+const TIME_BOUNDARY: Duration = Duration::from_millis(500);
+
+fn opts() -> Opts {
+    Opts { session: SESSION, time_boundary: TIME_BOUNDARY, ..Opts::default() }
+}
+
+#[tokio::test]
+async fn members_are_acquired_again_within_a_second_of_a_restarted_server_serving() {
+    // given: a server of our own and three members over 30 items, settled
+    common::init_tracing();
+    let server = OwnedServer::launch().await;
+    let ns = namespace(&server).await;
+    let connect_string = format!("{}{ns}", server.endpoint());
+    let items = ints(30);
+    let members = [
+        member_at(&connect_string, "a", &items, &opts()).await,
+        member_at(&connect_string, "b", &items, &opts()).await,
+        member_at(&connect_string, "c", &items, &opts()).await,
+    ];
+    let members: Vec<&Member> = members.iter().collect();
+    let _workers: Vec<_> = members.iter().map(|m| auto_release(&m.partitioner)).collect();
+    let observer = connect(&connect_string, SESSION).await;
+    let checker = SafetyChecker::start(observer.clone(), &items, &members);
+    wait_converged("three members", &observer, &members, &items, timing(Duration::from_secs(20))).await;
+    let sessions: Vec<i64> = members.iter().map(|m| m.session()).collect();
+
+    for outage in [Duration::from_secs(2), Duration::from_secs(4)] {
+        // when: the server stops, stays down for the outage, and starts again
+        let watch = Losses::watch(&members);
+        server.stop().await;
+        watch.wait_lost(&[true, true, true], timing(Duration::from_secs(10))).await;
+        tokio::time::sleep(outage).await;
+        let deadline = timing(Duration::from_secs(30));
+        let (back, (), recovered) =
+            tokio::join!(serving_at(vec![server.addr()]), server.start(), watch.wait_recovered(&members, deadline));
+
+        // then: every member is ACQUIRED again within the bound, on the session it had
+        let took = recovered.saturating_duration_since(back);
+        eprintln!("[restart] down {outage:?}: every member ACQUIRED again {took:.2?} after the server served again");
+        assert!(took <= timing(BOUND), "down {outage:?}: every member ACQUIRED again only {took:?} after the server");
+        assert_eq!(members.iter().map(|m| m.session()).collect::<Vec<_>>(), sessions, "the sessions survived");
+        wait_converged("after the restart", &observer, &members, &items, timing(Duration::from_secs(10))).await;
+    }
+    checker.assert_safe(30).await;
+}
+
+#[tokio::test]
+async fn a_rolling_restart_of_an_ensemble_keeps_recovery_within_a_second() {
+    // given: a 3-server ensemble and three members on its full connect string, settled
+    common::init_tracing();
+    let ensemble = Ensemble::launch().await;
+    let ns = namespace(&ensemble).await;
+    let connect_string = format!("{}{ns}", ensemble.connect_string());
+    let items: Vec<Item> = ints(30);
+    let members = [
+        member_at(&connect_string, "a", &items, &opts()).await,
+        member_at(&connect_string, "b", &items, &opts()).await,
+        member_at(&connect_string, "c", &items, &opts()).await,
+    ];
+    let members: Vec<&Member> = members.iter().collect();
+    let _workers: Vec<_> = members.iter().map(|m| auto_release(&m.partitioner)).collect();
+    let observer = connect(&connect_string, SESSION).await;
+    let checker = SafetyChecker::start(observer.clone(), &items, &members);
+    wait_converged("three members", &observer, &members, &items, timing(Duration::from_secs(20))).await;
+    let sessions: Vec<i64> = members.iter().map(|m| m.session()).collect();
+
+    for id in ensemble.ids() {
+        // when: server `id` stops; the members on it lose their connection, and so do all of them if it was the
+        // leader (its followers drop their clients until they have elected a new one)
+        let addr = ensemble.addr(id);
+        let on_it = sessions_on(addr).await.expect("cons");
+        let leader = ensemble.leader().await == id;
+        let expect_lost: Vec<bool> = members.iter().map(|m| leader || on_it.contains(&m.session())).collect();
+        let others: Vec<SocketAddr> = ensemble.ids().filter(|&other| other != id).map(|o| ensemble.addr(o)).collect();
+        let serving = Serving::track(others);
+        let watch = Losses::watch(&members);
+        ensemble.stop(id).await;
+        watch.wait_lost(&expect_lost, timing(Duration::from_secs(10))).await;
+
+        // then: every member that lost its connection is ACQUIRED again, on another server, within the bound of the
+        // other servers serving (at once after a follower's stop, after the election after the leader's)
+        let recovered = watch.wait_recovered(&members, timing(Duration::from_secs(30))).await;
+        let back = serving.since().await;
+        // Measured from the later of the first loss and the other servers serving; nothing to measure if no member
+        // lost its connection.
+        let took =
+            watch.first_loss().map_or(Duration::ZERO, |lost| recovered.saturating_duration_since(back.max(lost)));
+        eprintln!(
+            "[restart] ensemble server {id} ({}) stopped: {} member(s) lost their connection; every member \
+             ACQUIRED {took:.2?} after the other servers served",
+            if leader { "leader" } else { "follower" },
+            watch.lost()
+        );
+        assert!(took <= timing(BOUND), "server {id}: every member ACQUIRED again only {took:?} after a server served");
+
+        // and: the server comes back after 2 s; nothing moves, and the party has converged
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ensemble.start(id).await;
+        assert_eq!(members.iter().map(|m| m.session()).collect::<Vec<_>>(), sessions, "the sessions survived");
+        wait_converged("after the restart", &observer, &members, &items, timing(Duration::from_secs(10))).await;
+    }
+    checker.assert_safe(30).await;
+}
+
+/// The rolling restart of the compose ensemble (`docker compose --profile ensemble`, servers zk1-zk3 on
+/// 127.0.0.1:2191-2193), each server stopped for 2 s and started again in turn, `ROLLING_ROUNDS` rounds (3), with
+/// five members and the safety checker throughout: RELIABILITY.md's figures ("Rolling restart of the compose
+/// ensemble"). `bash bench/rolling.sh` brings the ensemble up, runs this and takes it down; `ROLLING_COMPOSE` is the
+/// compose command it uses (e.g. `docker compose -p zkp-rolling --profile ensemble`), `ROLLING_JSON` a file for one
+/// JSON line per restart.
+#[tokio::test]
+#[ignore = "needs the compose ensemble: bash bench/rolling.sh"]
+async fn rolling_restart_of_the_compose_ensemble() {
+    common::init_tracing();
+    let compose = std::env::var("ROLLING_COMPOSE").expect("ROLLING_COMPOSE: run this through bash bench/rolling.sh");
+    let rounds: usize = std::env::var("ROLLING_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let addrs: Vec<SocketAddr> = (1..=3).map(|id| SocketAddr::from(([127, 0, 0, 1], 2190 + id))).collect();
+    let cluster = addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let ns = namespace(&cluster).await;
+    let connect_string = format!("{cluster}{ns}");
+    let items = ints(60);
+    let mut members = Vec::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        members.push(member_at(&connect_string, name, &items, &opts()).await);
+    }
+    let members: Vec<&Member> = members.iter().collect();
+    let _workers: Vec<_> = members.iter().map(|m| auto_release(&m.partitioner)).collect();
+    let observer = connect(&connect_string, SESSION).await;
+    let checker = SafetyChecker::start(observer.clone(), &items, &members);
+    wait_converged("five members", &observer, &members, &items, timing(Duration::from_secs(30))).await;
+    let sessions: Vec<i64> = members.iter().map(|m| m.session()).collect();
+    let mut json = std::env::var_os("ROLLING_JSON").map(|path| std::fs::File::create(path).expect("ROLLING_JSON"));
+    let mut recoveries = Vec::new();
+    for round in 0..rounds {
+        for id in 1..=3 {
+            let addr = addrs[id - 1];
+            let on_it = sessions_on(addr).await.expect("cons");
+            let leader = server_mode(addr).await.is_ok_and(|mode| mode == "leader");
+            let expect_lost: Vec<bool> = members.iter().map(|m| leader || on_it.contains(&m.session())).collect();
+            let others: Vec<SocketAddr> = addrs.iter().copied().filter(|&other| other != addr).collect();
+            let serving = Serving::track(others);
+            let watch = Losses::watch(&members);
+            compose_run(&compose, "stop", id).await;
+            watch.wait_lost(&expect_lost, timing(Duration::from_secs(10))).await;
+            let recovered = watch.wait_recovered(&members, timing(Duration::from_secs(30))).await;
+            let back = serving.since().await;
+            let took =
+                watch.first_loss().map_or(Duration::ZERO, |lost| recovered.saturating_duration_since(back.max(lost)));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            compose_run(&compose, "start", id).await;
+            let started = Instant::now();
+            serving_at(vec![addr]).await;
+            wait_converged("after the restart", &observer, &members, &items, timing(Duration::from_secs(30))).await;
+            let converged = started.elapsed();
+            let role = if leader { "leader" } else { "follower" };
+            let checks = checker.checks();
+            eprintln!(
+                "[rolling] round {round}, zk{id} ({role}): {} member(s) lost their connection, every member ACQUIRED \
+                 {took:.2?} after another server served; converged {:.2?} after zk{id} started ({} claims checked, \
+                 {} violations)",
+                watch.lost(),
+                converged,
+                checks.claims_checked,
+                checks.violations.len()
+            );
+            if let Some(file) = &mut json {
+                use std::io::Write;
+                let line = format!(
+                    "{{\"round\":{round},\"server\":\"zk{id}\",\"role\":\"{role}\",\"lost\":{},\"members\":{},\
+                     \"recovery_s\":{:.3},\"bound_s\":{}}}",
+                    watch.lost(),
+                    members.len(),
+                    took.as_secs_f64(),
+                    BOUND.as_secs_f64()
+                );
+                writeln!(file, "{line}").expect("ROLLING_JSON");
+            }
+            recoveries.push((leader, watch.lost(), took));
+        }
+    }
+    assert_eq!(members.iter().map(|m| m.session()).collect::<Vec<_>>(), sessions, "the sessions survived");
+    let checks = checker.assert_safe(60).await;
+    let mut times: Vec<Duration> = recoveries.iter().map(|(_, _, took)| *took).collect();
+    times.sort();
+    eprintln!(
+        "[rolling] {} restarts ({} of the leader): median recovery {:.2?}, worst {:.2?}, over {BOUND:?}: {}; safety \
+         samples {}, claims checked {}, unreadable samples {}, violations {}",
+        times.len(),
+        recoveries.iter().filter(|(leader, _, _)| *leader).count(),
+        times[times.len() / 2],
+        times[times.len() - 1],
+        times.iter().filter(|took| **took > BOUND).count(),
+        checks.samples,
+        checks.claims_checked,
+        checks.unreadable,
+        checks.violations.len()
+    );
+    assert!(times.iter().all(|took| *took <= timing(BOUND)), "recoveries over {BOUND:?}: {times:?}");
+}
+
+/// Runs `<compose> <verb> zk<id>` (the compose command is split on spaces).
+async fn compose_run(compose: &str, verb: &str, id: usize) {
+    let mut words = compose.split_whitespace();
+    let program = words.next().expect("ROLLING_COMPOSE is empty");
+    let status = tokio::process::Command::new(program)
+        .args(words)
+        .args([verb, &format!("zk{id}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await
+        .unwrap_or_else(|err| panic!("{compose} {verb} zk{id}: {err}"));
+    assert!(status.success(), "{compose} {verb} zk{id}: {status}");
+}
+
+/// The first moment at which one of `addrs` answers `srvr` as serving (polled every 5 ms, so that the bound is
+/// measured from the server's return, not from a coarse poll).
+async fn serving_at(addrs: Vec<SocketAddr>) -> Instant {
+    let deadline = Instant::now() + timing(Duration::from_secs(60));
+    loop {
+        for &addr in &addrs {
+            if let Ok(mode) = server_mode(addr).await
+                && ["standalone", "leader", "follower"].contains(&mode.as_str())
+            {
+                return Instant::now();
+            }
+        }
+        assert!(Instant::now() < deadline, "no server of {addrs:?} served within 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Which members lost their connection since [`watch`](Self::watch), as their clients report it, and the generation
+/// of each one's snapshot at that moment.
+struct Losses {
+    lost: Vec<tokio::sync::watch::Receiver<Option<(u64, Instant)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Losses {
+    fn watch(members: &[&Member]) -> Losses {
+        let (lost, tasks) = members
+            .iter()
+            .map(|member| {
+                let (tx, rx) = tokio::sync::watch::channel(None);
+                let mut states = member.client.state_watcher();
+                let partitioner = member.partitioner.clone();
+                let task = tokio::spawn(async move {
+                    while states.changed().await == SessionState::SyncConnected {}
+                    let _ = tx.send(Some((partitioner.snapshot().generation, Instant::now())));
+                });
+                (rx, task)
+            })
+            .unzip();
+        Losses { lost, tasks }
+    }
+
+    fn lost(&self) -> usize {
+        self.lost.iter().filter(|lost| lost.borrow().is_some()).count()
+    }
+
+    /// When the first member lost its connection, if one did.
+    fn first_loss(&self) -> Option<Instant> {
+        self.lost.iter().filter_map(|lost| lost.borrow().map(|(_, at)| at)).min()
+    }
+
+    /// Waits until every member marked in `expected` has lost its connection.
+    async fn wait_lost(&self, expected: &[bool], deadline: Duration) {
+        let started = Instant::now();
+        while !self.lost.iter().zip(expected).all(|(lost, &expected)| !expected || lost.borrow().is_some()) {
+            assert!(started.elapsed() < deadline, "only {} member(s) saw the server stop", self.lost());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits until every member is connected and `ACQUIRED`, those that lost their connection in a snapshot
+    /// published after the loss; returns when.
+    async fn wait_recovered(&self, members: &[&Member], deadline: Duration) -> Instant {
+        let started = Instant::now();
+        loop {
+            let recovered = members.iter().zip(&self.lost).all(|(member, lost)| {
+                let snapshot = member.partitioner.snapshot();
+                let connected = member.client.state() == SessionState::SyncConnected;
+                let after_loss = lost.borrow().is_none_or(|(at_loss, _)| snapshot.generation > at_loss);
+                connected && snapshot.state == PartitionState::Acquired && after_loss
+            });
+            if recovered {
+                return Instant::now();
+            }
+            assert!(
+                started.elapsed() < deadline,
+                "not every member ACQUIRED again within {deadline:?}: {:?}",
+                members.iter().map(|m| m.partitioner.snapshot()).collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// When some server of a set last started serving: polled every 5 ms from [`track`](Self::track) on, the end of
+/// the last gap in which none served (or the start, if one served all along).
+struct Serving {
+    since: tokio::sync::watch::Receiver<Option<Instant>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    fn track(addrs: Vec<SocketAddr>) -> Serving {
+        let (tx, since) = tokio::sync::watch::channel(None);
+        let task = tokio::spawn(async move {
+            let mut was_serving = false;
+            loop {
+                let mut serving = false;
+                for &addr in &addrs {
+                    if let Ok(mode) = server_mode(addr).await
+                        && ["standalone", "leader", "follower"].contains(&mode.as_str())
+                    {
+                        serving = true;
+                        break;
+                    }
+                }
+                if serving && !was_serving {
+                    let _ = tx.send(Some(Instant::now()));
+                }
+                was_serving = serving;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        Serving { since, task }
+    }
+
+    /// The end of the last gap so far, waiting for one if no server serves yet.
+    async fn since(mut self) -> Instant {
+        let since = self.since.wait_for(Option::is_some).await.expect("the serving tracker stopped");
+        (*since).expect("checked by wait_for")
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Losses {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
