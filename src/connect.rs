@@ -398,6 +398,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn fail_fast_gives_up_at_once_when_no_server_can_be_reached() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
+        let cluster = format!("127.0.0.1:{port},no-such-host.invalid:2181");
+        let options = ConnectOptions::new().connect_timeout(Duration::from_secs(60)).fail_fast(true);
+        let started = Instant::now();
+        let err = connect_with(Client::connector(), &cluster, options).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        let message = err.to_string();
+        assert!(message.contains("fail-fast: no server can be reached"), "{message}");
+        assert!(message.contains(&format!("127.0.0.1:{port} refused the connection")), "{message}");
+        assert!(message.contains("no-such-host.invalid:2181 cannot be resolved"), "{message}");
+    }
+
+    #[test]
+    fn a_duration_converts_into_options_with_that_connect_timeout() {
+        let options = ConnectOptions::from(Duration::from_secs(3));
+        assert_eq!(options.get_connect_timeout(), Duration::from_secs(3));
+        assert!(!options.get_fail_fast());
+        assert!(options.get_reconnect_relay());
+    }
+
+    #[tokio::test]
     async fn an_unresolvable_host_is_named() {
         let err = connect_with(Client::connector(), "no-such-host.invalid:2181", Duration::from_millis(300))
             .await

@@ -93,6 +93,31 @@ async fn every_tool_reports_a_refused_server_alike() {
 }
 
 #[tokio::test]
+async fn fail_fast_gives_up_at_once_and_a_long_wait_says_how_long() {
+    let refused = refused_address();
+    for tool in TOOLS {
+        // --fail-fast: a refused server ends the wait at once, whatever the connect timeout
+        let started = std::time::Instant::now();
+        let (code, stderr) =
+            run(tool, &[&["--connect", &refused, "--connect-timeout", "60", "--fail-fast"], rest(tool)].concat()).await;
+        assert_eq!(code, Some(1), "{tool}: {stderr}");
+        assert!(started.elapsed() < timing(Duration::from_secs(10)), "{tool} took {:?}", started.elapsed());
+        let error = stderr.lines().last().unwrap_or_default();
+        assert!(error.contains("fail-fast: no server can be reached"), "{tool}: {stderr}");
+        assert!(error.contains(&format!("{refused} refused the connection")), "{tool}: {stderr}");
+
+        // without it, a wait past a second says what it waits for
+        let (code, stderr) =
+            run(tool, &[&["--connect", &refused, "--connect-timeout", "1.5"], rest(tool)].concat()).await;
+        assert_eq!(code, Some(1), "{tool}: {stderr}");
+        assert!(
+            stderr.contains(&format!("connecting to {refused}: no session yet, waiting up to 1.5s in all")),
+            "{tool}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn every_tool_reports_a_missing_chroot_as_such() {
     let ctx = Ctx::new().await;
     let connect = format!("{}{}/missing", ctx.endpoint, ctx.namespace);

@@ -1,16 +1,21 @@
 //! The session flags the worker, inspect and item_set examples share (each includes this file with `#[path]`, beside
 //! `common/tls.rs`): `--connect`, required by all three (there is no default server: a tool that quietly reached
-//! 127.0.0.1:2181 could read or change the wrong cluster), `--connect-timeout`, `--auth` and the TLS flags, checked
-//! while the arguments are parsed, and one connect error: the library's, which says what went wrong with each server.
+//! 127.0.0.1:2181 could read or change the wrong cluster), `--connect-timeout`, `--fail-fast`, `--auth` and the TLS
+//! flags, checked while the arguments are parsed, and one connect error: the library's, which says what went wrong
+//! with each server. A connect that takes more than a second says on stderr how long it will wait.
 //!
 //! Sessions are printed in decimal by all three, as ZooKeeper's clients return them (`Client::session_id().0`, kazoo's
 //! `client_id[0]`); zkCli and the server's log print the same number in hex (`printf '%#x\n' <session>` converts).
 
 use std::time::Duration;
 
+use zk_partitioner::ConnectOptions;
 use zk_partitioner::zookeeper_client::Client;
 
 use crate::tls::TlsArgs;
+
+/// How long a connect may take before the tool says what it is waiting for.
+const NOTICE_AFTER: Duration = Duration::from_secs(1);
 
 /// The session flags (flattened into each tool's arguments).
 #[derive(Debug, clap::Args)]
@@ -22,6 +27,10 @@ pub struct SessionArgs {
     /// unreachable, cannot be resolved, not ZooKeeper)
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
     pub connect_timeout: Duration,
+    /// Give up at once, instead of waiting out --connect-timeout, when no server can be reached at all: every host
+    /// name fails to resolve, or every server refuses the connection or does not answer within 1 s
+    #[arg(long)]
+    pub fail_fast: bool,
     /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (to read or change nodes whose ACL
     /// grants that identity alone; worker and item_set then create their nodes creator-all, for that identity only)
     #[arg(long, value_name = "SCHEME:CREDENTIALS", value_parser = auth)]
@@ -39,7 +48,21 @@ impl SessionArgs {
             connector = connector.with_auth(scheme, credentials.as_bytes());
         }
         let (connector, cluster) = self.tls.apply(connector, &self.connect)?;
-        zk_partitioner::connect_with(connector, &cluster, self.connect_timeout).await.map_err(|err| err.to_string())
+        let options = ConnectOptions::new().connect_timeout(self.connect_timeout).fail_fast(self.fail_fast);
+        let connecting = zk_partitioner::connect_with(connector, &cluster, options);
+        tokio::pin!(connecting);
+        // Say what the wait is once it is noticeable: a server that is still starting is waited for.
+        tokio::select! {
+            connected = &mut connecting => return connected.map_err(|err| err.to_string()),
+            () = tokio::time::sleep(NOTICE_AFTER) => {}
+        }
+        let fail_fast =
+            if self.fail_fast { "" } else { "; --fail-fast gives up at once when no server can be reached" };
+        eprintln!(
+            "connecting to {}: no session yet, waiting up to {:?} in all (--connect-timeout){fail_fast}",
+            self.connect, self.connect_timeout
+        );
+        connecting.await.map_err(|err| err.to_string())
     }
 }
 
