@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (bench/scale.sh, bench/rebalance.sh): how busy the machine is.
+# Sourced by the benchmark scripts: how busy the machine is, and which revision a run measures.
 
 # The CPU in use over one second, in percent. Other work on the machine is judged by it, before and after a run: the
 # load average cannot tell, as it still holds a previous run's load at the start and the run's own at the end.
@@ -14,4 +14,13 @@ cpu_busy_pct() {
 # Whether other work was running: more than a quarter of the CPU in use before ($1) or after ($2) the run.
 machine_busy() {
     [ "$1" -gt 25 ] || [ "$2" -gt 25 ]
+}
+
+# What a run measures: the commit, and the uncommitted changes to the paths given ("abc1234", or "abc1234 +
+# uncommitted changes to src/a.rs,src/b.rs"), noted before building.
+measured_revision() {
+    local revision uncommitted
+    revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    uncommitted=$(git status --porcelain -- "$@" 2>/dev/null | awk '{print $2}' | paste -sd, -)
+    if [ -n "$uncommitted" ]; then echo "$revision + uncommitted changes to $uncommitted"; else echo "$revision"; fi
 }

@@ -49,7 +49,7 @@ image=${ZOOKEEPER_IMAGE:-zk-partitioner/zookeeper:3.8}
 
 t0=$(date +%s)
 say() { printf '[rebalance.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
-source bench/machine.sh  # cpu_busy_pct, machine_busy
+source bench/machine.sh  # cpu_busy_pct, machine_busy, measured_revision
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 busy_start=$(cpu_busy_pct)
 
@@ -74,9 +74,7 @@ fi
 kazoo_version=$(python3 -c 'import kazoo.version as v; print(v.__version__)')
 
 # What is measured: HEAD plus any uncommitted change to the library or the worker (noted before building).
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-uncommitted=$(git status --porcelain -- src examples/worker.rs Cargo.toml 2>/dev/null | awk '{print $2}' | paste -sd, -)
-[ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+revision=$(measured_revision src examples/worker.rs Cargo.toml)
 
 say "building the worker example (release)"
 # shellcheck source=bench/cargo_exe.sh

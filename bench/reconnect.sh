@@ -20,15 +20,13 @@ SESSION=${SESSION:-20}
 TIME_BOUNDARY=${TIME_BOUNDARY:-0.5}
 t0=$(date +%s)
 say() { printf '[reconnect.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
-source bench/machine.sh  # cpu_busy_pct, machine_busy
+source bench/machine.sh  # cpu_busy_pct, machine_busy, measured_revision
 
 work=$(mktemp -d /tmp/zkp-reconnect.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-uncommitted=$(git status --porcelain -- src benches Cargo.toml 2>/dev/null | awk '{print $2}' | paste -sd, -)
-[ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+revision=$(measured_revision src benches Cargo.toml)
 
 say "building benches/reconnect.rs (release)"
 # shellcheck source=bench/cargo_exe.sh

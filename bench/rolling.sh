@@ -17,7 +17,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROUNDS=${ROUNDS:-3}
 t0=$(date +%s)
 say() { printf '[rolling.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
-source bench/machine.sh  # cpu_busy_pct, machine_busy
+source bench/machine.sh  # cpu_busy_pct, machine_busy, measured_revision
 
 if [ -z "${ZOOKEEPER_IMAGE:-}" ]; then
     if docker image inspect zookeeper:3.9 >/dev/null 2>&1; then
@@ -37,9 +37,7 @@ cleanup() { "${compose[@]}" down -v >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-uncommitted=$(git status --porcelain -- src examples tests Cargo.toml 2>/dev/null | awk '{print $2}' | paste -sd, -)
-[ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+revision=$(measured_revision src examples tests Cargo.toml)
 
 say "building the restart tests (release)"
 # shellcheck source=bench/cargo_exe.sh

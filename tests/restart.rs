@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::faults::{Opts, SafetyChecker, member_at, sessions_on, wait_converged};
-use common::members::{Member, auto_release, ints};
+use common::members::{AbortOnDrop, Member, auto_release, ints};
 use common::{Ensemble, OwnedServer, connect, namespace, timing};
 use zk_partitioner::testing::server_mode;
-use zk_partitioner::zookeeper_client::SessionState;
+use zk_partitioner::zookeeper_client::{Client, SessionState};
 use zk_partitioner::{Item, PartitionState};
 
 /// The bound: from a server accepting connections again to every member `ACQUIRED` again.
@@ -35,19 +35,8 @@ async fn members_are_acquired_again_within_a_second_of_a_restarted_server_servin
     common::init_tracing();
     let server = OwnedServer::launch().await;
     let ns = namespace(&server).await;
-    let connect_string = format!("{}{ns}", server.endpoint());
-    let items = ints(30);
-    let members = [
-        member_at(&connect_string, "a", &items, &opts()).await,
-        member_at(&connect_string, "b", &items, &opts()).await,
-        member_at(&connect_string, "c", &items, &opts()).await,
-    ];
-    let members: Vec<&Member> = members.iter().collect();
-    let _workers: Vec<_> = members.iter().map(|m| auto_release(&m.partitioner)).collect();
-    let observer = connect(&connect_string, SESSION).await;
-    let checker = SafetyChecker::start(observer.clone(), &items, &members);
-    wait_converged("three members", &observer, &members, &items, timing(Duration::from_secs(20))).await;
-    let sessions: Vec<i64> = members.iter().map(|m| m.session()).collect();
+    let party = Party::settle(&format!("{}{ns}", server.endpoint()), &["a", "b", "c"], 30).await;
+    let members = party.members();
 
     for outage in [Duration::from_secs(2), Duration::from_secs(4)] {
         // when: the server stops, stays down for the outage, and starts again
@@ -63,10 +52,9 @@ async fn members_are_acquired_again_within_a_second_of_a_restarted_server_servin
         let took = recovered.saturating_duration_since(back);
         eprintln!("[restart] down {outage:?}: every member ACQUIRED again {took:.2?} after the server served again");
         assert!(took <= timing(BOUND), "down {outage:?}: every member ACQUIRED again only {took:?} after the server");
-        assert_eq!(members.iter().map(|m| m.session()).collect::<Vec<_>>(), sessions, "the sessions survived");
-        wait_converged("after the restart", &observer, &members, &items, timing(Duration::from_secs(10))).await;
+        party.converged_on_the_same_sessions().await;
     }
-    checker.assert_safe(30).await;
+    party.checker.assert_safe(30).await;
 }
 
 #[tokio::test]
@@ -75,56 +63,31 @@ async fn a_rolling_restart_of_an_ensemble_keeps_recovery_within_a_second() {
     common::init_tracing();
     let ensemble = Ensemble::launch().await;
     let ns = namespace(&ensemble).await;
-    let connect_string = format!("{}{ns}", ensemble.connect_string());
-    let items: Vec<Item> = ints(30);
-    let members = [
-        member_at(&connect_string, "a", &items, &opts()).await,
-        member_at(&connect_string, "b", &items, &opts()).await,
-        member_at(&connect_string, "c", &items, &opts()).await,
-    ];
-    let members: Vec<&Member> = members.iter().collect();
-    let _workers: Vec<_> = members.iter().map(|m| auto_release(&m.partitioner)).collect();
-    let observer = connect(&connect_string, SESSION).await;
-    let checker = SafetyChecker::start(observer.clone(), &items, &members);
-    wait_converged("three members", &observer, &members, &items, timing(Duration::from_secs(20))).await;
-    let sessions: Vec<i64> = members.iter().map(|m| m.session()).collect();
+    let party = Party::settle(&format!("{}{ns}", ensemble.connect_string()), &["a", "b", "c"], 30).await;
+    let addrs: Vec<SocketAddr> = ensemble.ids().map(|id| ensemble.addr(id)).collect();
 
     for id in ensemble.ids() {
-        // when: server `id` stops; the members on it lose their connection, and so do all of them if it was the
-        // leader (its followers drop their clients until they have elected a new one)
-        let addr = ensemble.addr(id);
-        let on_it = sessions_on(addr).await.expect("cons");
+        // when: server `id` stops
         let leader = ensemble.leader().await == id;
-        let expect_lost: Vec<bool> = members.iter().map(|m| leader || on_it.contains(&m.session())).collect();
-        let others: Vec<SocketAddr> = ensemble.ids().filter(|&other| other != id).map(|o| ensemble.addr(o)).collect();
-        let serving = Serving::track(others);
-        let watch = Losses::watch(&members);
-        ensemble.stop(id).await;
-        watch.wait_lost(&expect_lost, timing(Duration::from_secs(10))).await;
+        let restart = stop_and_measure(&party, &addrs, id, leader, ensemble.stop(id)).await;
 
         // then: every member that lost its connection is ACQUIRED again, on another server, within the bound of the
         // other servers serving (at once after a follower's stop, after the election after the leader's)
-        let recovered = watch.wait_recovered(&members, timing(Duration::from_secs(30))).await;
-        let back = serving.since().await;
-        // Measured from the later of the first loss and the other servers serving; nothing to measure if no member
-        // lost its connection.
-        let took =
-            watch.first_loss().map_or(Duration::ZERO, |lost| recovered.saturating_duration_since(back.max(lost)));
         eprintln!(
             "[restart] ensemble server {id} ({}) stopped: {} member(s) lost their connection; every member \
-             ACQUIRED {took:.2?} after the other servers served",
-            if leader { "leader" } else { "follower" },
-            watch.lost()
+             ACQUIRED {:.2?} after the other servers served",
+            restart.role(),
+            restart.lost,
+            restart.took
         );
-        assert!(took <= timing(BOUND), "server {id}: every member ACQUIRED again only {took:?} after a server served");
+        assert!(restart.took <= timing(BOUND), "server {id}: every member ACQUIRED again only {restart:?}");
 
         // and: the server comes back after 2 s; nothing moves, and the party has converged
         tokio::time::sleep(Duration::from_secs(2)).await;
         ensemble.start(id).await;
-        assert_eq!(members.iter().map(|m| m.session()).collect::<Vec<_>>(), sessions, "the sessions survived");
-        wait_converged("after the restart", &observer, &members, &items, timing(Duration::from_secs(10))).await;
+        party.converged_on_the_same_sessions().await;
     }
-    checker.assert_safe(30).await;
+    party.checker.assert_safe(30).await;
 }
 
 /// The rolling restart of the compose ensemble (`docker compose --profile ensemble`, servers zk1-zk3 on
@@ -142,48 +105,28 @@ async fn rolling_restart_of_the_compose_ensemble() {
     let addrs: Vec<SocketAddr> = (1..=3).map(|id| SocketAddr::from(([127, 0, 0, 1], 2190 + id))).collect();
     let cluster = addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     let ns = namespace(&cluster).await;
-    let connect_string = format!("{cluster}{ns}");
-    let items = ints(60);
-    let mut members = Vec::new();
-    for name in ["a", "b", "c", "d", "e"] {
-        members.push(member_at(&connect_string, name, &items, &opts()).await);
-    }
-    let members: Vec<&Member> = members.iter().collect();
-    let _workers: Vec<_> = members.iter().map(|m| auto_release(&m.partitioner)).collect();
-    let observer = connect(&connect_string, SESSION).await;
-    let checker = SafetyChecker::start(observer.clone(), &items, &members);
-    wait_converged("five members", &observer, &members, &items, timing(Duration::from_secs(30))).await;
-    let sessions: Vec<i64> = members.iter().map(|m| m.session()).collect();
+    let party = Party::settle(&format!("{cluster}{ns}"), &["a", "b", "c", "d", "e"], 60).await;
     let mut json = std::env::var_os("ROLLING_JSON").map(|path| std::fs::File::create(path).expect("ROLLING_JSON"));
     let mut recoveries = Vec::new();
     for round in 0..rounds {
         for id in 1..=3 {
             let addr = addrs[id - 1];
-            let on_it = sessions_on(addr).await.expect("cons");
             let leader = server_mode(addr).await.is_ok_and(|mode| mode == "leader");
-            let expect_lost: Vec<bool> = members.iter().map(|m| leader || on_it.contains(&m.session())).collect();
-            let others: Vec<SocketAddr> = addrs.iter().copied().filter(|&other| other != addr).collect();
-            let serving = Serving::track(others);
-            let watch = Losses::watch(&members);
-            compose_run(&compose, "stop", id).await;
-            watch.wait_lost(&expect_lost, timing(Duration::from_secs(10))).await;
-            let recovered = watch.wait_recovered(&members, timing(Duration::from_secs(30))).await;
-            let back = serving.since().await;
-            let took =
-                watch.first_loss().map_or(Duration::ZERO, |lost| recovered.saturating_duration_since(back.max(lost)));
+            let restart = stop_and_measure(&party, &addrs, id, leader, compose_run(&compose, "stop", id)).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
             compose_run(&compose, "start", id).await;
             let started = Instant::now();
             serving_at(vec![addr]).await;
-            wait_converged("after the restart", &observer, &members, &items, timing(Duration::from_secs(30))).await;
+            party.converged_on_the_same_sessions().await;
             let converged = started.elapsed();
-            let role = if leader { "leader" } else { "follower" };
-            let checks = checker.checks();
+            let role = restart.role();
+            let checks = party.checker.checks();
             eprintln!(
                 "[rolling] round {round}, zk{id} ({role}): {} member(s) lost their connection, every member ACQUIRED \
-                 {took:.2?} after another server served; converged {:.2?} after zk{id} started ({} claims checked, \
+                 {:.2?} after another server served; converged {:.2?} after zk{id} started ({} claims checked, \
                  {} violations)",
-                watch.lost(),
+                restart.lost,
+                restart.took,
                 converged,
                 checks.claims_checked,
                 checks.violations.len()
@@ -193,25 +136,24 @@ async fn rolling_restart_of_the_compose_ensemble() {
                 let line = format!(
                     "{{\"round\":{round},\"server\":\"zk{id}\",\"role\":\"{role}\",\"lost\":{},\"members\":{},\
                      \"recovery_s\":{:.3},\"bound_s\":{}}}",
-                    watch.lost(),
-                    members.len(),
-                    took.as_secs_f64(),
+                    restart.lost,
+                    party.members.len(),
+                    restart.took.as_secs_f64(),
                     BOUND.as_secs_f64()
                 );
                 writeln!(file, "{line}").expect("ROLLING_JSON");
             }
-            recoveries.push((leader, watch.lost(), took));
+            recoveries.push(restart);
         }
     }
-    assert_eq!(members.iter().map(|m| m.session()).collect::<Vec<_>>(), sessions, "the sessions survived");
-    let checks = checker.assert_safe(60).await;
-    let mut times: Vec<Duration> = recoveries.iter().map(|(_, _, took)| *took).collect();
+    let checks = party.checker.assert_safe(60).await;
+    let mut times: Vec<Duration> = recoveries.iter().map(|restart| restart.took).collect();
     times.sort();
     eprintln!(
         "[rolling] {} restarts ({} of the leader): median recovery {:.2?}, worst {:.2?}, over {BOUND:?}: {}; safety \
          samples {}, claims checked {}, unreadable samples {}, violations {}",
         times.len(),
-        recoveries.iter().filter(|(leader, _, _)| *leader).count(),
+        recoveries.iter().filter(|restart| restart.leader).count(),
         times[times.len() / 2],
         times[times.len() - 1],
         times.iter().filter(|took| **took > BOUND).count(),
@@ -235,6 +177,79 @@ async fn compose_run(compose: &str, verb: &str, id: usize) {
         .await
         .unwrap_or_else(|err| panic!("{compose} {verb} zk{id}: {err}"));
     assert!(status.success(), "{compose} {verb} zk{id}: {status}");
+}
+
+/// Members on one connect string, each with its worker loop, an observer session and the safety checker.
+struct Party {
+    members: Vec<Member>,
+    _workers: Vec<AbortOnDrop>,
+    items: Vec<Item>,
+    sessions: Vec<i64>,
+    observer: Client,
+    checker: SafetyChecker,
+}
+
+impl Party {
+    /// Members named `names` on `connect_string` over `items` items, settled (every one `ACQUIRED`, a disjoint cover).
+    async fn settle(connect_string: &str, names: &[&str], items: i64) -> Party {
+        let items = ints(items);
+        let mut members = Vec::new();
+        for name in names {
+            members.push(member_at(connect_string, name, &items, &opts()).await);
+        }
+        let workers = members.iter().map(|m| auto_release(&m.partitioner)).collect();
+        let observer = connect(connect_string, SESSION).await;
+        let checker = SafetyChecker::start(observer.clone(), &items, &members.iter().collect::<Vec<_>>());
+        let sessions = members.iter().map(Member::session).collect();
+        let party = Party { members, _workers: workers, items, sessions, observer, checker };
+        party.converged_on_the_same_sessions().await;
+        party
+    }
+
+    fn members(&self) -> Vec<&Member> {
+        self.members.iter().collect()
+    }
+
+    /// Waits until the party has converged, and checks that every member kept its session.
+    async fn converged_on_the_same_sessions(&self) {
+        let deadline = timing(Duration::from_secs(30));
+        wait_converged("the party", &self.observer, &self.members(), &self.items, deadline).await;
+        let sessions: Vec<i64> = self.members.iter().map(Member::session).collect();
+        assert_eq!(sessions, self.sessions, "the sessions survived");
+    }
+}
+
+/// One server of an ensemble stopped: its role, how many members lost their connection, and how long after the
+/// later of the first loss and the other servers serving every member was `ACQUIRED` again (zero if none lost it).
+#[derive(Debug)]
+struct Restart {
+    leader: bool,
+    lost: usize,
+    took: Duration,
+}
+
+impl Restart {
+    fn role(&self) -> &'static str {
+        if self.leader { "leader" } else { "follower" }
+    }
+}
+
+/// Stops server `id` of the ensemble at `addrs` with `stop`, and measures the party's recovery. The members on it
+/// lose their connection, and so do all of them if it is the `leader` (its followers drop their clients until they
+/// have elected a new one).
+async fn stop_and_measure(party: &Party, addrs: &[SocketAddr], id: usize, leader: bool, stop: impl Future) -> Restart {
+    let members = party.members();
+    let on_it = sessions_on(addrs[id - 1]).await.expect("cons");
+    let expect_lost: Vec<bool> = members.iter().map(|m| leader || on_it.contains(&m.session())).collect();
+    let others: Vec<SocketAddr> = addrs.iter().copied().filter(|&other| other != addrs[id - 1]).collect();
+    let serving = Serving::track(others);
+    let watch = Losses::watch(&members);
+    stop.await;
+    watch.wait_lost(&expect_lost, timing(Duration::from_secs(10))).await;
+    let recovered = watch.wait_recovered(&members, timing(Duration::from_secs(30))).await;
+    let back = serving.since().await;
+    let took = watch.first_loss().map_or(Duration::ZERO, |lost| recovered.saturating_duration_since(back.max(lost)));
+    Restart { leader, lost: watch.lost(), took }
 }
 
 /// The first moment at which one of `addrs` answers `srvr` as serving (polled every 5 ms, so that the bound is
