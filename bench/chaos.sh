@@ -28,16 +28,14 @@ OUT=${OUT:-chaos}
 
 t0=$(date +%s)
 say() { printf '[chaos.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
-source bench/machine.sh  # cpu_busy_pct, machine_busy
+source bench/machine.sh  # cpu_busy_pct, machine_busy, measured_revision
 
 work=$(mktemp -d /tmp/zkp-chaos.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
 # What is measured: HEAD plus any uncommitted change to the library, the worker or the tests (noted before building).
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-uncommitted=$(git status --porcelain -- src examples tests Cargo.toml 2>/dev/null | awk '{print $2}' | paste -sd, -)
-[ -z "$uncommitted" ] || revision="$revision + uncommitted changes to $uncommitted"
+revision=$(measured_revision src examples tests Cargo.toml)
 
 say "building the worker example and the chaos test (release)"
 # shellcheck source=bench/cargo_exe.sh
