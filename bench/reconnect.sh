@@ -65,7 +65,8 @@ rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 groups = {}
 for r in rows:
     groups.setdefault((r["server"], r["outage_s"], r["mode"]), []).append(r)
-print("| server | down | client | restarts | connected after the server serves: median | worst | ACQUIRED after: median | worst |")
+print("| server | down | client | restarts | connected after the server serves: median | worst "
+      "| ACQUIRED after: median | worst |")
 print("|---|---:|---|---:|---:|---:|---:|---:|")
 order = {"process": 0, "container": 1, "ensemble": 2}
 for (server, outage, mode), rs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1], kv[0][2])):

@@ -74,7 +74,8 @@ start=$(date -u '+%Y-%m-%d %H:%M')
 say "rolling restart: $ROUNDS round(s) of zk1, zk2, zk3"
 set +e
 ROLLING_COMPOSE="${compose[*]}" ROLLING_ROUNDS=$ROUNDS ROLLING_JSON="$work/rolling.jsonl" \
-    "$restart_exe" --exact rolling_restart_of_the_compose_ensemble --ignored --nocapture 2>&1 | tee "$work/rolling.log" >&2
+    "$restart_exe" --exact rolling_restart_of_the_compose_ensemble --ignored --nocapture 2>&1 \
+    | tee "$work/rolling.log" >&2
 status=${PIPESTATUS[0]}
 set -e
 end=$(date -u '+%H:%M')

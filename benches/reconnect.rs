@@ -312,9 +312,9 @@ async fn restart(
         let snapshot = session.partitioner.snapshot();
         println!(
             "{{\"server\":\"{}\",\"restarted\":{id},\"run\":{run},\"outage_s\":{outage},\"mode\":\"{}\",\
-             \"session_timeout_s\":{},\"time_boundary_s\":{},\"down_ms\":{:.0},\"starting_ms\":{:.0},\"lost_after_stop_ms\":{:.0},\
-             \"connected_after_back_ms\":{},\"acquired_after_back_ms\":{},\"session_kept\":{},\
-             \"generation_moved\":{}}}",
+             \"session_timeout_s\":{},\"time_boundary_s\":{},\"down_ms\":{:.0},\"starting_ms\":{:.0},\
+             \"lost_after_stop_ms\":{:.0},\"connected_after_back_ms\":{},\"acquired_after_back_ms\":{},\
+             \"session_kept\":{},\"generation_moved\":{}}}",
             args.server,
             session.mode,
             args.session.as_secs_f64(),

@@ -15,29 +15,34 @@
 //!
 //! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
 //! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
-//! error. The `testing` feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against
-//! ZooKeeper in Docker (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions
-//! over TLS: `tls_options` and `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
+//! error, and keeps it connected through a reconnect relay ([`ConnectOptions`]). The `testing` feature adds
+//! `zk_partitioner::testing`, a kit for integration tests of your workers against ZooKeeper in Docker (real
+//! connection cuts and session expiry, a safety checker). The `tls` feature adds sessions over TLS: `tls_options` and
+//! `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
 //!
 //! # The worker loop
 //!
-//! Work on the items while the member is `Acquired`, stop when it is told to release, and leave cleanly on Ctrl-C:
+//! Work on the items while the member is `Acquired`, stop when it is told to release, and leave at once when told to
+//! stop. The loop is a function that takes the client, the items and a shutdown future, so that a test can run the
+//! very function `main` runs against a throwaway ZooKeeper (the README shows such a test, with the `testing` kit);
+//! `main` stays thin: it connects, says what stops the worker, and joins again on a new session when one is lost.
 //!
 //! ```no_run
+//! use std::future::Future;
 //! use std::time::Duration;
-//! use zk_partitioner::{Item, PartitionState, SetPartitioner};
+//! use zk_partitioner::zookeeper_client::Client;
+//! use zk_partitioner::{Error, Item, PartitionState, SetPartitioner};
 //!
-//! #[tokio::main]
-//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     // One ZooKeeper session per member: a member's locks live and die with its session.
-//!     let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
-//!     let partitioner = SetPartitioner::builder(client, "/work_queues", ["queue-1", "queue-2", "queue-3"])
+//! /// Works on this member's share of `items` until `shutdown` resolves, or until the partitioner fails.
+//! pub async fn run_worker(client: Client, items: Vec<Item>, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+//!     let partitioner = SetPartitioner::builder(client, "/work_queues", items)
 //!         .time_boundary(Duration::from_secs(5))
 //!         .build()
 //!         .await?;
 //!     let mut changes = partitioner.subscribe();
 //!     let mut work: Option<tokio::task::JoinHandle<()>> = None;
-//!     loop {
+//!     tokio::pin!(shutdown);
+//!     let result = loop {
 //!         let snapshot = changes.borrow_and_update().clone();
 //!         match snapshot.state {
 //!             PartitionState::Acquired => work = Some(tokio::spawn(process(snapshot.items.to_vec()))),
@@ -48,22 +53,44 @@
 //!                 partitioner.release_set().await?;
 //!             }
 //!             PartitionState::Allocating => {}
-//!             // Session lost, or an error that cannot be retried: start over with a new client and partitioner.
-//!             PartitionState::Failure => return Err(snapshot.cause.map_or_else(|| "failed".into(), Into::into)),
+//!             // Session lost, or an error that cannot be retried.
+//!             PartitionState::Failure => break Err(snapshot.cause.unwrap_or(Error::Stopped)),
 //!         }
 //!         tokio::select! {
-//!             changed = changes.changed() => changed?, // sleeps until the next transition
-//!             _ = tokio::signal::ctrl_c() => {
-//!                 partitioner.finish().await; // releases the locks and leaves the party now
-//!                 return Ok(());
+//!             changed = changes.changed() => { // sleeps until the next transition
+//!                 if changed.is_err() {
+//!                     break Err(partitioner.failure().unwrap_or(Error::Stopped));
+//!                 }
 //!             }
+//!             () = &mut shutdown => break Ok(()),
 //!         }
+//!     };
+//!     if let Some(work) = work {
+//!         work.abort(); // never keep working on items that may no longer be ours
 //!     }
+//!     partitioner.finish().await; // releases the locks and leaves the party now
+//!     result
 //! }
 //!
 //! async fn process(items: Vec<Item>) {
 //!     for item in items {
 //!         println!("working on {item}");
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let items: Vec<Item> = ["queue-1", "queue-2", "queue-3"].into_iter().map(Item::from).collect();
+//!     loop {
+//!         // One ZooKeeper session per member: a member's locks live and die with its session.
+//!         let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
+//!         let ctrl_c = async {
+//!             let _ = tokio::signal::ctrl_c().await;
+//!         };
+//!         match run_worker(client, items.clone(), ctrl_c).await {
+//!             Err(Error::SessionLost { .. }) => continue, // e.g. expired during a long stall: join again
+//!             result => return Ok(result?),
+//!         }
 //!     }
 //! }
 //! ```

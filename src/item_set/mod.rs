@@ -66,7 +66,7 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 ///
 /// Cheap to clone. A read is one request (two while a large update is being applied); an update that fits one
 /// request is a read and one conditional write; a larger one is staged, committed and applied (see the
-/// [module docs](self) for why every reader sees either the set before or the set after).
+/// `item_set` module's docs in the source for why every reader sees either the set before or the set after).
 ///
 /// **Cancel safety**: every change runs on a task of its own (the caller's runtime's). Dropping its future (a
 /// `timeout`, a `select!`) stops the waiting, not the change: it completes, or fails and leaves nothing, as it would
