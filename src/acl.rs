@@ -33,13 +33,4 @@ impl NodeAcls {
     pub fn ephemeral_sequential(&self) -> CreateOptions<'_> {
         CreateMode::EphemeralSequential.with_acls(Acls::new(&self.0))
     }
-
-    /// The options of a node created in `mode` with this ACL.
-    pub fn options(&self, mode: crate::zookeeper::Mode) -> CreateOptions<'_> {
-        match mode {
-            crate::zookeeper::Mode::Persistent => self.persistent(),
-            crate::zookeeper::Mode::Ephemeral => self.ephemeral(),
-            crate::zookeeper::Mode::EphemeralSequential => self.ephemeral_sequential(),
-        }
-    }
 }

@@ -184,15 +184,8 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
         hash.0
     };
     // User code: a function that panics on the probe is simply not compared (a panic on the real set is reported
-    // when the share is computed). Its payload is dropped under catch_unwind too: a payload whose drop panics must not
-    // unwind out of `build()`.
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(probe)) {
-        Ok(fingerprint) => Some(fingerprint),
-        Err(payload) => {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
-            None
-        }
-    }
+    // when the share is computed).
+    crate::partition_fn::guarded(probe).ok()
 }
 
 #[cfg(test)]

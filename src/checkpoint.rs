@@ -12,8 +12,9 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client::Client;
 
+use crate::error::retry_transient;
 use crate::error::{is_transient, session_end};
-use crate::party::{Paths, retry_transient};
+use crate::layout::Paths;
 use crate::session::SessionRef;
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};

@@ -15,10 +15,11 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
-use crate::decision::sequence;
+use crate::error::retry_transient;
+use crate::layout::{self, Paths};
+use crate::layout::{contenders_in_order, sequence};
 use crate::locks::READ_BATCH;
 use crate::names::check_base_path;
-use crate::party::{self, Paths, retry_transient};
 use crate::{Error, FencingToken, Item, PartitionFn};
 
 /// Read `multi`s in flight at once by default (each carries up to 500 reads).
@@ -334,7 +335,7 @@ fn split_party(children: Vec<String>) -> (Vec<(String, String)>, Vec<String>) {
     let mut members = Vec::with_capacity(children.len());
     let mut foreign = Vec::new();
     for child in children {
-        match party::member_name(&child) {
+        match layout::member_name(&child) {
             Some(name) => {
                 let name = name.to_owned();
                 members.push((child, name));
@@ -426,7 +427,7 @@ async fn read_dirs(
     for ((dir, dir_path), listing) in batch.into_iter().zip(&dir_paths).zip(listings) {
         match listing {
             MultiReadResult::Children { children } => {
-                let contenders = children.into_iter().filter(|child| sequence(child).is_some()).collect();
+                let contenders = contenders_in_order(&children).into_iter().map(str::to_owned).collect();
                 found.push((dir, contenders));
             }
             MultiReadResult::Error { err: zookeeper_client::Error::NoNode } => {}
@@ -625,9 +626,7 @@ fn outside_share(
     let mut share_of: HashMap<String, String> = HashMap::with_capacity(set.len());
     for name in &names {
         let call = || partition_fn.partition(name, &names, &set);
-        let share = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
-            Error::PartitionFn { reason: format!("panicked: {}", crate::decision::panic_message(&*panic)) }
-        })?;
+        let share = crate::partition_fn::guarded(call).map_err(|reason| Error::PartitionFn { reason })?;
         for item in share {
             if set.binary_search(&item).is_err() {
                 return Err(Error::PartitionFn { reason: format!("returned {item:?}, which is not in the set") });

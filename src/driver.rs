@@ -15,9 +15,11 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState, StateWatcher};
 
 use crate::Error;
-use crate::decision::{self, AckId, Action, Core, Event, Op, Reply, ReqId};
+use crate::decision::{AckId, Action, Core, Event, Op, Reply, ReqId};
+use crate::error::retry_transient;
 use crate::handle::Command;
-use crate::party::{self, Membership, Paths};
+use crate::layout::Paths;
+use crate::party::Membership;
 use crate::publisher::Publisher;
 use crate::requests::{self, Context, Done};
 use crate::session::SessionRelease;
@@ -259,7 +261,7 @@ pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
     let (client, paths) = (driver.client.clone(), driver.context.paths.clone());
     let sender = driver.publisher.sender().clone();
     if let Err(panic) = std::panic::AssertUnwindSafe(driver.run()).catch_unwind().await {
-        let reason = format!("the background task panicked: {}", decision::panic_message(&*panic));
+        let reason = format!("the background task panicked: {}", crate::error::panic_message(&*panic));
         tracing::error!(%reason, "partitioner failed");
         Publisher::panicked(&sender, reason);
         crate::metrics::DriverMetrics::panicked(&paths);
@@ -273,7 +275,7 @@ pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
 /// connection are sent again; the client fails them for good once the session ends, which ends this too.
 pub(crate) async fn delete_our_nodes<Z: ZooKeeper>(client: &Z, paths: &Paths) {
     #[cfg(test)]
-    if crate::decision::sabotaged(crate::decision::Sabotage::CleanupOnce) {
+    if crate::sabotage::breaks(crate::sabotage::Sabotage::CleanupOnce) {
         for base in [&paths.locks, &paths.party] {
             let Ok(nodes) = client.list_ephemerals(base).await else { continue };
             for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/')))
@@ -284,7 +286,7 @@ pub(crate) async fn delete_our_nodes<Z: ZooKeeper>(client: &Z, paths: &Paths) {
         return;
     }
     for base in [&paths.locks, &paths.party] {
-        let nodes = match party::retry_transient(client, || client.list_ephemerals(base)).await {
+        let nodes = match retry_transient(client, || client.list_ephemerals(base)).await {
             Ok(nodes) => nodes,
             Err(err) => {
                 tracing::warn!(%err, base, "could not list our nodes after a panic; the session closes with them");
@@ -292,7 +294,7 @@ pub(crate) async fn delete_our_nodes<Z: ZooKeeper>(client: &Z, paths: &Paths) {
             }
         };
         for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/'))) {
-            match party::retry_transient(client, || client.delete(node, None)).await {
+            match retry_transient(client, || client.delete(node, None)).await {
                 Ok(()) | Err(crate::zookeeper::ZkError::NoNode) => {}
                 Err(err) => tracing::warn!(%err, node, "could not delete a node after a panic"),
             }

@@ -1,6 +1,10 @@
 //! The crate's error type.
 
+use std::time::Duration;
+
 use zookeeper_client::SessionState;
+
+use crate::zookeeper::{ZkError, ZooKeeper};
 
 /// Everything that can go wrong in this crate.
 ///
@@ -330,6 +334,36 @@ pub(crate) fn session_end(err: &zookeeper_client::Error) -> Option<SessionState>
 pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
     use zookeeper_client::Error as E;
     matches!(err, E::ConnectionLoss | E::Custom(_) | E::Throttled | E::Timeout | E::NoHosts)
+}
+
+/// Runs a request until it gives an answer that is not a lost connection. The client queues requests while it
+/// reconnects and fails them for good once the session ends, so this loop ends with the session at the latest.
+pub(crate) async fn retry_transient<Z, T, F, Fut>(zk: &Z, mut request: F) -> Result<T, ZkError>
+where
+    Z: ZooKeeper,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ZkError>>,
+{
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match request().await {
+            Err(err) if is_transient(&err) => {
+                tracing::warn!(error = %err, ?delay, "retrying a request lost with the connection");
+                zk.sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".into())
 }
 
 #[cfg(test)]

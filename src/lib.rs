@@ -200,6 +200,7 @@ mod error;
 mod handle;
 mod item;
 mod item_set;
+mod layout;
 mod locks;
 pub mod metrics;
 mod names;
@@ -210,6 +211,7 @@ mod policy;
 mod publisher;
 mod relay;
 mod requests;
+mod sabotage;
 mod session;
 #[cfg(test)]
 mod sim;

@@ -12,9 +12,9 @@ use futures::StreamExt;
 
 use crate::Error;
 use crate::acl::NodeAcls;
-use crate::decision::sequence;
+use crate::error::retry_transient;
 use crate::error::{is_transient, session_end};
-use crate::party::retry_transient;
+use crate::layout::sequence;
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, Written, ZkError, ZooKeeper};
 
 /// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set
@@ -78,7 +78,7 @@ pub(crate) async fn create_contenders<Z: ZooKeeper>(
 
 /// Whether `<path>/locks` has any child: `false` on a fresh path, whose lock directories are then made before the
 /// first creates (one `multi` per batch) instead of after a create failed with `NoNode` for each batch.
-pub(crate) async fn any_dir<Z: ZooKeeper>(zk: &Z, paths: &crate::party::Paths) -> Result<bool, Error> {
+pub(crate) async fn any_dir<Z: ZooKeeper>(zk: &Z, paths: &crate::layout::Paths) -> Result<bool, Error> {
     let stat = retry_transient(zk, || zk.check_stat(&paths.locks))
         .await
         .map_err(|e| Error::zk("exists", paths.locks.as_str(), e))?;
@@ -138,7 +138,7 @@ pub(crate) async fn list_dirs<Z: ZooKeeper>(
 /// waiting for ourselves; the core never asks to wait for a node it tracks.
 pub(crate) async fn wait_for_predecessor<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<(), ZkError> {
     #[cfg(test)]
-    let sabotaged = crate::decision::sabotaged(crate::decision::Sabotage::OwnPredecessorWaited);
+    let sabotaged = crate::sabotage::breaks(crate::sabotage::Sabotage::OwnPredecessorWaited);
     #[cfg(not(test))]
     let sabotaged = false;
     match zk.get_and_watch_data(path).await {
@@ -147,7 +147,7 @@ pub(crate) async fn wait_for_predecessor<Z: ZooKeeper>(zk: &Z, path: &str) -> Re
                 node = path,
                 "deleting a lock node of our own session ahead of ours (a create that landed late)"
             );
-            match crate::party::retry_transient(zk, || zk.delete(path, None)).await {
+            match crate::error::retry_transient(zk, || zk.delete(path, None)).await {
                 Ok(()) | Err(ZkError::NoNode) => Ok(()),
                 Err(err) => Err(err),
             }

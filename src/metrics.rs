@@ -46,7 +46,7 @@ use std::time::{Instant, SystemTime};
 use zookeeper_client::SessionState;
 
 use crate::decision::Reason;
-use crate::party::Paths;
+use crate::layout::Paths;
 use crate::{Item, PartitionState};
 
 /// Counter: the member stopped being `ACQUIRED`. Labels `path`, `cause` (one of [`CAUSES`]).

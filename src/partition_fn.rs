@@ -50,6 +50,18 @@ pub trait PartitionFn: Send + Sync + 'static {
     }
 }
 
+/// Calls the user's partition function (or anything that calls it): a panic becomes its message, so the member
+/// reports `Failure` with the cause instead of a dead task behind a stale snapshot. The payload is dropped under
+/// `catch_unwind` too: a payload whose drop panics must not unwind out either. Every call of user code goes through
+/// here.
+pub(crate) fn guarded<T>(call: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|payload| {
+        let message = crate::error::panic_message(&*payload);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+        format!("panicked: {message}")
+    })
+}
+
 impl<F> PartitionFn for F
 where
     F: Fn(&str, &[String], &[Item]) -> Vec<Item> + Send + Sync + 'static,

@@ -12,11 +12,13 @@ use zookeeper_client::Client;
 use crate::acl::NodeAcls;
 use crate::checkpoint::Checkpoints;
 use crate::driver::{self, Driver};
+use crate::error::retry_transient;
 use crate::handle::Handle;
 use crate::item::validate_items;
 use crate::item_set::SharedSet;
+use crate::layout::{self, Paths};
 use crate::names::{check_base_path, check_identifier};
-use crate::party::{self, Membership, Paths};
+use crate::party::{self, Membership};
 use crate::publisher::Publisher;
 use crate::session::SessionRef;
 use crate::startup::{self, Settings};
@@ -462,9 +464,9 @@ impl Builder {
         // find and delete the node if this future is dropped before the member's task owns it.
         let hex = party::random_hex(&client);
         let join_name = if self.static_membership {
-            party::static_node(&hex, &identifier)
+            layout::static_node(&hex, &identifier)
         } else {
-            party::node_prefix(&hex, &identifier)
+            layout::node_prefix(&hex, &identifier)
         };
         let guard =
             JoinGuard { client: client.clone(), party: paths.party.clone(), prefix: join_name.clone(), armed: true };
@@ -533,7 +535,7 @@ impl Drop for JoinGuard {
         let (client, party, prefix) = (self.client.clone(), self.party.clone(), std::mem::take(&mut self.prefix));
         runtime.spawn(async move {
             // Requests on one session apply in order: this listing sees the join if it was sent.
-            let Ok(children) = party::retry_transient(&client, || client.list_children(&party)).await else { return };
+            let Ok(children) = retry_transient(&client, || client.list_children(&party)).await else { return };
             for child in children.into_iter().filter(|child| child.starts_with(&prefix)) {
                 let membership = Membership::from_node(child);
                 if let Err(err) = party::leave(&client, &Paths::from_party(&party), &membership).await {

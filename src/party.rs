@@ -14,34 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Error;
-use crate::acl::NodeAcls;
-use crate::error::is_transient;
+use crate::error::{is_transient, retry_transient};
+use crate::layout::{Paths, member_name, name_of_own_node, node_prefix, static_node};
 use crate::zookeeper::{Mode, Stat, ZkError, ZooKeeper};
-
-/// The znode paths of one partitioner, relative to the client's chroot.
-#[derive(Clone, Debug)]
-pub(crate) struct Paths {
-    pub party: String,
-    pub locks: String,
-    /// The ACL of every node created under the path.
-    pub acls: NodeAcls,
-}
-
-impl Paths {
-    pub fn new(base: &str) -> Self {
-        Paths { party: format!("{base}/party"), locks: format!("{base}/locks"), acls: NodeAcls::default() }
-    }
-
-    /// The paths of the partitioner whose party node is `party`.
-    pub fn from_party(party: &str) -> Self {
-        Paths::new(party.strip_suffix("/party").unwrap_or(party))
-    }
-
-    /// `<path>/locks/<item>`: the directory holding one item's lock contenders.
-    pub fn lock_dir(&self, item_name: &str) -> String {
-        format!("{}/{item_name}", self.locks)
-    }
-}
 
 /// This member's node in the party.
 #[derive(Clone, Debug)]
@@ -58,32 +33,6 @@ pub(crate) fn random_hex<Z: ZooKeeper>(zk: &Z) -> String {
     format!("{:016x}{:016x}", zk.random(), zk.random())
 }
 
-/// The member name of a child of `<path>/party`, or `None` for a child that is not a member node.
-///
-/// Both kazoo's (`<hex32>-<identifier>`) and this crate's (`<hex32>-<identifier>-<seq>`) nodes start with 32 lowercase
-/// hex digits and a dash. Anything else was put there by someone else; kazoo would count it as a member that never
-/// takes its share, leaving items unowned, so this crate ignores it (and logs it).
-pub(crate) fn member_name(child: &str) -> Option<&str> {
-    let (hex, name) = child.split_at_checked(32)?;
-    let name = name.strip_prefix('-')?;
-    let is_hex = hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (is_hex && !name.is_empty()).then_some(name)
-}
-
-/// The sorted member names among `children`, and the children that are not member nodes.
-pub(crate) fn members(children: &[String]) -> (Vec<String>, Vec<&str>) {
-    let mut names = Vec::with_capacity(children.len());
-    let mut foreign = Vec::new();
-    for child in children {
-        match member_name(child) {
-            Some(name) => names.push(name.to_owned()),
-            None => foreign.push(child.as_str()),
-        }
-    }
-    names.sort_unstable();
-    (names, foreign)
-}
-
 /// Creates the base path, `party` and `locks` (persistent, empty, open ACL, as kazoo's `ensure_path`). `mkdir -p`
 /// fails with `NoNode` only when the client's chroot is missing, which the error then names.
 pub(crate) async fn ensure_base<Z: ZooKeeper>(zk: &Z, paths: &Paths) -> Result<(), Error> {
@@ -94,16 +43,6 @@ pub(crate) async fn ensure_base<Z: ZooKeeper>(zk: &Z, paths: &Paths) -> Result<(
         })?;
     }
     Ok(())
-}
-
-/// The start of a new member node's name, `<32 hex>-<identifier>-` (`hex` from [`random_hex`]): ours alone.
-pub(crate) fn node_prefix(hex: &str, identifier: &str) -> String {
-    format!("{hex}-{identifier}-")
-}
-
-/// A static member's node name, `<32 hex>-<identifier>` (kazoo's `ShallowParty` node): ours alone.
-pub(crate) fn static_node(hex: &str, identifier: &str) -> String {
-    format!("{hex}-{identifier}")
 }
 
 /// Joins the party again (the driver's rejoin, after our node disappeared): a dynamic member creates a new ephemeral
@@ -292,9 +231,7 @@ async fn namesakes<Z: ZooKeeper>(
 
 impl Membership {
     pub(crate) fn from_node(node: String) -> Self {
-        // The node name is "<hex>-<identifier>-<seq>", so it has a first dash.
-        let name = node.split_once('-').map_or(node.as_str(), |(_, name)| name);
-        Membership { name: Arc::from(name), node }
+        Membership { name: Arc::from(name_of_own_node(&node)), node }
     }
 }
 
@@ -307,51 +244,9 @@ pub(crate) async fn leave<Z: ZooKeeper>(zk: &Z, paths: &Paths, membership: &Memb
     }
 }
 
-/// Runs a request until it gives an answer that is not a lost connection. The client queues requests while it
-/// reconnects and fails them for good once the session ends, so this loop ends with the session at the latest.
-pub(crate) async fn retry_transient<Z, T, F, Fut>(zk: &Z, mut request: F) -> Result<T, ZkError>
-where
-    Z: ZooKeeper,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, ZkError>>,
-{
-    let mut delay = Duration::from_millis(10);
-    loop {
-        match request().await {
-            Err(err) if is_transient(&err) => {
-                tracing::warn!(error = %err, ?delay, "retrying a request lost with the connection");
-                zk.sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-            other => return other,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn member_names_follow_kazoo() {
-        let hex = "0123456789abcdef0123456789abcdef";
-        assert_eq!(member_name(&format!("{hex}-w-1")), Some("w-1"));
-        assert_eq!(member_name(&format!("{hex}-host-42-0000000003")), Some("host-42-0000000003"));
-        assert_eq!(member_name("foreign"), None);
-        assert_eq!(member_name(&format!("{}-x", hex.to_uppercase())), None);
-        assert_eq!(member_name(&format!("{hex}-")), None);
-        assert_eq!(member_name(&format!("{hex}x")), None);
-        assert_eq!(member_name("é"), None);
-    }
-
-    #[test]
-    fn members_sorted_and_foreign_listed() {
-        let hex = "0123456789abcdef0123456789abcdef";
-        let children = vec![format!("{hex}-w2"), "junk".to_string(), format!("{hex}-w-1")];
-        let (names, foreign) = members(&children);
-        assert_eq!(names, ["w-1", "w2"]);
-        assert_eq!(foreign, ["junk"]);
-    }
 
     #[test]
     fn membership_name_is_after_first_dash() {
@@ -362,7 +257,6 @@ mod tests {
     #[test]
     fn static_nodes_are_named_by_their_identifier() {
         let node = static_node("0123456789abcdef0123456789abcdef", "worker-3");
-        assert_eq!(member_name(&node), Some("worker-3"));
         assert_eq!(&*Membership::from_node(node).name, "worker-3");
     }
 }

@@ -8,8 +8,8 @@ use tokio::sync::watch;
 use zookeeper_client::SessionState;
 
 use crate::decision::{Cause, Core, Publication, SessionEnd, SetInForce};
+use crate::layout::Paths;
 use crate::metrics::DriverMetrics;
-use crate::party::Paths;
 use crate::{Error, Snapshot};
 
 pub(crate) struct Publisher {

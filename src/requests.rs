@@ -11,10 +11,12 @@ use std::sync::Arc;
 
 use crate::Error;
 use crate::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
+use crate::error::retry_transient;
 use crate::item_set::layout::{Header, RawRead, SetPaths};
 use crate::item_set::{SharedSet, read_raw};
+use crate::layout::{self, Paths};
 use crate::locks::{self, NodeRef};
-use crate::party::{self, Membership, Paths};
+use crate::party::{self, Membership};
 use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 
@@ -140,7 +142,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
     match op {
         Op::ReadParty => match zk.get_and_watch_children(&paths.party).await {
             Ok((children, _, watch)) => {
-                let foreign: Vec<&String> = children.iter().filter(|c| party::member_name(c).is_none()).collect();
+                let foreign: Vec<&String> = children.iter().filter(|c| layout::member_name(c).is_none()).collect();
                 if !foreign.is_empty() {
                     tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
                 }
@@ -166,7 +168,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::Announce(data) => {
             let node = format!("{}/{}", paths.party, own.node);
-            let result = party::retry_transient(&zk, || zk.set_data(&node, data.as_bytes(), None)).await;
+            let result = retry_transient(&zk, || zk.set_data(&node, data.as_bytes(), None)).await;
             let result = match result {
                 // Our node is gone (the core finds out from the party, and joins again with the new data).
                 Ok(_) | Err(ZkError::NoNode) => Ok(()),
@@ -182,7 +184,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                     node,
                     "deleting a party node of ours that is not our member node (a join that landed late)"
                 );
-                match party::retry_transient(&zk, || zk.delete(&path, None)).await {
+                match retry_transient(&zk, || zk.delete(&path, None)).await {
                     Ok(()) | Err(ZkError::NoNode) => {}
                     Err(err) => result = Err(Failed::of("delete", &path, err)),
                 }

@@ -8,7 +8,8 @@ use crate::acl::NodeAcls;
 use crate::agreement::Agreement;
 use crate::decision::{Core, CoreConfig};
 use crate::item_set::{SharedItems, SharedSet};
-use crate::party::{self, Membership, Paths};
+use crate::layout::Paths;
+use crate::party::{self, Membership};
 use crate::requests::Context;
 use crate::session::SessionRef;
 use crate::zookeeper::ZooKeeper;
@@ -49,7 +50,7 @@ pub(crate) struct Started {
 }
 
 /// Starts a member on `zk`. `join_name` is its party node's name (under static membership) or the start of it (see
-/// [`party::node_prefix`]), chosen by the caller so that it can find and delete the node if this is cancelled;
+/// [`layout::node_prefix`]), chosen by the caller so that it can find and delete the node if this is cancelled;
 /// `nonce` seeds the member's contender prefixes and jitter.
 pub(crate) async fn start<Z: ZooKeeper>(
     zk: &Z,

@@ -194,7 +194,7 @@ impl ZooKeeper for Client {
         acls: &'a NodeAcls,
     ) -> impl Future<Output = Result<(Stat, String), ZkError>> + Send + 'a {
         let sequential = mode == Mode::EphemeralSequential;
-        let created = Client::create(self, path, data, &acls.options(mode));
+        let created = Client::create(self, path, data, &create_options(acls, mode));
         async move {
             let (stat, sequence) = created.await?;
             Ok((stat, if sequential { sequence.to_string() } else { String::new() }))
@@ -267,7 +267,9 @@ impl ZooKeeper for Client {
         let mut writer = self.new_multi_writer();
         let built = ops.iter().enumerate().try_for_each(|(index, op)| {
             let added = match *op {
-                WriteOp::Create { path, data, mode, acls } => writer.add_create(path, data, &acls.options(mode)),
+                WriteOp::Create { path, data, mode, acls } => {
+                    writer.add_create(path, data, &create_options(acls, mode))
+                }
                 WriteOp::Delete { path, version } => writer.add_delete(path, version),
                 WriteOp::SetData { path, data, version } => writer.add_set_data(path, data, version),
                 WriteOp::Check { path, version } => writer.add_check_version(path, version.unwrap_or(-1)),
@@ -346,4 +348,13 @@ fn watch(watcher: zookeeper_client::OneshotWatcher) -> BoxFuture<'static, WatchE
         }
     }
     .boxed()
+}
+
+/// The options of a node created in `mode` with `acls`.
+fn create_options(acls: &NodeAcls, mode: Mode) -> zookeeper_client::CreateOptions<'_> {
+    match mode {
+        Mode::Persistent => acls.persistent(),
+        Mode::Ephemeral => acls.ephemeral(),
+        Mode::EphemeralSequential => acls.ephemeral_sequential(),
+    }
 }

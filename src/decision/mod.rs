@@ -58,7 +58,6 @@
 
 mod catalogue;
 mod congestion;
-mod contention;
 mod debounce;
 mod protocol;
 
@@ -69,7 +68,6 @@ use std::time::{Duration, Instant};
 use catalogue::Catalogue;
 pub(crate) use congestion::Batch;
 use congestion::Window;
-pub(crate) use contention::{LOCK_MARK, Position, position, sequence};
 use debounce::Debounce;
 pub(crate) use debounce::JitterParties;
 
@@ -79,7 +77,10 @@ pub(crate) use protocol::{
 };
 
 use crate::agreement::Agreement;
-use crate::item_set::layout::{self, SetView, Unfinished};
+use crate::item_set::layout::{self as set_layout, SetView, Unfinished};
+use crate::layout::{self, Position, position, sequence};
+use crate::partition_fn::guarded;
+use crate::sabotage::{Sabotage, breaks};
 use crate::{Disagreement, FencingToken, Item, PartitionFn, PartitionState, Rebalance, SessionPolicy};
 
 /// Everything the core decides from, fixed at build time.
@@ -111,66 +112,6 @@ pub(crate) struct CoreConfig {
     /// Whether the items' lock directories are taken to exist at start: `false` when `<path>/locks` had no child
     /// when the member was built (a fresh path), so that the first creates do not each fail with `NoNode` first.
     pub lock_dirs_exist: bool,
-}
-
-/// A deliberately broken rule, for showing that the simulation's checker catches each bug of the old driver when it
-/// is put back (test builds only).
-#[cfg(test)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Sabotage {
-    None,
-    /// The old driver's resumption after a suspension: publish `Acquired` with whatever is held, as if the
-    /// assignment were complete, abandoning a rebalance in progress.
-    ResumeAbandonsRebalance,
-    /// The old incremental driver awaited releases outside its `select!`: a suspension during a release went
-    /// unnoticed while kept items stayed listed.
-    UnnoticedSuspensionDuringRelease,
-    /// The old driver acknowledged waiting `release_set()` calls before their release happened.
-    AckBeforeRelease,
-    /// A member that reads the shared set but never applies its changes.
-    IgnoreSetChanges,
-    /// Nodes of ours in a lock directory that the lock does not track (a lost create that landed late) are left
-    /// alone: one that sorts first has the member wait for itself forever.
-    OwnStraysKept,
-    /// Held-lock watches only once the lock work is quiet (no cap): under churn a deleted held node goes unnoticed.
-    HeldWatchOnlyWhenQuiet,
-    /// Publications list items in index order (items added to a shared set later come last): the handle's lookups
-    /// by binary search miss them.
-    IndexOrder,
-    /// Nobody undoes or finishes a shared set's update whose writer is gone: it stays unfinished.
-    NoSetRecovery,
-    /// Readers of a shared set being applied see the base set alone (part of the change): the old chained update's
-    /// mix.
-    ApplyingReadAsBase,
-    /// A shared set being created reads as its children so far (`create_if_missing` returns part of a set).
-    CreatingReadAsCommitted,
-    /// A writer whose reply was lost does not look for its own update: a retried removal reports its items missing,
-    /// a retried `replace_if` a conflict with its own write.
-    LostRepliesUnresolved,
-    /// A panicked task deletes its nodes in one pass, without retrying a request lost with the connection.
-    CleanupOnce,
-    /// A lock node of our own session just ahead of ours (a create that the server applied late, after we had given
-    /// it up) is waited for like anyone's: forever.
-    OwnPredecessorWaited,
-}
-
-#[cfg(test)]
-thread_local! {
-    /// The sabotage of the code outside the core that the simulation runs on this thread (the shared set's protocol,
-    /// the clean-up): set by the simulation for one run.
-    static THREAD_SABOTAGE: std::cell::Cell<Sabotage> = const { std::cell::Cell::new(Sabotage::None) };
-}
-
-/// Sets the sabotage of this thread's code outside the core (test builds only).
-#[cfg(test)]
-pub(crate) fn set_thread_sabotage(sabotage: Sabotage) {
-    THREAD_SABOTAGE.with(|cell| cell.set(sabotage));
-}
-
-/// Whether this thread's code outside the core is to break `sabotage`'s rule (test builds only).
-#[cfg(test)]
-pub(crate) fn sabotaged(sabotage: Sabotage) -> bool {
-    THREAD_SABOTAGE.with(|cell| cell.get() == sabotage)
 }
 
 /// One item's lock, as far as we know.
@@ -394,8 +335,6 @@ pub(crate) struct Core {
 
     actions: VecDeque<Action>,
     next_id: u64,
-    #[cfg(test)]
-    sabotage: Sabotage,
 }
 
 impl Core {
@@ -475,8 +414,6 @@ impl Core {
             stopped: false,
             actions: VecDeque::new(),
             next_id: 0,
-            #[cfg(test)]
-            sabotage: Sabotage::None,
         };
         core.decide();
         core
@@ -654,8 +591,7 @@ impl Core {
 
     /// The connection was suspended: nobody may rely on our locks until the session's fate is known.
     fn react_to_suspension(&mut self) {
-        #[cfg(test)]
-        if self.sabotage == Sabotage::UnnoticedSuspensionDuringRelease && !self.releases.is_empty() {
+        if breaks(Sabotage::UnnoticedSuspensionDuringRelease) && !self.releases.is_empty() {
             return;
         }
         let processing = !self.shown.listed.is_empty();
@@ -706,13 +642,12 @@ impl Core {
         let Some(suspension) = self.suspension.take() else { return };
         let ours = ours && !suspension.lost;
         let mut acks = std::mem::take(&mut self.suspended_acks).into_iter();
-        #[cfg(test)]
-        if ours && self.sabotage == Sabotage::ResumeAbandonsRebalance {
+        if ours && breaks(Sabotage::ResumeAbandonsRebalance) {
             self.owed = None;
             self.target = Some(self.held.clone());
             self.want_is_target = false;
             let held = self.held.clone();
-            self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::Sabotaged);
+            self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::SessionSurvived);
             for ack in acks {
                 self.actions.push_back(Action::Ack(ack, Ok(())));
             }
@@ -781,7 +716,7 @@ impl Core {
             Ok(PartyRead { children }) => {
                 // Our node's name, not our member name: under static membership another process may carry it.
                 self.in_party = children.contains(&self.cfg.party_node);
-                let members = crate::party::members(&children).0;
+                let members = layout::members(&children).0;
                 if members != self.latest_party {
                     self.debounce.changed(self.now, members.len());
                 }
@@ -816,14 +751,10 @@ impl Core {
     /// twice.)
     fn delete_stray_nodes(&mut self, children: &[String]) {
         let own = &self.cfg.party_node;
-        let Some(prefix) = own.rfind('-').map(|at| &own[..=at]).filter(|_| crate::decision::sequence_suffix(own))
-        else {
-            return;
-        };
+        let Some(prefix) = layout::own_node_prefix(own) else { return };
         let strays: Vec<String> =
             children.iter().filter(|child| *child != own && child.starts_with(prefix)).cloned().collect();
-        #[cfg(test)]
-        let strays = if self.sabotage == Sabotage::OwnStraysKept { Vec::new() } else { strays };
+        let strays = if breaks(Sabotage::OwnStraysKept) { Vec::new() } else { strays };
         if !strays.is_empty() && !self.requests.values().any(|p| matches!(p, Pending::Strays)) {
             self.request(Op::DeleteStrayNodes(strays), Pending::Strays);
         }
@@ -837,7 +768,7 @@ impl Core {
         let nodes: Vec<String> = self
             .party_nodes
             .iter()
-            .filter(|node| **node != self.cfg.party_node && crate::party::member_name(node).is_some())
+            .filter(|node| **node != self.cfg.party_node && layout::member_name(node).is_some())
             .filter(|node| all || !self.announcements.contains_key(*node))
             .cloned()
             .collect();
@@ -886,7 +817,7 @@ impl Core {
         let found: Arc<[Disagreement]> = self
             .announcements
             .iter()
-            .filter_map(|(node, theirs)| Some((crate::party::member_name(node)?, (*theirs)?)))
+            .filter_map(|(node, theirs)| Some((layout::member_name(node)?, (*theirs)?)))
             .filter(|(member, _)| **member != *self.me)
             .filter_map(|(member, theirs)| {
                 let kind = ours.compare(&theirs)?;
@@ -922,7 +853,7 @@ impl Core {
     /// A read of the shared set: only a set an admin committed is followed; a set that is missing, unreadable or
     /// empty (by hand) leaves the set in force as it is. An update whose writer is gone is undone or finished by the
     /// party's first member, which watches the writer's lease meanwhile.
-    fn on_set(&mut self, result: Result<layout::RawRead, ReqError>) {
+    fn on_set(&mut self, result: Result<set_layout::RawRead, ReqError>) {
         let read = match result {
             Ok(read) => read,
             Err(ReqError::Transient) => return self.back_off(),
@@ -934,7 +865,7 @@ impl Core {
             Err(ReqError::Fatal(cause)) => return self.fail(cause),
         };
         self.set_fresh = true;
-        let view = layout::interpret(read);
+        let view = set_layout::interpret(read);
         self.unfinished = match &view {
             SetView::Committed(committed) => committed.unfinished.clone(),
             SetView::Missing { unfinished } => unfinished.clone(),
@@ -949,8 +880,7 @@ impl Core {
                     // Only a child deleted by hand can do this (updates refuse to empty the set).
                     return;
                 }
-                #[cfg(test)]
-                if self.sabotage == Sabotage::IgnoreSetChanges {
+                if breaks(Sabotage::IgnoreSetChanges) {
                     return;
                 }
                 // Compared by items: a child created by hand changes the set, not the version.
@@ -973,8 +903,7 @@ impl Core {
     /// lease is gone (the writer crashed, or its session expired) undoes or finishes the update, so that no update
     /// stays unfinished for longer than its writer's session outlives the writer.
     fn watch_unfinished(&mut self, unfinished: &Unfinished) {
-        #[cfg(test)]
-        if self.sabotage == Sabotage::NoSetRecovery {
+        if breaks(Sabotage::NoSetRecovery) {
             return;
         }
         let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
@@ -1072,8 +1001,7 @@ impl Core {
                 self.deadline = self.cfg.max_allocation_time.map(|limit| self.now + limit);
             }
         }
-        #[cfg(test)]
-        if self.sabotage == Sabotage::AckBeforeRelease {
+        if breaks(Sabotage::AckBeforeRelease) {
             self.actions.push_back(Action::Ack(ack, Ok(())));
             return;
         }
@@ -1119,7 +1047,7 @@ impl Core {
                 self.joining = None;
                 match result.map_err(classify) {
                     Ok(node) => {
-                        self.me = crate::party::member_name(&node).unwrap_or(&node).into();
+                        self.me = layout::member_name(&node).unwrap_or(&node).into();
                         self.cfg.party_node = node;
                         self.party_fresh = false;
                         self.debounce.changed(self.now, self.latest_party.len());
@@ -1351,8 +1279,7 @@ impl Core {
         let kept = tracked.clone().or_else(|| adopted.clone());
         let strays: Vec<String> =
             ours.iter().filter(|c| Some(c.as_str()) != kept.as_deref()).map(|c| c.to_string()).collect();
-        #[cfg(test)]
-        let strays = if self.sabotage == Sabotage::OwnStraysKept { Vec::new() } else { strays };
+        let strays = if breaks(Sabotage::OwnStraysKept) { Vec::new() } else { strays };
         let prefix = lock.prefix.clone();
         let next = match (tracked, adopted) {
             (None, None) => {
@@ -1548,7 +1475,7 @@ impl Core {
             self.nonce.wrapping_add(self.prefixes_issued.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
         self.prefixes_issued += 1;
         Lock {
-            prefix: format!("{bits:032x}{LOCK_MARK}"),
+            prefix: layout::contender_prefix(bits),
             node: None,
             created: false,
             token: 0,
@@ -1633,8 +1560,7 @@ impl Core {
         let idle = self.in_flight == 0 && self.queued.is_empty() && self.need_dirs.is_empty();
         let quiet = idle.then(|| self.lock_work_at + self.cfg.time_boundary);
         let capped = self.unwatched_since.map(|since| since + self.cfg.time_boundary * 2);
-        #[cfg(test)]
-        let capped = if self.sabotage == Sabotage::HeldWatchOnlyWhenQuiet { None } else { capped };
+        let capped = if breaks(Sabotage::HeldWatchOnlyWhenQuiet) { None } else { capped };
         [quiet, capped].into_iter().flatten().min()
     }
 
@@ -1935,8 +1861,7 @@ impl Core {
     /// the deciding call, which reports it as a `Failure` if it panics too.
     fn prepare(&self) {
         let items = self.catalogue.sorted();
-        let call = || self.cfg.partition_fn.prepare(&self.me, &self.latest_party, items);
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
+        let _ = guarded(|| self.cfg.partition_fn.prepare(&self.me, &self.latest_party, items));
     }
 
     /// Our share under the partition function, as indexes into the sorted item list.
@@ -1944,8 +1869,7 @@ impl Core {
         let items = self.catalogue.sorted();
         // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
         let call = || self.cfg.partition_fn.partition(&self.me, members, items);
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-            .map_err(|panic| Cause::PartitionFn(format!("panicked: {}", panic_message(&*panic))))?;
+        let mine = guarded(call).map_err(Cause::PartitionFn)?;
         let mut assigned = BTreeSet::new();
         for item in mine {
             let index = self.catalogue.index_in_set(&item).ok_or_else(|| {
@@ -1992,9 +1916,7 @@ impl Core {
         }
         // In item order, not index order: a handle finds an item in the snapshot by binary search.
         let listed = self.catalogue.in_item_order(shown.listed.iter().copied());
-        #[cfg(test)]
-        let listed =
-            if self.sabotage == Sabotage::IndexOrder { shown.listed.iter().copied().collect() } else { listed };
+        let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
         let items = listed
             .iter()
             .map(|&item| (item, FencingToken::new(self.locks.get(&item).map_or(0, |lock| lock.token))))
@@ -2087,12 +2009,6 @@ impl Core {
 
     // ---- Inspection, for the simulation's checker ------------------------------------------------------------
 
-    /// Breaks a rule on purpose (see [`Sabotage`]).
-    #[cfg(test)]
-    pub fn sabotage(&mut self, sabotage: Sabotage) {
-        self.sabotage = sabotage;
-    }
-
     /// The items published as processable.
     #[cfg(test)]
     pub fn listed(&self) -> &BTreeSet<usize> {
@@ -2142,23 +2058,6 @@ enum Next {
     Queued,
     /// List again (to read our node's stat).
     List,
-}
-
-/// Whether a party node name ends with a dash and a 10-digit sequence (a dynamic member's node).
-pub(crate) fn sequence_suffix(node: &str) -> bool {
-    node.len() > 11
-        && node.is_char_boundary(node.len() - 11)
-        && node[node.len() - 11..].starts_with('-')
-        && node[node.len() - 10..].bytes().all(|b| b.is_ascii_digit())
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string payload".into())
 }
 
 #[cfg(test)]

@@ -279,9 +279,6 @@ pub(crate) enum Reason {
     HeldLockDeleted,
     ReleaseSet,
     Disagreement,
-    /// Test builds: the resumption of [`Sabotage::ResumeAbandonsRebalance`](super::Sabotage).
-    #[cfg(test)]
-    Sabotaged,
 }
 
 impl Reason {
@@ -301,8 +298,6 @@ impl Reason {
             Reason::HeldLockDeleted => "a held lock node was deleted by someone else",
             Reason::ReleaseSet => "release_set",
             Reason::Disagreement => "members disagree on their configuration",
-            #[cfg(test)]
-            Reason::Sabotaged => "sabotaged resumption",
         }
     }
 
@@ -317,8 +312,6 @@ impl Reason {
             Reason::ReleaseSet => Some("release_set"),
             Reason::AllAcquired | Reason::Ended | Reason::RevokedReleased | Reason::SessionSurvived => None,
             Reason::Disagreement => None,
-            #[cfg(test)]
-            Reason::Sabotaged => None,
         }
     }
 }

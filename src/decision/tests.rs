@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::sabotage::Sabotage;
 use crate::{KazooStride, Rebalance, SessionPolicy};
 
 const TB: Duration = Duration::from_millis(100);
@@ -748,7 +749,7 @@ fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_
         let mut cfg = config(2, Rebalance::Incremental, SessionPolicy::Standard, None);
         (cfg.window, cfg.batch) = (1, Batch::fixed(1));
         let mut s = Script::new(cfg);
-        s.core.sabotage = sabotage;
+        crate::sabotage::set(sabotage);
         s.party(&["a-0000000000"]);
         s.wait(SETTLED);
         // Item 0's lock is taken; item 1's create is sent and its reply is slow.
@@ -773,4 +774,5 @@ fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_
             _ => assert!(!watched(&s), "the sabotaged core waits for quiet"),
         }
     }
+    crate::sabotage::set(Sabotage::None);
 }

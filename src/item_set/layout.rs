@@ -325,7 +325,7 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
     }
     let unfinished = header.state.change().map(|_| Unfinished { state: header.state.clone(), lease: read.lease });
     #[cfg(test)]
-    let creating_read = crate::decision::sabotaged(crate::decision::Sabotage::CreatingReadAsCommitted);
+    let creating_read = crate::sabotage::breaks(crate::sabotage::Sabotage::CreatingReadAsCommitted);
     #[cfg(not(test))]
     let creating_read = false;
     if header.state == State::Absent
@@ -336,7 +336,7 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
     let mut names: BTreeSet<String> = read.children.into_iter().collect();
     #[cfg(test)]
     let change =
-        if crate::decision::sabotaged(crate::decision::Sabotage::ApplyingReadAsBase) { None } else { read.change };
+        if crate::sabotage::breaks(crate::sabotage::Sabotage::ApplyingReadAsBase) { None } else { read.change };
     #[cfg(not(test))]
     let change = read.change;
     if let (State::Applying(_), Some((adds, removes))) = (&header.state, change) {

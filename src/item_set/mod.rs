@@ -42,9 +42,9 @@ use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
 use crate::error::is_transient;
+use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
 use crate::names::check_base_path;
-use crate::party::retry_transient;
 use crate::session::SessionRef;
 use crate::zookeeper::{Mode, MultiError, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
@@ -457,7 +457,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 SetView::Torn => continue,
             };
             #[cfg(test)]
-            if crate::decision::sabotaged(crate::decision::Sabotage::LostRepliesUnresolved) {
+            if crate::sabotage::breaks(crate::sabotage::Sabotage::LostRepliesUnresolved) {
                 *uncertain = false;
             }
             if *uncertain && current.header.landed(&token) {

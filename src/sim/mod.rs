@@ -51,13 +51,15 @@ use zk::SessionId;
 
 use crate::acl::NodeAcls;
 use crate::checkpoint::Checkpoints;
-use crate::decision::{AckId, Action, Core, Event, JitterParties, ReqId, Sabotage};
+use crate::decision::{AckId, Action, Core, Event, JitterParties, ReqId};
 use crate::handle::{Command, Handle};
 use crate::item_set::SharedSet;
 use crate::item_set::layout::{self, Header, RawRead, SetView, State};
-use crate::party::{Membership, Paths};
+use crate::layout::Paths;
+use crate::party::Membership;
 use crate::publisher::Publisher;
 use crate::requests::{self, Context, Done};
+use crate::sabotage::Sabotage;
 use crate::session::SessionRef;
 use crate::startup::{self, Settings, Started};
 use crate::zookeeper::WatchEvent;
@@ -339,10 +341,10 @@ fn operator_window(plan: &Plan, disturbed: bool) -> Duration {
 
 /// Runs one seeded simulation of `plan`.
 pub(crate) fn run(seed: u64, plan: Plan) -> Outcome {
-    crate::decision::set_thread_sabotage(plan.sabotage);
+    crate::sabotage::set(plan.sabotage);
     let mut world = World::new(seed, plan);
     let outcome = world.run();
-    crate::decision::set_thread_sabotage(Sabotage::None);
+    crate::sabotage::set(Sabotage::None);
     outcome
 }
 
@@ -494,9 +496,9 @@ impl World {
             (format!("{:016x}{:016x}", net.rng.next(), net.rng.next()), u128::from(net.rng.next()) << 64)
         };
         let join_name = if plan.static_membership {
-            crate::party::static_node(&hex, &ident)
+            crate::layout::static_node(&hex, &ident)
         } else {
-            crate::party::node_prefix(&hex, &ident)
+            crate::layout::node_prefix(&hex, &ident)
         };
         let client = zk.clone();
         let future = async move { startup::start(&client, settings, &join_name, nonce).await }.boxed();
@@ -506,8 +508,7 @@ impl World {
 
     /// The started process becomes a member: the driver's loop around its core, a publisher, a handle.
     fn become_member(&mut self, actor: ActorId, slot: usize, zk: SimClient, started: Started) {
-        let Started { mut core, context, membership, paths } = started;
-        core.sabotage(self.plan.sabotage);
+        let Started { core, context, membership, paths } = started;
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (sender, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
         let now = lock(&self.net).instant();
@@ -1562,7 +1563,7 @@ impl World {
         let children = net.zk.children_of(dir);
         let lowest = children
             .iter()
-            .filter_map(|c| crate::decision::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
+            .filter_map(|c| crate::layout::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
             .min()
             .map(|(_, c)| c);
         lowest.as_deref() == Some(node)
@@ -1639,7 +1640,7 @@ impl World {
     /// listings a disjoint cover, no stray lock node.
     fn converged(&self) -> Result<(), String> {
         let net = lock(&self.net);
-        let party: Vec<String> = crate::party::members(&net.zk.children_of(PARTY)).0;
+        let party: Vec<String> = crate::layout::members(&net.zk.children_of(PARTY)).0;
         drop(net);
         let mut covered = BTreeSet::new();
         let members = self.members();

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Combo, Outcome, Plan, Rng, run};
-use crate::decision::Sabotage;
+use crate::sabotage::Sabotage;
 
 /// Seeds per combination in `cargo test` (`SIM_RUNS` overrides): enough for a million steps.
 const DEFAULT_RUNS: u64 = 110;

@@ -96,6 +96,14 @@ pub use server::{OwnedServer, ServerHandle, probe_session, server};
 /// How often [`wait_until`] and [`wait_for`] re-check their condition.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// The lock contenders among the children of an item's lock directory (`<path>/locks/<item>`), in the order they
+/// hold the lock: the first holds it. kazoo's rule, exactly (`__lock__` and a 10-digit sequence, possibly negative
+/// after ZooKeeper's counter wraps, compared as text); other children are left out. The rule this crate itself
+/// follows, for tests that read a lock directory by hand.
+pub fn lock_contenders(children: &[String]) -> Vec<&str> {
+    crate::layout::contenders_in_order(children)
+}
+
 /// `base` scaled by `ZK_TEST_TIME_SCALE` (a positive float, default 1.0). Use it for every deadline.
 ///
 /// # Panics

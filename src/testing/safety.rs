@@ -77,16 +77,6 @@ pub enum Holder {
     Unknown,
 }
 
-/// The lowest kazoo contender among `children` (`..__lock__<10 digits>`).
-fn lowest_contender(children: &[String]) -> Option<&String> {
-    children
-        .iter()
-        .filter_map(|c| c.rsplit_once("__lock__").map(|(_, seq)| (seq, c)))
-        .filter(|(seq, _)| seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
-        .min()
-        .map(|(_, c)| c)
-}
-
 /// Reads who holds each item's lock under the partitioner path `path`, after a `sync` (so the read is at least as
 /// new as anything any session saw before the call, even through an ensemble follower). Items are read concurrently;
 /// each item's answer is a point in time (sequence numbers only grow, so a lowest contender that still exists at its
@@ -103,7 +93,7 @@ pub async fn read_holders(observer: &Client, path: &str, items: &[Item]) -> Resu
             Err(ZkError::NoNode) => return Ok((item.to_string(), Holder::Free)),
             Err(err) => return Err(err),
         };
-        let Some(lowest) = lowest_contender(&children) else {
+        let Some(lowest) = super::lock_contenders(&children).first().copied() else {
             return Ok((item.to_string(), Holder::Free));
         };
         let holder = match observer.check_stat(&format!("{dir}/{lowest}")).await? {

@@ -1,0 +1,69 @@
+//! The one test-only hook: deliberately broken rules, for showing that the simulation's checker catches each bug of
+//! an older driver when it is put back. A transition that can be broken asks [`breaks`] once; the simulation
+//! switches one rule on for the thread of one run ([`set`]). Outside test builds [`breaks`] is a constant `false`,
+//! so the broken branches compile away.
+
+/// A rule broken on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))] // named only by test builds
+pub(crate) enum Sabotage {
+    None,
+    /// The old driver's resumption after a suspension: publish `Acquired` with whatever is held, as if the
+    /// assignment were complete, abandoning a rebalance in progress.
+    ResumeAbandonsRebalance,
+    /// The old incremental driver awaited releases outside its `select!`: a suspension during a release went
+    /// unnoticed while kept items stayed listed.
+    UnnoticedSuspensionDuringRelease,
+    /// The old driver acknowledged waiting `release_set()` calls before their release happened.
+    AckBeforeRelease,
+    /// A member that reads the shared set but never applies its changes.
+    IgnoreSetChanges,
+    /// Nodes of ours in a lock directory that the lock does not track (a lost create that landed late) are left
+    /// alone: one that sorts first has the member wait for itself forever.
+    OwnStraysKept,
+    /// Held-lock watches only once the lock work is quiet (no cap): under churn a deleted held node goes unnoticed.
+    HeldWatchOnlyWhenQuiet,
+    /// Publications list items in index order (items added to a shared set later come last): the handle's lookups
+    /// by binary search miss them.
+    IndexOrder,
+    /// Nobody undoes or finishes a shared set's update whose writer is gone: it stays unfinished.
+    NoSetRecovery,
+    /// Readers of a shared set being applied see the base set alone (part of the change): the old chained update's
+    /// mix.
+    ApplyingReadAsBase,
+    /// A shared set being created reads as its children so far (`create_if_missing` returns part of a set).
+    CreatingReadAsCommitted,
+    /// A writer whose reply was lost does not look for its own update: a retried removal reports its items missing,
+    /// a retried `replace_if` a conflict with its own write.
+    LostRepliesUnresolved,
+    /// A panicked task deletes its nodes in one pass, without retrying a request lost with the connection.
+    CleanupOnce,
+    /// A lock node of our own session just ahead of ours (a create that the server applied late, after we had given
+    /// it up) is waited for like anyone's: forever.
+    OwnPredecessorWaited,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The rule broken on this thread (the simulation runs one world per thread): set for one run.
+    static BROKEN: std::cell::Cell<Sabotage> = const { std::cell::Cell::new(Sabotage::None) };
+}
+
+/// Breaks `rule` on this thread until set again (test builds only).
+#[cfg(test)]
+pub(crate) fn set(rule: Sabotage) {
+    BROKEN.with(|cell| cell.set(rule));
+}
+
+/// Whether the code running on this thread is to break `rule`: only in a test build, while the simulation asks.
+#[cfg(test)]
+pub(crate) fn breaks(rule: Sabotage) -> bool {
+    BROKEN.with(|cell| cell.get() == rule)
+}
+
+/// Never, outside test builds.
+#[cfg(not(test))]
+#[inline(always)]
+pub(crate) const fn breaks(_rule: Sabotage) -> bool {
+    false
+}
