@@ -184,8 +184,8 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
         hash.0
     };
     // User code: a function that panics on the probe is simply not compared (a panic on the real set is reported
-    // when the share is computed).
-    crate::partition_fn::guarded(probe).ok()
+    // when the share is computed). A payload whose drop panics must not unwind out of `build()` either.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::partition_fn::guarded(probe).ok())).ok().flatten()
 }
 
 #[cfg(test)]

@@ -51,15 +51,12 @@ pub trait PartitionFn: Send + Sync + 'static {
 }
 
 /// Calls the user's partition function (or anything that calls it): a panic becomes its message, so the member
-/// reports `Failure` with the cause instead of a dead task behind a stale snapshot. The payload is dropped under
-/// `catch_unwind` too: a payload whose drop panics must not unwind out either. Every call of user code goes through
-/// here.
+/// reports `Failure` with the cause instead of a dead task behind a stale snapshot. Every call of user code goes
+/// through here. The payload is dropped normally: a payload whose drop panics unwinds from here (the driver's
+/// supervision turns that into `Failure` and cleans up; `build()` guards its own probe).
 pub(crate) fn guarded<T>(call: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|payload| {
-        let message = crate::error::panic_message(&*payload);
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
-        format!("panicked: {message}")
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+        .map_err(|payload| format!("panicked: {}", crate::error::panic_message(&*payload)))
 }
 
 impl<F> PartitionFn for F

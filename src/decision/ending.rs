@@ -1,0 +1,83 @@
+//! The end (a failure, or `finish()`): publish `Failure` first, then release every lock, leave the party and stop,
+//! skipping what a lost session makes pointless.
+
+use std::collections::BTreeSet;
+
+use super::{AckId, Action, Cause, Core, Op, Pending, Reason, ReqId};
+use crate::PartitionState;
+
+/// The partitioner is ending (failure or finish).
+#[derive(Debug)]
+pub(super) struct Ending {
+    pub(super) cause: Cause,
+    pub(super) acks: Vec<AckId>,
+    /// Whether ZooKeeper can still be asked anything (not after the session is lost).
+    pub(super) clean_up: bool,
+    pub(super) leaving: bool,
+}
+
+impl Core {
+    pub(super) fn fail(&mut self, cause: Cause) {
+        self.end(cause, Vec::new());
+    }
+
+    /// Publishes `Failure` first (nothing listed), then cleans up: every lock, then the party node, then stops.
+    pub(super) fn end(&mut self, cause: Cause, acks: Vec<AckId>) {
+        if let Some(ending) = &mut self.ending {
+            ending.acks.extend(acks);
+            return;
+        }
+        let clean_up = !matches!(cause, Cause::SessionEnded(_));
+        self.show(PartitionState::Failure, BTreeSet::new(), BTreeSet::new(), false, Some(cause.clone()), Reason::Ended);
+        self.suspension = None;
+        self.owed = None;
+        for ack in std::mem::take(&mut self.release_acks).into_iter().chain(std::mem::take(&mut self.suspended_acks)) {
+            self.actions.push_back(Action::Ack(ack, Err(cause.clone())));
+        }
+        self.ending = Some(Ending { cause, acks, clean_up, leaving: false });
+        if clean_up {
+            self.set_want(BTreeSet::new());
+        } else {
+            // The session is gone and every node with it: nothing to delete.
+            self.locks.want.clear();
+            self.locks.entries.clear();
+            self.locks.held.clear();
+            self.locks.queued.clear();
+            self.locks.need_dirs.clear();
+            self.locks.delayed.clear();
+        }
+    }
+
+    /// Ending: release every lock, then leave the party, then stop (skipping what a lost session makes pointless).
+    pub(super) fn drive_ending(&mut self) {
+        let Some(ending) = &self.ending else { return };
+        if ending.clean_up {
+            if !ending.leaving {
+                self.pump_locks();
+                if !self.released_all_unwanted() {
+                    return;
+                }
+                self.request(Op::Leave, Pending::Leave);
+                if let Some(ending) = &mut self.ending {
+                    ending.leaving = true;
+                }
+                return;
+            }
+            if self.requests.values().any(|pending| matches!(pending, Pending::Leave)) {
+                return;
+            }
+        }
+        let watches: Vec<ReqId> =
+            self.requests.iter().filter(|(_, p)| matches!(p, Pending::Watch(_))).map(|(&id, _)| id).collect();
+        for id in watches {
+            self.actions.push_back(Action::Cancel(id));
+        }
+        if let Some(ending) = &mut self.ending {
+            for ack in std::mem::take(&mut ending.acks) {
+                self.actions.push_back(Action::Ack(ack, Ok(())));
+            }
+        }
+        self.actions.push_back(Action::Stop);
+        self.stopped = true;
+    }
+}

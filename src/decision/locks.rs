@@ -1,0 +1,683 @@
+//! The lock table: one small machine per item's lock (create, list, watch the predecessor, held), batched and
+//! within an in-flight window, and the release of what is no longer wanted. It reports back to the core through
+//! `held` (taken), [`Core::on_held_gone`] (lost) and [`Core::released_all_unwanted`] (released).
+//!
+//! kazoo's lock recipe on the wire ([`crate::layout`]): a contender is an ephemeral sequential node with a prefix of
+//! this member's alone, so a create whose reply was lost is found again by listing the directory.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+use super::congestion::Window;
+use super::{AckId, Action, Contender, Core, Op, Pending, ReqError, ReqId};
+use crate::layout::{self, Position, position, sequence};
+use crate::sabotage::{Sabotage, breaks};
+
+/// One item's lock, as far as we know.
+#[derive(Debug, Clone)]
+pub(super) struct Lock {
+    /// `<32 hex>__lock__`: ours alone, so it finds our node even when a create's reply was lost.
+    pub prefix: String,
+    /// Our node's name once known.
+    pub node: Option<String>,
+    /// Whether a create was ever sent (if not, there is nothing to delete).
+    pub created: bool,
+    /// The node's creation zxid: the fencing token (0 until known).
+    pub token: i64,
+    pub step: Step,
+    /// When the lock was last found held.
+    pub held_at: Instant,
+}
+
+/// Where one item's lock is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Wanted, nothing in flight: waits for its directory to be known, or for room in the window.
+    Queued,
+    /// Its directory is being made.
+    MakingDir(ReqId),
+    /// A create is in flight: once its reply comes, the node may exist.
+    Creating(ReqId),
+    /// Its directory is being listed.
+    Listing(ReqId),
+    /// Watching the contender before ours.
+    Waiting(ReqId),
+    /// A request lost with the connection is retried at this time.
+    Delayed(Instant, Retry),
+    Held,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    List,
+    MakeDir,
+}
+
+/// One lock directory as listed, the failure classified.
+pub(super) type Listing = Result<(Vec<String>, i64), ReqError>;
+
+/// What an item's lock does after a listing.
+pub(super) enum Next {
+    Held,
+    Waiting,
+    /// Create a contender (again).
+    Queued,
+    /// List again (to read our node's stat).
+    List,
+}
+
+/// Every lock this member has or wants, and the indexes kept beside them.
+pub(super) struct LockTable {
+    pub entries: BTreeMap<usize, Lock>,
+    /// The items whose lock we hold (a subset of `entries`).
+    pub held: BTreeSet<usize>,
+    /// The items whose lock we want; the rest of `entries` is released.
+    pub want: BTreeSet<usize>,
+    /// Unwanted locks were left in place because a create was in flight: release them once the reply comes.
+    pub unwanted_left: bool,
+    /// `want` changed since the missing locks were last added (checked only then: `want` can be large).
+    pub want_grew: bool,
+    /// `want` is known to equal `target` (neither changed since they were compared).
+    pub want_is_target: bool,
+    /// Items waiting for a create (their directory known).
+    pub queued: BTreeSet<usize>,
+    /// Whether each item's lock directory is taken to exist. It is assumed, not listed: directories outlive
+    /// their locks, so after a party's first allocation they all exist, and listing `<path>/locks` would send
+    /// every member 100,000 names. A create that finds its directory missing (`NoNode`) makes it and retries. On a
+    /// fresh path (no directory at all when the member was built) none is assumed: they are made first.
+    pub dirs_known: Vec<bool>,
+    /// The path had no lock directory when the member was built, and the member has not been `Acquired` since:
+    /// directories are made before creates. Once acquired, every directory is assumed again (the other members
+    /// made theirs meanwhile; a create's `NoNode` tells of one that is missing): left on, an eager rebalance would
+    /// make every relocked item's directory again (measured: 100,000 `mkdir`s in a 100-member join).
+    pub fresh_path: bool,
+    /// Items waiting for their directory to be made.
+    pub need_dirs: BTreeSet<usize>,
+    /// Items whose lost request is retried at a time (by time).
+    pub delayed: BTreeSet<(Instant, usize)>,
+    /// Lock operations in flight (each item of a `Pending::Locks` counts one), kept within `window`.
+    pub in_flight: usize,
+    /// When a lock request was last sent or answered: held-lock watches wait for `time_boundary` without one.
+    pub work_at: Instant,
+    /// Held locks whose watch is not asked for yet (item → our node).
+    pub unwatched: BTreeMap<usize, String>,
+    /// When the oldest lock in `unwatched` was taken: its watch is asked for `2 × time_boundary` later at the latest.
+    pub unwatched_since: Option<Instant>,
+    /// The in-flight window, adapted to the server's latency ([`congestion`](super::congestion)).
+    pub window: Window,
+    /// Releases in flight, with the `release_set()` calls each answers.
+    pub releases: HashMap<ReqId, Vec<AckId>>,
+    /// Random bits from the driver, so contender prefixes are ours alone yet the core stays deterministic.
+    pub nonce: u128,
+    pub prefixes_issued: u128,
+}
+
+impl LockTable {
+    pub fn new(nonce: u128, items: usize, dirs_exist: bool, window: Window, now: Instant) -> Self {
+        LockTable {
+            entries: BTreeMap::new(),
+            held: BTreeSet::new(),
+            want: BTreeSet::new(),
+            unwanted_left: false,
+            want_grew: false,
+            want_is_target: false,
+            queued: BTreeSet::new(),
+            dirs_known: vec![dirs_exist; items],
+            fresh_path: !dirs_exist,
+            need_dirs: BTreeSet::new(),
+            delayed: BTreeSet::new(),
+            in_flight: 0,
+            work_at: now,
+            unwatched: BTreeMap::new(),
+            unwatched_since: None,
+            window,
+            releases: HashMap::new(),
+            nonce,
+            prefixes_issued: 0,
+        }
+    }
+}
+
+impl Core {
+    pub(super) fn on_dirs_made(&mut self, id: ReqId, items: Vec<usize>, result: Result<(), ReqError>) {
+        match result {
+            Ok(()) => {
+                for item in items {
+                    self.locks.dirs_known[item] = true;
+                    if self.step_is(item, Step::MakingDir(id)) {
+                        self.set_step(item, Step::Queued);
+                    }
+                }
+            }
+            Err(ReqError::Fatal(err)) => self.fail(err),
+            Err(_) => {
+                let at = self.now + self.cfg.retry_delay;
+                for item in items {
+                    if self.step_is(item, Step::MakingDir(id)) {
+                        self.set_step(item, Step::Delayed(at, Retry::MakeDir));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_created(&mut self, id: ReqId, items: Vec<usize>, result: Result<Vec<(String, i64)>, ReqError>) {
+        match result {
+            Ok(created) => {
+                let mut listing = Vec::new();
+                for (item, (node, czxid)) in items.into_iter().zip(created) {
+                    if let Some(lock) = self.locks.entries.get_mut(&item)
+                        && lock.step == Step::Creating(id)
+                    {
+                        lock.node = Some(node);
+                        lock.token = czxid;
+                        // Listed either way; one no longer wanted is released by the next pump (the listing's reply
+                        // is then ignored).
+                        listing.push(item);
+                        self.locks.unwanted_left |= !self.locks.want.contains(&item);
+                    }
+                }
+                self.send_lists(listing);
+            }
+            Err(ReqError::NoNode) => {
+                // A directory is missing (a `multi` is all or nothing: none was created). Make them, then retry.
+                let mut dirs = Vec::new();
+                for item in items {
+                    if self.step_is(item, Step::Creating(id)) {
+                        self.locks.dirs_known[item] = false;
+                        dirs.push(item);
+                    }
+                }
+                self.send_make_dirs(dirs);
+            }
+            Err(ReqError::Transient) => {
+                // The create may or may not have happened: a listing tells (our prefix is unique).
+                let at = self.now + self.cfg.retry_delay;
+                for item in items {
+                    if self.step_is(item, Step::Creating(id)) {
+                        self.set_step(item, Step::Delayed(at, Retry::List));
+                    }
+                }
+            }
+            Err(ReqError::Fatal(err)) => {
+                // Refused for good (a `multi` is all or nothing): nothing was created, so there is nothing to delete
+                // (a lookup by prefix could itself be refused, e.g. without READ on the directory).
+                for item in items {
+                    if let Some(lock) = self.locks.entries.get_mut(&item)
+                        && lock.step == Step::Creating(id)
+                    {
+                        lock.created = false;
+                        self.set_step(item, Step::Queued);
+                    }
+                }
+                self.fail(err);
+            }
+        }
+    }
+
+    pub(super) fn on_listed(&mut self, id: ReqId, items: Vec<usize>, result: Result<Vec<Listing>, ReqError>) {
+        let results = match result {
+            Ok(results) => results,
+            Err(ReqError::Fatal(err)) => return self.fail(err),
+            Err(_) => {
+                let at = self.now + self.cfg.retry_delay;
+                for item in items {
+                    if self.step_is(item, Step::Listing(id)) {
+                        self.set_step(item, Step::Delayed(at, Retry::List));
+                    }
+                }
+                return;
+            }
+        };
+        let (mut relist, mut dirs) = (Vec::new(), Vec::new());
+        for (item, listed) in items.into_iter().zip(results) {
+            if !self.step_is(item, Step::Listing(id)) {
+                continue;
+            }
+            match listed {
+                Ok((children, czxid)) => match self.on_children(item, &children, czxid) {
+                    Next::Held | Next::Waiting => {}
+                    Next::Queued => self.set_step(item, Step::Queued),
+                    Next::List => relist.push(item),
+                },
+                Err(ReqError::NoNode) => {
+                    // The directory went away, and our node with it.
+                    if let Some(lock) = self.locks.entries.get_mut(&item) {
+                        lock.node = None;
+                        lock.token = 0;
+                    }
+                    self.locks.dirs_known[item] = false;
+                    dirs.push(item);
+                }
+                Err(ReqError::Transient) => {
+                    let at = self.now + self.cfg.retry_delay;
+                    self.set_step(item, Step::Delayed(at, Retry::List));
+                }
+                Err(ReqError::Fatal(err)) => return self.fail(err),
+            }
+        }
+        self.send_lists(relist);
+        self.send_make_dirs(dirs);
+    }
+
+    /// Where our contender stands among `children`.
+    pub(super) fn on_children(&mut self, item: usize, children: &[String], czxid: i64) -> Next {
+        let Some(lock) = self.locks.entries.get_mut(&item) else { return Next::Waiting };
+        // Every contender carrying this lock's prefix is a node of ours: the prefix is this lock's alone. There can be
+        // more than one, or one we do not track: a create whose reply was lost can still land after we listed the
+        // directory and created again (a request on the wire when the connection broke may be applied after the
+        // ones sent on the next connection). Keep one, the node we track if it is there, else the lowest, and delete
+        // the others: left alone, a node of ours that sorts before the one we keep would have us wait for ourselves
+        // forever (and the release sweep spares every node with a prefix still in use).
+        let mut ours: Vec<&String> =
+            children.iter().filter(|c| c.starts_with(&lock.prefix) && sequence(c).is_some()).collect();
+        ours.sort_by(|a, b| sequence(a).cmp(&sequence(b)));
+        let tracked = lock.node.as_ref().filter(|node| ours.iter().any(|c| c == node)).cloned();
+        let adopted = tracked.is_none().then(|| ours.first().map(|c| c.to_string())).flatten();
+        let kept = tracked.clone().or_else(|| adopted.clone());
+        let strays: Vec<String> =
+            ours.iter().filter(|c| Some(c.as_str()) != kept.as_deref()).map(|c| c.to_string()).collect();
+        let strays = if breaks(Sabotage::OwnStraysKept) { Vec::new() } else { strays };
+        let prefix = lock.prefix.clone();
+        let next = match (tracked, adopted) {
+            (None, None) => {
+                // Not there: a create not seen now has not happened (yet: see above), or someone deleted our node.
+                lock.node = None;
+                lock.token = 0;
+                lock.created = false;
+                Next::Queued
+            }
+            (None, Some(node)) => {
+                // After a lost create reply (or our tracked node was deleted and another of ours is there): ours now.
+                // Its stat (the fencing token) comes with the next listing.
+                lock.node = Some(node);
+                lock.token = 0;
+                Next::List
+            }
+            (Some(own), _) => {
+                if czxid > 0 {
+                    lock.token = czxid;
+                }
+                match position(children, &own) {
+                    Position::Held if lock.token <= 0 => Next::List,
+                    Position::Held => {
+                        self.set_step(item, Step::Held);
+                        // Someone other than us deleting it must not go unnoticed until the next rebalance; the watch
+                        // is asked for once our lock work has been quiet for a while (`watch_held`).
+                        self.locks.unwatched.insert(item, own);
+                        self.locks.unwatched_since.get_or_insert(self.now);
+                        if let Some(lock) = self.locks.entries.get_mut(&item) {
+                            lock.held_at = self.now;
+                        }
+                        Next::Held
+                    }
+                    Position::Behind(predecessor) => {
+                        // Possibly a stray of ours, deleted below: its deletion wakes this watch.
+                        let node = predecessor.to_owned();
+                        let id = self.request(Op::Watch { item, node }, Pending::Watch(item));
+                        self.set_step(item, Step::Waiting(id));
+                        Next::Waiting
+                    }
+                    // Not reached: `tracked` is among the children and has a sequence. Contend again, as if gone.
+                    Position::Missing => {
+                        if let Some(lock) = self.locks.entries.get_mut(&item) {
+                            lock.node = None;
+                            lock.token = 0;
+                            lock.created = false;
+                        }
+                        Next::Queued
+                    }
+                }
+            }
+        };
+        if !strays.is_empty() {
+            self.delete_strays(item, prefix, strays);
+        }
+        next
+    }
+
+    /// Deletes nodes of ours in an item's directory that its lock does not track (see [`Core::on_children`]). Sent as
+    /// a release that keeps every tracked lock, so it waits like any release before anything new is contended.
+    pub(super) fn delete_strays(&mut self, item: usize, prefix: String, strays: Vec<String>) {
+        let nodes =
+            strays.into_iter().map(|node| Contender { item, prefix: prefix.clone(), node: Some(node) }).collect();
+        let keep = self.locks.entries.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
+        let window = self.locks.window.size();
+        let id = self.request(Op::Release { nodes, keep, window }, Pending::Release(Vec::new()));
+        self.locks.releases.insert(id, Vec::new());
+    }
+
+    pub(super) fn on_changed(&mut self, id: ReqId, item: usize, result: Result<(), ReqError>) {
+        if !self.step_is(item, Step::Waiting(id)) {
+            return;
+        }
+        match result {
+            Ok(()) => self.send_lists(vec![item]),
+            Err(ReqError::Fatal(err)) => self.fail(err),
+            Err(_) => {
+                let at = self.now + self.cfg.retry_delay;
+                self.set_step(item, Step::Delayed(at, Retry::List));
+            }
+        }
+    }
+
+    /// A held lock node's watch fired: if the node is the one we still hold, someone else deleted it (an operator, a
+    /// buggy tool): another process may be taking the item right now. Stop listing it at once, then take it again
+    /// by the normal rules (eager: everything stops, as on any loss; incremental: only this item).
+    pub(super) fn on_held_gone(&mut self, item: usize, node: String, result: Result<(), ReqError>) {
+        match result {
+            Ok(()) => {}
+            // The session ended: its own event says so.
+            Err(ReqError::Fatal(_)) => return,
+            // Not expected (the driver retries a registration lost with the connection): watch again. The lock stays
+            // held: moving it out of `held` here would hide it from a suspension's verification.
+            Err(_) => {
+                if self.holds(item, &node) && self.ending.is_none() {
+                    self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
+                }
+                return;
+            }
+        }
+        if !self.holds(item, &node) || self.ending.is_some() {
+            return; // our own release, or a lock long replaced
+        }
+        if let Some(lock) = self.locks.entries.get_mut(&item) {
+            lock.node = None;
+            lock.created = false;
+            lock.token = 0;
+        }
+        // Contend again if still wanted (the next pump creates a new contender).
+        self.set_step(item, Step::Queued);
+        self.locks.want_grew = true;
+        if let Some(suspension) = &mut self.suspension {
+            suspension.lost = true;
+            return;
+        }
+        if !self.shown.listed.contains(&item) {
+            return;
+        }
+        self.on_listed_lock_lost(item);
+    }
+
+    /// Whether `node` is the item's lock node and we hold the lock through it.
+    pub(super) fn holds(&self, item: usize, node: &str) -> bool {
+        self.locks.entries.get(&item).is_some_and(|lock| lock.step == Step::Held && lock.node.as_deref() == Some(node))
+    }
+
+    pub(super) fn step_is(&self, item: usize, step: Step) -> bool {
+        self.locks.entries.get(&item).is_some_and(|lock| lock.step == step)
+    }
+
+    /// Moves an item's lock to `step`, keeping the indexes (`held`, `queued`, `delayed`) in line.
+    pub(super) fn set_step(&mut self, item: usize, step: Step) {
+        let Some(lock) = self.locks.entries.get_mut(&item) else { return };
+        match lock.step {
+            Step::Held => {
+                self.locks.held.remove(&item);
+            }
+            Step::Queued => {
+                self.locks.queued.remove(&item);
+                self.locks.need_dirs.remove(&item);
+            }
+            Step::Delayed(at, _) => {
+                self.locks.delayed.remove(&(at, item));
+            }
+            _ => {}
+        }
+        lock.step = step;
+        match step {
+            Step::Held => {
+                self.locks.held.insert(item);
+            }
+            Step::Queued if self.locks.dirs_known[item] => {
+                self.locks.queued.insert(item);
+            }
+            Step::Queued => {
+                self.locks.need_dirs.insert(item);
+            }
+            Step::Delayed(at, _) => {
+                self.locks.delayed.insert((at, item));
+            }
+            _ => {}
+        }
+    }
+
+    /// A lock with a prefix of its own: the random nonce plus a multiple of an odd constant, distinct for every lock
+    /// of this member (and, the nonce being random, from every other member's).
+    pub(super) fn new_lock(&mut self) -> Lock {
+        let bits = self
+            .locks
+            .nonce
+            .wrapping_add(self.locks.prefixes_issued.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
+        self.locks.prefixes_issued += 1;
+        Lock {
+            prefix: layout::contender_prefix(bits),
+            node: None,
+            created: false,
+            token: 0,
+            step: Step::Queued,
+            held_at: self.now,
+        }
+    }
+
+    /// Changes what we want, and releases at once what we no longer want.
+    pub(super) fn set_want(&mut self, want: BTreeSet<usize>) {
+        self.locks.want_is_target = false;
+        if want != self.locks.want {
+            self.locks.want = want;
+            self.locks.want_grew = true;
+            self.release_unwanted();
+        }
+    }
+
+    /// Operations per `multi` for the set as it is now.
+    pub(super) fn batch(&self) -> usize {
+        self.cfg.batch.for_items(self.catalogue.len())
+    }
+
+    pub(super) fn send_lists(&mut self, items: Vec<usize>) {
+        for chunk in items.chunks(self.batch()) {
+            // Our node is read along only while its fencing token is unknown (servers before 3.8.2 send no stat for
+            // a create inside a multi): one read fewer per item and listing otherwise.
+            let unknown_token = |lock: &Lock| if lock.token == 0 { lock.node.clone() } else { None };
+            let list =
+                chunk.iter().map(|&item| (item, self.locks.entries.get(&item).and_then(unknown_token))).collect();
+            let id = self.request(Op::List(list), Pending::Locks(chunk.to_vec()));
+            for &item in chunk {
+                self.set_step(item, Step::Listing(id));
+            }
+        }
+    }
+
+    pub(super) fn send_make_dirs(&mut self, items: Vec<usize>) {
+        for chunk in items.chunks(self.batch()) {
+            let id = self.request(Op::MakeDirs(chunk.to_vec()), Pending::Locks(chunk.to_vec()));
+            for &item in chunk {
+                self.set_step(item, Step::MakingDir(id));
+            }
+        }
+    }
+
+    /// Brings the locks in line with `want`: releases what is not wanted (once no reply can still reveal a node),
+    /// and contends for what is wanted, batched, within the window, never while a release is in flight.
+    pub(super) fn pump_locks(&mut self) {
+        if std::mem::take(&mut self.locks.unwanted_left) {
+            self.release_unwanted();
+        }
+        if !self.locks.releases.is_empty() {
+            return;
+        }
+        if std::mem::take(&mut self.locks.want_grew) {
+            let missing: Vec<usize> =
+                self.locks.want.iter().filter(|item| !self.locks.entries.contains_key(item)).copied().collect();
+            for item in missing {
+                let lock = self.new_lock();
+                self.locks.entries.insert(item, lock);
+                self.set_step(item, Step::Queued);
+            }
+        }
+        self.send_queued();
+    }
+
+    /// When the watches of held locks are due: `time_boundary` after the last lock request was sent or answered, with
+    /// none in flight or waiting, and at the latest `2 × time_boundary` after the oldest of them was taken. Each watch
+    /// costs ZooKeeper a read, and the server serves requests in order: sent as each lock is taken, a rebalance's
+    /// watches (one per relocked item, 100,000 in an eager join at 100,000 items) queue in front of the creates of the
+    /// members still allocating. Measured at 100 members × 100,000 items, eager join and leave: 4.1-5.6 s beyond
+    /// time_boundary sent at once, 1.8-2.9 s held back (2 runs each). The cap keeps the bound below whatever the lock
+    /// work does (under endless churn it would never be quiet).
+    ///
+    /// The bound this gives (RELIABILITY.md; the simulation checks it): a held lock node deleted by someone else is
+    /// noticed within one round trip of the later of its deletion and its watch's registration, which is asked for at
+    /// most `2 × time_boundary` after the lock was taken; if the server does not answer meanwhile, the client suspends
+    /// after its read timeout and the member lists nothing anyway.
+    pub(super) fn held_watches_due(&self) -> Option<Instant> {
+        if self.locks.unwatched.is_empty() || !self.connected || self.ending.is_some() {
+            return None;
+        }
+        let idle = self.locks.in_flight == 0 && self.locks.queued.is_empty() && self.locks.need_dirs.is_empty();
+        let quiet = idle.then(|| self.locks.work_at + self.cfg.time_boundary);
+        let capped = self.locks.unwatched_since.map(|since| since + self.cfg.time_boundary * 2);
+        let capped = if breaks(Sabotage::HeldWatchOnlyWhenQuiet) { None } else { capped };
+        [quiet, capped].into_iter().flatten().min()
+    }
+
+    /// Asks for the watches of held locks once they are due ([`Core::held_watches_due`]).
+    pub(super) fn watch_held(&mut self) {
+        if self.held_watches_due().is_none_or(|due| self.now < due) {
+            return;
+        }
+        self.locks.unwatched_since = None;
+        for (item, node) in std::mem::take(&mut self.locks.unwatched) {
+            // A lock released or lost meanwhile needs no watch.
+            if self.holds(item, &node) {
+                self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
+            }
+        }
+    }
+
+    /// Sends creates for queued items (and makes missing directories first), batched, within the window.
+    pub(super) fn send_queued(&mut self) {
+        if !self.locks.need_dirs.is_empty() {
+            // As many as the window has room for, taken from the front: this runs after every event, so it must
+            // not touch the items it leaves (it once re-inserted them all each time: 11 s of a lone member's
+            // 100,000-item allocation on a fresh path).
+            let room = self.locks.window.size().saturating_sub(self.locks.in_flight);
+            let mut make = Vec::new();
+            while make.len() < room
+                && let Some(item) = self.locks.need_dirs.pop_first()
+            {
+                if self.locks.dirs_known[item] {
+                    self.locks.queued.insert(item);
+                } else {
+                    make.push(item);
+                }
+            }
+            self.send_make_dirs(make);
+        }
+        while !self.locks.queued.is_empty() && self.locks.in_flight < self.locks.window.size() {
+            let room = (self.locks.window.size() - self.locks.in_flight).min(self.batch());
+            let batch: Vec<usize> = std::iter::from_fn(|| self.locks.queued.pop_first()).take(room).collect();
+            let mut contenders = Vec::with_capacity(batch.len());
+            for &item in &batch {
+                if let Some(lock) = self.locks.entries.get_mut(&item) {
+                    lock.created = true;
+                    contenders.push((item, lock.prefix.clone()));
+                }
+            }
+            let id = self.request(Op::Create { contenders, data: self.me.clone() }, Pending::Locks(batch.clone()));
+            for item in batch {
+                if let Some(lock) = self.locks.entries.get_mut(&item) {
+                    lock.step = Step::Creating(id);
+                }
+            }
+        }
+    }
+
+    /// Takes the locks nobody wants out of the bookkeeping and deletes their nodes. A lock whose create is in flight
+    /// stays until its reply says what exists.
+    pub(super) fn release_unwanted(&mut self) {
+        let unwanted: Vec<usize> =
+            self.locks.entries.keys().filter(|item| !self.locks.want.contains(item)).copied().collect();
+        let mut nodes = Vec::new();
+        for item in unwanted {
+            let Some(lock) = self.locks.entries.get(&item) else { continue };
+            match lock.step {
+                Step::Creating(_) => {
+                    self.locks.unwanted_left = true;
+                    continue;
+                }
+                Step::Waiting(id) => {
+                    self.requests.remove(&id);
+                    self.actions.push_back(Action::Cancel(id));
+                }
+                Step::Listing(_) | Step::MakingDir(_) => {} // their replies find no lock and are ignored
+                Step::Queued | Step::Delayed(..) | Step::Held => {}
+            }
+            debug_assert!(!self.shown.listed.contains(&item), "releasing item {item} while it is listed");
+            self.set_step(item, Step::Queued);
+            self.locks.queued.remove(&item);
+            self.locks.need_dirs.remove(&item);
+            if let Some(lock) = self.locks.entries.remove(&item)
+                && lock.created
+            {
+                nodes.push(Contender { item, prefix: lock.prefix, node: lock.node });
+            }
+        }
+        if !nodes.is_empty() {
+            let keep = self.locks.entries.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
+            let gone = nodes.iter().map(|node| node.item).filter(|&item| !self.catalogue.contains(item)).collect();
+            let window = self.locks.window.size();
+            let id = self.request(Op::Release { nodes, keep, window }, Pending::Release(gone));
+            self.locks.releases.insert(id, Vec::new());
+        }
+    }
+
+    /// Whether every unwanted lock is released (nothing in flight, nothing left).
+    pub(super) fn released_all_unwanted(&self) -> bool {
+        self.locks.releases.is_empty() && self.locks.entries.keys().all(|item| self.locks.want.contains(item))
+    }
+
+    /// Wants exactly the target, comparing the (possibly 100,000-item) sets only when either changed.
+    pub(super) fn want_target(&mut self) {
+        if self.locks.want_is_target {
+            return;
+        }
+        if let Some(target) = &self.target
+            && self.locks.want != *target
+        {
+            self.set_want(target.clone());
+        }
+        self.locks.want_is_target = self.target.is_some();
+    }
+
+    /// Wants exactly what is held (cloned only when that changes something: the sets can hold 100,000 items).
+    pub(super) fn want_held(&mut self) {
+        if self.locks.want != self.locks.held {
+            self.set_want(self.locks.held.clone());
+        }
+    }
+
+    pub(super) fn want_is_held(&self) -> bool {
+        self.locks.want.iter().all(|item| self.locks.held.contains(item))
+    }
+
+    /// Runs the lock machinery, then answers `release_set()` calls whose release is complete.
+    pub(super) fn settle_locks(&mut self) {
+        self.pump_locks();
+        if !self.release_acks.is_empty() && self.released_all_unwanted() {
+            for ack in std::mem::take(&mut self.release_acks) {
+                self.actions.push_back(Action::Ack(ack, Ok(())));
+            }
+        }
+        // A release finishing can complete an allocation.
+        if self.ending.is_none()
+            && self.suspension.is_none()
+            && self.owed.is_none()
+            && self.target.is_some()
+            && self.completes_in_state()
+        {
+            self.acquired_if_complete();
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The party and its assignment: reading `<path>/party`, the members' announcements (and the disagreements they
+//! reveal), stray nodes of our own, the quiet period's early work ([`PartitionFn::prepare`](crate::PartitionFn))
+//! and the share the partition function gives us.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::timers::Timer;
+use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError};
+use crate::Disagreement;
+use crate::agreement::Agreement;
+use crate::layout;
+use crate::partition_fn::guarded;
+use crate::sabotage::{Sabotage, breaks};
+
+impl Core {
+    /// Someone (an operator, or a bug elsewhere) removed our party node: join again, which changes the party.
+    pub(super) fn rejoin(&mut self) {
+        if self.joining.is_none() && self.may_send() {
+            let data = self.cfg.agreement.node_data(&self.cfg.identifier);
+            self.joining = Some(self.request(Op::Join(data), Pending::Join));
+        }
+    }
+
+    /// Lets the partition function work ahead, once per quiet period, a quarter of `time_boundary` into it.
+    pub(super) fn prepare_if_due(&mut self) {
+        if self.prepare_due().is_some_and(|at| self.now >= at) && !self.debounce.ready(self.now) {
+            self.prepared = Some(self.debounce.last_change());
+            self.prepare();
+        }
+    }
+
+    /// The quiet period has lasted `time_boundary`: our share under the party as it stands becomes the target.
+    pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
+        let target = self.assignment(&self.latest_party)?;
+        self.members = self.latest_party.clone().into();
+        self.target = Some(target);
+        self.locks.want_is_target = false;
+        self.note_set_in_force();
+        Ok(())
+    }
+
+    /// The party or the set changed: the assignment in force is no longer right.
+    pub(super) fn on_inputs_changed(&mut self, reason: Reason) {
+        if self.ending.is_some() {
+            return;
+        }
+        self.debounce.changed(self.now, self.latest_party.len());
+        self.locks.want_is_target = false;
+        if self.target.take().is_none() {
+            return;
+        }
+        self.on_new_episode(reason);
+    }
+
+    pub(super) fn on_party(&mut self, result: Result<PartyRead, ReqError>) {
+        match result {
+            Ok(PartyRead { children }) => {
+                // Our node's name, not our member name: under static membership another process may carry it.
+                self.in_party = children.contains(&self.cfg.party_node);
+                let members = layout::members(&children).0;
+                if members != self.latest_party {
+                    self.debounce.changed(self.now, members.len());
+                }
+                self.latest_party = members;
+                self.party_fresh = true;
+                self.delete_stray_nodes(&children);
+                self.party_nodes = children;
+                self.announcements.retain(|node, _| self.party_nodes.contains(node));
+                self.note_agreements();
+                self.read_announcements(false);
+                // We may be the first member now: the set's unfinished update is ours to see to.
+                if let Some(unfinished) = self.unfinished.clone() {
+                    self.watch_unfinished(&unfinished);
+                }
+            }
+            Err(ReqError::Transient) => self.back_off(),
+            Err(ReqError::NoNode) => {
+                // `<path>/party` itself was deleted, and our node with it: an empty party, so we join again.
+                self.latest_party.clear();
+                self.party_nodes.clear();
+                self.in_party = false;
+                self.party_fresh = true;
+                self.debounce.changed(self.now, self.latest_party.len());
+            }
+            Err(ReqError::Fatal(cause)) => self.fail(cause),
+        }
+    }
+
+    /// A dynamic member's node is `<32 hex>-<identifier>-<sequence>`, and the hex is this join's alone: another child
+    /// with the same beginning is a join of ours that landed late (its reply was lost, and the retry created the node
+    /// we track). It would count as a member that takes nothing: deleted. (A static member's name cannot be created
+    /// twice.)
+    pub(super) fn delete_stray_nodes(&mut self, children: &[String]) {
+        let own = &self.cfg.party_node;
+        let Some(prefix) = layout::own_node_prefix(own) else { return };
+        let strays: Vec<String> =
+            children.iter().filter(|child| *child != own && child.starts_with(prefix)).cloned().collect();
+        let strays = if breaks(Sabotage::OwnStraysKept) { Vec::new() } else { strays };
+        if !strays.is_empty() && !self.requests.values().any(|p| matches!(p, Pending::Strays)) {
+            self.request(Op::DeleteStrayNodes(strays), Pending::Strays);
+        }
+    }
+
+    /// Reads the announcements of the other members' nodes: those not read yet, or (`all`) every one.
+    pub(super) fn read_announcements(&mut self, all: bool) {
+        if self.announcements_read.is_some() || self.ending.is_some() {
+            return;
+        }
+        let nodes: Vec<String> = self
+            .party_nodes
+            .iter()
+            .filter(|node| **node != self.cfg.party_node && layout::member_name(node).is_some())
+            .filter(|node| all || !self.announcements.contains_key(*node))
+            .cloned()
+            .collect();
+        if !nodes.is_empty() {
+            let op = Op::ReadAnnouncements(nodes.clone());
+            self.announcements_read = Some(self.request(op, Pending::Announcements(nodes)));
+        }
+    }
+
+    /// Reads every other member's announcement again once due (and none is being read: then after that read).
+    pub(super) fn read_announcements_if_due(&mut self) {
+        if self.timers.is_due(Timer::Announcements, self.now) && self.announcements_read.is_none() {
+            self.timers.clear(Timer::Announcements);
+            self.read_announcements(true);
+        }
+    }
+
+    pub(super) fn on_announcements(&mut self, nodes: Vec<String>, result: Result<Vec<Option<Vec<u8>>>, ReqError>) {
+        self.announcements_read = None;
+        self.read_announcements_if_due();
+        match result {
+            Ok(data) => {
+                for (node, data) in nodes.into_iter().zip(data) {
+                    match data {
+                        Some(data) if self.party_nodes.contains(&node) => {
+                            self.announcements.insert(node, Agreement::from_node_data(&data));
+                        }
+                        _ => {
+                            self.announcements.remove(&node);
+                        }
+                    }
+                }
+                self.note_agreements();
+            }
+            // Read again at the next party change, or when due.
+            Err(ReqError::Transient | ReqError::NoNode) => {}
+            Err(ReqError::Fatal(cause)) => self.fail(cause),
+        }
+    }
+
+    /// Compares every member's announcement with ours, and publishes at once when the disagreements change (they
+    /// explain an allocation that would otherwise stall silently). While a member announces another version of the
+    /// shared set, the announcements are read again every `time_boundary`, so the report ends once it catches up.
+    pub(super) fn note_agreements(&mut self) {
+        let ours = self.cfg.agreement;
+        let found: Arc<[Disagreement]> = self
+            .announcements
+            .iter()
+            .filter_map(|(node, theirs)| Some((layout::member_name(node)?, (*theirs)?)))
+            .filter(|(member, _)| **member != *self.me)
+            .filter_map(|(member, theirs)| {
+                let kind = ours.compare(&theirs)?;
+                Some(Disagreement {
+                    member: member.to_owned(),
+                    kind,
+                    ours: ours.to_string(),
+                    theirs: theirs.to_string(),
+                })
+            })
+            .collect();
+        let lagging = found.iter().any(|d| d.kind == crate::DisagreementKind::ItemSetVersion);
+        if lagging && !self.timers.is_armed(Timer::Announcements) {
+            self.timers.set(Timer::Announcements, Some(self.now + self.cfg.time_boundary));
+        }
+        if found != self.disagreements {
+            self.disagreements = found;
+            self.republish(Reason::Disagreement);
+        }
+    }
+
+    /// When the partition function may work ahead for this quiet period ([`PartitionFn::prepare`]): a quarter of
+    /// `time_boundary` into it, while the assignment is still to be decided, once per period.
+    pub(super) fn prepare_due(&self) -> Option<Instant> {
+        let settling = self.target.is_none() && self.party_fresh && self.set_fresh && self.connected && self.in_party;
+        (settling && self.prepared != Some(self.debounce.last_change())).then(|| self.debounce.prepare_at())
+    }
+
+    /// Lets the partition function work ahead on the party as it stands. Its result is not used: a panic is left for
+    /// the deciding call, which reports it as a `Failure` if it panics too.
+    pub(super) fn prepare(&self) {
+        let items = self.catalogue.sorted();
+        let _ = guarded(|| self.cfg.partition_fn.prepare(&self.me, &self.latest_party, items));
+    }
+
+    /// Our share under the partition function, as indexes into the sorted item list.
+    pub(super) fn assignment(&self, members: &[String]) -> Result<BTreeSet<usize>, Cause> {
+        let items = self.catalogue.sorted();
+        // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
+        let call = || self.cfg.partition_fn.partition(&self.me, members, items);
+        let mine = guarded(call).map_err(Cause::PartitionFn)?;
+        let mut assigned = BTreeSet::new();
+        for item in mine {
+            let index = self.catalogue.index_in_set(&item).ok_or_else(|| {
+                Cause::PartitionFn(format!(
+                    "returned {}, which is not in the set",
+                    crate::error::shown(&item.to_string())
+                ))
+            })?;
+            if !assigned.insert(index) {
+                return Err(Cause::PartitionFn("returned an item more than once".into()));
+            }
+        }
+        Ok(assigned)
+    }
+}

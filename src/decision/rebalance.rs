@@ -1,0 +1,155 @@
+//! Rebalancing: the only place that tells the modes apart. Eager is kazoo's way (everything stops on a change, then
+//! everything is taken again); Incremental stops only what moves.
+
+use std::collections::BTreeSet;
+
+use super::{Core, Owed, Reason};
+use crate::{PartitionState, Rebalance};
+
+impl Core {
+    /// With the target known (or settling), the rows of the table by mode.
+    pub(super) fn decide_rebalance(&mut self) {
+        match self.cfg.rebalance {
+            Rebalance::Eager => self.decide_eager(),
+            Rebalance::Incremental => self.decide_incremental(),
+        }
+    }
+
+    /// The party or the set changed, and the assignment in force was the party's: a new episode.
+    pub(super) fn on_new_episode(&mut self, reason: Reason) {
+        match (self.cfg.rebalance, self.shown.state) {
+            // During a suspension, the resumption deals with it.
+            (Rebalance::Eager, PartitionState::Acquired) if self.suspension.is_none() => {
+                self.ask_release_all(reason);
+            }
+            (Rebalance::Incremental, PartitionState::Acquired) => self.start_allocation_clock_unless_running(),
+            _ => {}
+        }
+    }
+
+    /// Someone else deleted the lock node of a listed item: stop listing it at once (eager: everything stops, as on
+    /// any loss; incremental: only this item).
+    pub(super) fn on_listed_lock_lost(&mut self, item: usize) {
+        let reason = Reason::HeldLockDeleted;
+        match self.cfg.rebalance {
+            Rebalance::Eager => {
+                self.owed = Some(Owed::All);
+                self.stop_allocation_clock();
+                let mut revoked = self.locks.held.clone();
+                revoked.insert(item);
+                self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
+            }
+            Rebalance::Incremental => {
+                let mut listed = self.shown.listed.clone();
+                listed.remove(&item);
+                let state = match self.shown.state {
+                    PartitionState::Acquired => PartitionState::Allocating,
+                    state => state,
+                };
+                let revoked = self.shown.revoked.clone();
+                self.show(state, listed, revoked, false, None, reason);
+                if self.owed.is_none() {
+                    self.start_allocation_clock_unless_running();
+                }
+            }
+        }
+    }
+
+    /// Whether finishing the lock work can complete the assignment in the state shown: while allocating; and,
+    /// incremental, also while `Acquired` (gains taken while the rest stays listed).
+    pub(super) fn completes_in_state(&self) -> bool {
+        self.shown.state == PartitionState::Allocating || self.cfg.rebalance == Rebalance::Incremental
+    }
+
+    /// kazoo's way: everything stops on a change, then everything is taken again.
+    pub(super) fn decide_eager(&mut self) {
+        if self.owed.is_some() {
+            // Waiting for release_set(): keep what we hold, contend for nothing.
+            return self.want_held();
+        }
+        if self.shown.state != PartitionState::Allocating {
+            return;
+        }
+        match &self.target {
+            // The party is settling: start over from nothing.
+            None => self.set_want(BTreeSet::new()),
+            Some(_) => {
+                self.want_target();
+                self.acquired_if_complete();
+            }
+        }
+    }
+
+    /// Only what moves stops.
+    pub(super) fn decide_incremental(&mut self) {
+        let Some(target) = self.target.take() else {
+            // Settling: keep what we hold, stop contending for the rest.
+            return self.want_held();
+        };
+        self.rebalance_towards(&target);
+        self.target = Some(target);
+    }
+
+    pub(super) fn rebalance_towards(&mut self, target: &BTreeSet<usize>) {
+        let moved: BTreeSet<usize> = self.shown.listed.difference(target).copied().collect();
+        if !moved.is_empty() {
+            let mut revoked = match self.owed.take() {
+                Some(Owed::Revoked(revoked)) => revoked,
+                Some(Owed::All) => {
+                    self.owed = Some(Owed::All);
+                    return;
+                }
+                None => BTreeSet::new(),
+            };
+            revoked.extend(moved.iter().copied());
+            let listed: BTreeSet<usize> = self.shown.listed.difference(&moved).copied().collect();
+            self.show(PartitionState::Release, listed, revoked.clone(), false, None, Reason::ItemsRevoked);
+            self.owed = Some(Owed::Revoked(revoked));
+            self.stop_allocation_clock();
+        }
+        match &self.owed {
+            Some(Owed::Revoked(revoked)) => {
+                // Keep the revoked items until the worker says it stopped them; let go of unlisted items not ours.
+                let keep: BTreeSet<usize> = self
+                    .locks
+                    .held
+                    .iter()
+                    .filter(|item| target.contains(item) || revoked.contains(item))
+                    .copied()
+                    .collect();
+                self.set_want(keep);
+            }
+            Some(Owed::All) => self.want_held(),
+            None => {
+                if !self.locks.want_is_target && self.locks.want != *target {
+                    self.set_want(target.clone());
+                }
+                self.locks.want_is_target = true;
+                if !self.acquired_if_complete() && self.shown.state != PartitionState::Allocating {
+                    let listed = self.shown.listed.clone();
+                    self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::TakingGained);
+                }
+            }
+        }
+    }
+
+    /// Publishes `Acquired` once every wanted lock, and nothing else, is held. Returns whether the state is now
+    /// `Acquired` with everything listed.
+    pub(super) fn acquired_if_complete(&mut self) -> bool {
+        // Not while suspended: a reply can overtake the client's news that the connection is back.
+        let complete = self.connected
+            && self.locks.held.len() == self.locks.want.len()
+            && self.released_all_unwanted()
+            && self.want_is_held();
+        let unchanged = self.shown.state == PartitionState::Acquired
+            && self.shown.listed == self.locks.held
+            && self.shown.members == self.members
+            && self.shown.set == self.set_in_force;
+        if complete && !unchanged {
+            self.stop_allocation_clock();
+            let held = self.locks.held.clone();
+            self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::AllAcquired);
+        }
+        complete
+    }
+}

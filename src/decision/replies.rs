@@ -1,0 +1,139 @@
+//! Replies: each request's answer, matched with what the request was for ([`Pending`]) and handed to the concern
+//! that asked.
+
+use super::timers::Timer;
+use super::{Action, Cause, Code, Core, Failed, Pending, Reply, ReqError, ReqId};
+use crate::layout;
+
+impl Core {
+    pub(super) fn on_reply(&mut self, id: ReqId, reply: Reply) {
+        // Every lock request's latency is news about the server, even when its reply is no longer wanted.
+        let ops = match self.requests.get(&id) {
+            Some(Pending::Locks(items)) => items.len(),
+            _ => 0,
+        };
+        self.locks.window.replied(id, ops, reply.failed(), self.now);
+        let Some(pending) = self.requests.remove(&id) else {
+            return; // abandoned
+        };
+        if let Pending::Locks(items) = &pending {
+            self.locks.in_flight -= items.len();
+            self.locks.work_at = self.now;
+        }
+        let classify = Failed::classify;
+        match (pending, reply) {
+            (Pending::Party, Reply::Party(result)) => {
+                self.party_read = None;
+                self.on_party(result.map_err(classify));
+            }
+            (Pending::Announcements(nodes), Reply::Announcements(result)) => {
+                self.on_announcements(nodes, result.map_err(classify));
+            }
+            (Pending::Strays, Reply::StraysDeleted(result)) => {
+                if let Err(ReqError::Fatal(cause)) = result.map_err(classify) {
+                    self.fail(cause);
+                }
+            }
+            (Pending::Announce, Reply::Announced(result)) => {
+                if let Err(ReqError::Fatal(cause)) = result.map_err(classify) {
+                    self.fail(cause);
+                }
+            }
+            (Pending::Join, Reply::Joined(result)) => {
+                self.joining = None;
+                match result.map_err(classify) {
+                    Ok(node) => {
+                        self.me = layout::member_name(&node).unwrap_or(&node).into();
+                        self.cfg.party_node = node;
+                        self.party_fresh = false;
+                        self.debounce.changed(self.now, self.latest_party.len());
+                    }
+                    Err(ReqError::Fatal(cause)) => self.fail(cause),
+                    Err(_) => self.back_off(),
+                }
+            }
+            (Pending::Locks(items), Reply::DirsMade(result)) => self.on_dirs_made(id, items, result.map_err(classify)),
+            (Pending::Locks(items), Reply::Created(result)) => {
+                // Sequential names never collide: a create that finds its node is one whose earlier attempt landed,
+                // an unknown outcome, which a listing settles.
+                let result = result.map_err(|failed| match failed.code {
+                    Code::NodeExists => ReqError::Transient,
+                    _ => failed.classify(),
+                });
+                self.on_created(id, items, result);
+            }
+            (Pending::Locks(items), Reply::Listed(result)) => {
+                let result = result.map(|listings| listings.into_iter().map(|l| l.map_err(classify)).collect());
+                self.on_listed(id, items, result.map_err(classify));
+            }
+            (Pending::Watch(item), Reply::Changed(result)) => self.on_changed(id, item, result.map_err(classify)),
+            (Pending::Release(gone), Reply::Released(result)) => {
+                let acks = self.locks.releases.remove(&id).unwrap_or_default();
+                match result {
+                    Ok(()) => {
+                        self.release_acks.extend(acks);
+                        // Items that left the set: their directories go once the last contender (ours) is gone.
+                        let gone: Vec<usize> =
+                            gone.into_iter().filter(|&item| !self.catalogue.contains(item)).collect();
+                        if !gone.is_empty() && self.ending.is_none() {
+                            self.remove_dirs(gone);
+                        }
+                    }
+                    Err(failed) => {
+                        // A release retries lost requests itself: what comes back ends the session or the member.
+                        let cause = match failed.clone().classify() {
+                            ReqError::Fatal(cause) => cause,
+                            _ => Cause::Refused(failed.error),
+                        };
+                        for ack in acks {
+                            self.actions.push_back(Action::Ack(ack, Err(cause.clone())));
+                        }
+                        if let Some(ending) = &mut self.ending {
+                            // Best effort while ending. A lost session took our nodes with it; any other error still
+                            // lets us leave the party (the ephemerals go with the session in any case).
+                            if matches!(cause, Cause::SessionEnded(_)) {
+                                ending.clean_up = false;
+                            }
+                        } else {
+                            self.fail(cause);
+                        }
+                    }
+                }
+            }
+            (Pending::Verify, Reply::Verified(result)) => {
+                if let Some(suspension) = &mut self.suspension {
+                    suspension.verifying = None;
+                }
+                match result {
+                    Ok(ours) => self.on_verified(ours),
+                    Err(failed) => match failed.clone().classify() {
+                        ReqError::Fatal(cause) => self.fail(cause),
+                        _ => self.fail(Cause::Refused(failed.error)),
+                    },
+                }
+            }
+            (Pending::Leave, Reply::Left) => {}
+            (Pending::ReadSet, Reply::Set(result)) => {
+                self.set_read = None;
+                self.on_set(result.map_err(classify));
+            }
+            (Pending::RecoverSet | Pending::WatchLease, Reply::Recovered(result) | Reply::LeaseGone(result)) => {
+                // Done, or the writer's lease is gone: read the set again (a recovery is idempotent, and asked for
+                // again if still due). Failed: the same, a time_boundary later.
+                self.set_recovery = None;
+                match result.map_err(classify) {
+                    Ok(()) => self.set_fresh = false,
+                    Err(ReqError::Fatal(Cause::SessionEnded(end))) => self.fail(Cause::SessionEnded(end)),
+                    Err(_) => self.timers.set(Timer::Recovery, Some(self.now + self.cfg.time_boundary)),
+                }
+            }
+            (Pending::RemoveDirs, Reply::DirsRemoved) => {}
+            (Pending::HeldWatch(item, node), Reply::HeldGone(result)) => {
+                self.on_held_gone(item, node, result.map_err(classify));
+            }
+            (pending, reply) => {
+                self.fail(Cause::Internal(format!("reply {reply:?} to a {pending:?} request")));
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! What the worker sees and is asked: the one place where the published state changes ([`Core::show`]), and the
+//! worker's `release_set()` calls.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::{AckId, Action, Cause, Core, Publication, Reason, SetInForce};
+use crate::sabotage::{Sabotage, breaks};
+use crate::{Disagreement, FencingToken, PartitionState};
+
+/// What the worker has been asked to do with `release_set()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Owed {
+    /// Stop everything; `release_set()` gives up every lock.
+    All,
+    /// Stop these items; `release_set()` gives up exactly these.
+    Revoked(BTreeSet<usize>),
+}
+
+/// What was published last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Shown {
+    pub(super) state: PartitionState,
+    pub(super) listed: BTreeSet<usize>,
+    pub(super) revoked: BTreeSet<usize>,
+    pub(super) suspended: bool,
+    /// The party the assignment in force was computed from.
+    pub(super) members: Arc<[String]>,
+    pub(super) set: SetInForce,
+    pub(super) disagreements: Arc<[Disagreement]>,
+}
+
+impl Core {
+    /// Publishes `Release` revoking everything; `release_set()` will give up every lock.
+    pub(super) fn ask_release_all(&mut self, reason: Reason) {
+        self.owed = Some(Owed::All);
+        // Waiting for the worker is not allocating: the clock starts again at release_set().
+        self.stop_allocation_clock();
+        let revoked = self.locks.held.clone();
+        self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
+    }
+
+    pub(super) fn on_release_set(&mut self, ack: AckId) {
+        if let Some(ending) = &self.ending {
+            self.actions.push_back(Action::Ack(ack, Err(ending.cause.clone())));
+            return;
+        }
+        if self.suspension.is_some() {
+            // Answered when the session's fate is known.
+            self.suspended_acks.push(ack);
+            return;
+        }
+        match self.owed.take() {
+            Some(Owed::Revoked(revoked)) => {
+                // Incremental: the worker stopped exactly these. Keep the rest listed.
+                let listed = self.shown.listed.clone();
+                self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::RevokedReleased);
+                let want = self.locks.want.iter().filter(|item| !revoked.contains(item)).copied().collect();
+                self.set_want(want);
+                self.start_allocation_clock();
+            }
+            Some(Owed::All) | None => {
+                // kazoo: give up everything and allocate from nothing, after a full time_boundary. Publish first:
+                // once a lock node is deleted another member may take its item at once.
+                self.show(
+                    PartitionState::Allocating,
+                    BTreeSet::new(),
+                    BTreeSet::new(),
+                    false,
+                    None,
+                    Reason::ReleaseSet,
+                );
+                self.set_want(BTreeSet::new());
+                self.target = None;
+                self.locks.want_is_target = false;
+                self.debounce.changed(self.now, self.latest_party.len());
+                self.start_allocation_clock();
+            }
+        }
+        if breaks(Sabotage::AckBeforeRelease) {
+            self.actions.push_back(Action::Ack(ack, Ok(())));
+            return;
+        }
+        self.release_acks.push(ack);
+    }
+
+    /// Publishes the current state again (something besides the state changed).
+    pub(super) fn republish(&mut self, reason: Reason) {
+        if self.ending.is_some() {
+            return;
+        }
+        let shown = self.shown.clone();
+        self.show(shown.state, shown.listed, shown.revoked, shown.suspended, None, reason);
+    }
+
+    /// The single place where the published state changes.
+    pub(super) fn show(
+        &mut self,
+        state: PartitionState,
+        listed: BTreeSet<usize>,
+        revoked: BTreeSet<usize>,
+        suspended: bool,
+        cause: Option<Cause>,
+        reason: Reason,
+    ) {
+        debug_assert!(listed.is_subset(&self.locks.held), "listing an item whose lock is not held");
+        if state == PartitionState::Acquired && std::mem::take(&mut self.locks.fresh_path) {
+            // The party's first allocation made the directories of every share: from now on, assume them all.
+            self.locks.dirs_known.fill(true);
+        }
+        let shown = Shown {
+            state,
+            listed,
+            revoked,
+            suspended,
+            members: self.members.clone(),
+            set: self.set_in_force.clone(),
+            disagreements: self.disagreements.clone(),
+        };
+        if shown == self.shown && cause.is_none() {
+            return;
+        }
+        // In item order, not index order: a handle finds an item in the snapshot by binary search.
+        let listed = self.catalogue.in_item_order(shown.listed.iter().copied());
+        let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
+        let items = listed
+            .iter()
+            .map(|&item| (item, FencingToken::new(self.locks.entries.get(&item).map_or(0, |lock| lock.token))))
+            .collect();
+        let nodes = listed
+            .iter()
+            .map(|item| self.locks.entries.get(item).and_then(|lock| lock.node.clone()).unwrap_or_default())
+            .collect();
+        self.actions.push_back(Action::Publish(Publication {
+            state,
+            member: self.me.clone(),
+            items,
+            nodes,
+            revoked: self.catalogue.in_item_order(shown.revoked.iter().copied()),
+            members: self.members.clone(),
+            cause,
+            suspended,
+            set: self.set_in_force.clone(),
+            disagreements: self.disagreements.clone(),
+            reason,
+        }));
+        self.shown = shown;
+    }
+}
