@@ -1,0 +1,259 @@
+//! The invariants, checked after every step: safety (no item listed twice, every listing backed by the lowest lock
+//! contender or within an operator deletion's bound, checkpoints fenced), the shared set's committed versions, and
+//! convergence once the faults are over.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PARTY, PATH, World};
+use crate::item_set::layout::{self, Header, RawRead, SetView, State};
+use crate::sim::Plan;
+use crate::sim::net::{self, ActorId, lock};
+use crate::sim::zk::{self, SessionId};
+use crate::{Item, PartitionState, Snapshot};
+
+/// How long after the later of an operator's deletion of a held lock node and the watch registration's due time
+/// (2 × time_boundary after the lock was taken) a member may keep listing the item: the requests queued before the
+/// watch's, and the notification's trip; if the member's connection was disturbed meanwhile, also the client's read
+/// timeout (if the server does not answer, it suspends).
+fn operator_window(plan: &Plan, disturbed: bool) -> Duration {
+    let delivery = Duration::from_millis(400);
+    if disturbed { plan.session * 2 / 5 + delivery } else { delivery }
+}
+
+impl World {
+    /// Whether a session has a lock node (held or waiting) for `item`.
+    pub(super) fn holds_a_node(&self, session: SessionId, item: &Item) -> bool {
+        let net = lock(&self.net);
+        let dir = format!("{LOCKS}/{item}");
+        net.zk
+            .children_of(&dir)
+            .iter()
+            .any(|child| net.zk.exists(&format!("{dir}/{child}")).is_some_and(|stat| stat.ephemeral_owner == session))
+    }
+
+    /// Records every newly committed version of the shared set (the set in force by the protocol's own reading of
+    /// the model), and checks that no version is committed twice with different sets, and that no checkpoint write
+    /// landed unless its lock node was the lowest contender.
+    pub(super) fn record_set(&mut self) {
+        let writes = std::mem::take(&mut lock(&self.net).writes);
+        for net::Write { session, ops, result, checks_lowest: lowest } in writes {
+            if result.is_err() {
+                continue;
+            }
+            let checkpoint = ops.iter().any(|op| {
+                matches!(op, zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. } if path.starts_with(CHECKPOINTS))
+            });
+            let Some(lock_node) = ops.iter().find_map(|op| match op {
+                zk::WriteOp::Check { path, .. } if path.starts_with(LOCKS) => Some(path.clone()),
+                _ => None,
+            }) else {
+                continue;
+            };
+            if checkpoint && !lowest {
+                self.violate(format!("session {session} wrote a checkpoint checked by {lock_node}, which is not the item's lowest contender"));
+            }
+        }
+        if !self.plan.shared_set {
+            return;
+        }
+        let net = lock(&self.net);
+        let data = net.zk.data_of(ITEMS);
+        if data == self.header_seen {
+            return;
+        }
+        let Some(data) = data else {
+            drop(net);
+            self.header_seen = None;
+            return;
+        };
+        let version = net.zk.exists(ITEMS).map_or(0, |stat| stat.version);
+        let header = Header::parse(&data).ok();
+        let change = match header.as_ref().map(|h| &h.state) {
+            Some(State::Applying(tag)) => Some((
+                net.zk.children_of(&format!("{PATH}/item-changes/{tag}/add")),
+                net.zk.children_of(&format!("{PATH}/item-changes/{tag}/remove")),
+            )),
+            _ => None,
+        };
+        let lease = header
+            .as_ref()
+            .and_then(|h| h.state.change())
+            .map(|tag| net.zk.exists(&format!("{PATH}/item-writers/{tag}")).is_some());
+        let read =
+            RawRead { header: Some((data.clone(), version)), children: net.zk.children_of(ITEMS), change, lease };
+        drop(net);
+        self.header_seen = Some(data);
+        if let Some(header) = &header {
+            self.landed.extend(header.log.iter().cloned());
+        }
+        if let SetView::Committed(committed) = layout::interpret(read) {
+            let names: BTreeSet<String> = committed.items.iter().map(Item::node_name).collect();
+            match self.committed.get(&committed.version) {
+                Some(stored) if *stored != names => {
+                    let stored = stored.clone();
+                    self.violate(format!(
+                        "version {} of the shared set was {stored:?} and is now {names:?}",
+                        committed.version
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.note(format!("set version {} = {names:?}", committed.version));
+                    self.committed.insert(committed.version, names);
+                }
+            }
+        }
+    }
+
+    /// Whether `path` (a lock node) is the lowest contender of its directory.
+    fn lowest_contender(&self, path: &str) -> bool {
+        let Some((dir, node)) = path.rsplit_once('/') else { return false };
+        let net = lock(&self.net);
+        let children = net.zk.children_of(dir);
+        let lowest = children
+            .iter()
+            .filter_map(|c| crate::layout::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
+            .min()
+            .map(|(_, c)| c);
+        lowest.as_deref() == Some(node)
+    }
+
+    /// No item listed by two live sessions; every listed item backed by the member's lowest contender node (or one an
+    /// operator deleted, for the stated bound); every shared set followed was committed.
+    pub(super) fn check_safety(&mut self) -> Result<(), String> {
+        let now = self.now();
+        let mut owner: BTreeMap<String, ActorId> = BTreeMap::new();
+        for actor in self.members() {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            let core = &m.core;
+            if let Some((version, items)) = core.followed() {
+                let names: BTreeSet<String> = items.iter().map(Item::node_name).collect();
+                match self.committed.get(&version) {
+                    Some(stored) if *stored == names => {}
+                    stored => {
+                        return Err(format!(
+                            "{} follows version {version} of the shared set as {names:?}, but the committed version \
+                             {version} is {stored:?}",
+                            core.me()
+                        ));
+                    }
+                }
+            }
+            let listed = core.listed();
+            if listed.is_empty() {
+                continue;
+            }
+            let session = m.zk.session();
+            let name = core.me().to_owned();
+            if !lock(&self.net).zk.is_alive(session) {
+                return Err(format!("{name} lists {} items but its session {session} has ended", listed.len()));
+            }
+            for &index in listed {
+                let item = core.item(index).to_string();
+                let dir = format!("{LOCKS}/{item}");
+                let Some(node) = core.held_node(index) else {
+                    return Err(format!("{name} lists item {item} without a held node"));
+                };
+                if let Some(&deleted) = self.operator_deleted.get(&format!("{dir}/{node}")) {
+                    // The node is gone: the member may not know yet, for a bounded time only.
+                    let held =
+                        core.held_at(index).map_or(now, |at| at.saturating_duration_since(lock(&self.net).epoch));
+                    let watched_by = held + self.plan.time_boundary * 2;
+                    let last_disturbed = self.disturbed.get(&session).copied().unwrap_or_default().max(self.stalled);
+                    let disturbed = last_disturbed >= held || !lock(&self.net).is_up(session);
+                    let limit = deleted.max(watched_by) + operator_window(&self.plan, disturbed);
+                    if now > limit {
+                        return Err(format!(
+                            "{name} still lists item {item} {:?} after an operator deleted its lock node (taken at \
+                             {held:?}, deleted at {deleted:?}; the bound is {limit:?})",
+                            now - deleted
+                        ));
+                    }
+                    continue;
+                }
+                if let Some(other) = owner.insert(item.clone(), actor) {
+                    return Err(format!("item {item} listed by a{other} and a{actor}, both sessions alive"));
+                }
+                if !self.lowest_contender(&format!("{dir}/{node}")) {
+                    let children = lock(&self.net).zk.children_of(&dir);
+                    return Err(format!(
+                        "{name} lists item {item} but its node {node} is not the lowest contender ({children:?})"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every live member `Acquired` over the real party and the latest committed set, nothing unfinished in the set,
+    /// listings a disjoint cover, no stray lock node.
+    pub(super) fn converged(&self) -> Result<(), String> {
+        let net = lock(&self.net);
+        let party: Vec<String> = crate::layout::members(&net.zk.children_of(PARTY)).0;
+        drop(net);
+        let mut covered = BTreeSet::new();
+        let members = self.members();
+        if members.len() != self.live().len() {
+            return Err("a process is still starting".into());
+        }
+        for &actor in &members {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            let core = &m.core;
+            if core.state() != PartitionState::Acquired {
+                return Err(format!("{} is {}", core.me(), core.state()));
+            }
+            let snapshot = m.handle.read(Snapshot::clone);
+            if *snapshot.members != party {
+                return Err(format!("{} allocated for {:?}, the party is {party:?}", core.me(), snapshot.members));
+            }
+            for &index in core.listed() {
+                let item = core.item(index).node_name();
+                if !covered.insert(item.clone()) {
+                    return Err(format!("item {item} listed twice"));
+                }
+            }
+            // Hygiene: every lock node of this session is the held node of a listed item.
+            let held: BTreeSet<String> = core
+                .listed()
+                .iter()
+                .filter_map(|&index| Some(format!("{LOCKS}/{}/{}", core.item(index), core.held_node(index)?)))
+                .collect();
+            for path in lock(&self.net).zk.ephemerals(m.zk.session(), &format!("{LOCKS}/")) {
+                if !held.contains(&path) {
+                    return Err(format!("{} has a stray lock node {path}", core.me()));
+                }
+            }
+            if !m.worker.saves.is_empty() || m.worker.release.is_some() {
+                return Err(format!("{}'s worker is still busy", core.me()));
+            }
+        }
+        let expected: BTreeSet<String> = if self.plan.shared_set {
+            let net = lock(&self.net);
+            let header = net.zk.data_of(ITEMS).and_then(|data| Header::parse(&data).ok());
+            drop(net);
+            match header {
+                Some(header) if header.state != State::Ready => {
+                    return Err(format!("the shared set is still {:?}", header.state));
+                }
+                Some(header) => self.committed.get(&header.version).cloned().unwrap_or_default(),
+                None => return Err("the shared set is missing".into()),
+            }
+        } else {
+            self.fixed.iter().map(Item::node_name).collect()
+        };
+        if covered != expected {
+            let missing: Vec<&String> = expected.difference(&covered).collect();
+            let extra: Vec<&String> = covered.difference(&expected).collect();
+            return Err(format!(
+                "listings cover {} of {} items: missing {missing:?}, not in the set {extra:?}",
+                covered.len(),
+                expected.len()
+            ));
+        }
+        if (0..self.actors.len()).any(|a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_some())) {
+            return Err("an admin's change is under way".into());
+        }
+        Ok(())
+    }
+}
