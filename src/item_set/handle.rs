@@ -18,12 +18,23 @@ use crate::{Error, Item};
 /// request is a read and one conditional write; a larger one is staged, committed and applied (see the
 /// `item_set` module's docs in the source for why every reader sees either the set before or the set after).
 ///
-/// **Cancel safety**: every change runs on a task of its own (the caller's runtime's). Dropping its future (a
-/// `timeout`, a `select!`) stops the waiting, not the change: it completes, or fails and leaves nothing, as it would
-/// have. **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the
-/// reply of ours is lost and we reconnect, ours can no longer be recognised (a retried `replace_if` then reports a
-/// conflict; a retried `add` or `remove` is simply applied again, which changes nothing).
+/// **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the reply of
+/// ours is lost and we reconnect, ours can no longer be recognised (a retried `replace_if` then reports a conflict; a
+/// retried `add` or `remove` is simply applied again, which changes nothing).
 ///
+/// # Cancel safety
+/// A [`read`](ItemSet::read) only reads. Every change runs on a task of its own, spawned on the caller's runtime when
+/// its future is first polled (a future dropped before that has sent nothing). Dropping the future later (a `timeout`,
+/// a `select!`) stops the waiting, not the change: the task, which holds a clone of the client, runs on until the
+/// change is done or has failed, exactly as if it had been awaited; only a later read tells which.
+///
+/// Only if that task is itself stopped part-way (the runtime shuts down, the process exits) can an update too large for
+/// one request be left under way, under an ephemeral lease of the session it was written on. Readers then keep the set
+/// before it (flagged [`updating`](SharedItems::updating)), or see no set for a first version, until the lease goes
+/// with that session; then the next writer, or the party's first member, undoes it, or finishes it if it was already
+/// committed. An update that fits one request is one `multi`: it landed whole or not at all.
+///
+/// # Examples
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
 /// use zk_partitioner::ItemSet;
@@ -98,6 +109,9 @@ impl ItemSet {
     /// [`Error::ItemSetMissing`] if there is none yet (or its first version is still being written),
     /// [`Error::ItemSetCorrupt`] if its node was written by something else, [`Error::ZooKeeper`] or
     /// [`Error::SessionLost`] if ZooKeeper fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it sends only reads, so a dropped call leaves nothing behind.
     pub async fn read(&self) -> Result<SharedItems, Error> {
         self.inner.read().await
     }
@@ -109,6 +123,13 @@ impl ItemSet {
     /// # Errors
     /// [`Error::InvalidItem`] for an item that is not a valid node name or mixes integers with strings,
     /// [`Error::EmptyItemSet`] for no items, and the errors of [`read`](ItemSet::read).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the creation: from the first poll it runs on a task of its own, which creates
+    /// the set, finds one, or fails, exactly as if it had been awaited. Only if that task is stopped part-way can a
+    /// first version too large for one request be left `creating` under this session's ephemeral lease: readers see no
+    /// set until the lease goes with the session, and the next writer or the party's first member then undoes it
+    /// ([more](ItemSet#cancel-safety)).
     pub async fn create_if_missing<I>(&self, items: I) -> Result<(SharedItems, bool), Error>
     where
         I: IntoIterator,
@@ -123,6 +144,13 @@ impl ItemSet {
     /// # Errors
     /// [`Error::InvalidItem`] naming the first item given that is not a valid node name or is not of the set's kind
     /// (integers or strings), and the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which adds the
+    /// items or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too large
+    /// for one request be left under way under this session's ephemeral lease: readers keep the set before it until the
+    /// lease goes with the session, and the next writer or the party's first member then undoes it, or finishes it if
+    /// it was committed ([more](ItemSet#cancel-safety)).
     pub async fn add<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -138,6 +166,13 @@ impl ItemSet {
     /// [`Error::InvalidItem`] naming the first item that is not in the set, [`Error::EmptyItemSet`] if nothing would
     /// be left, and the errors of [`read`](ItemSet::read). Nothing is changed when it fails. A removal whose reply was
     /// lost with the connection is sent again; items it finds already gone then count as removed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which removes
+    /// the items or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too
+    /// large for one request be left under way under this session's ephemeral lease: readers keep the set before it
+    /// until the lease goes with the session, and the next writer or the party's first member then undoes it, or
+    /// finishes it if it was committed ([more](ItemSet#cancel-safety)).
     pub async fn remove<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -151,6 +186,13 @@ impl ItemSet {
     ///
     /// # Errors
     /// As [`add`](ItemSet::add), plus [`Error::EmptyItemSet`] for no items.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which replaces
+    /// the set or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too
+    /// large for one request be left under way under this session's ephemeral lease: readers keep the set before it
+    /// until the lease goes with the session, and the next writer or the party's first member then undoes it, or
+    /// finishes it if it was committed ([more](ItemSet#cancel-safety)).
     pub async fn replace<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -167,6 +209,13 @@ impl ItemSet {
     /// # Errors
     /// [`Error::ItemSetConflict`] if the set changed since that read (read it again and recompute), and the errors of
     /// [`replace`](ItemSet::replace).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which replaces
+    /// the set, or fails if its version moved on, exactly as if it had been awaited. Only if that task is stopped
+    /// part-way can an update too large for one request be left under way under this session's ephemeral lease: readers
+    /// keep the set before it until the lease goes with the session, and the next writer or the party's first member
+    /// then undoes it, or finishes it if it was committed ([more](ItemSet#cancel-safety)).
     pub async fn replace_if<I>(&self, version: u64, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
