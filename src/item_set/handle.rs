@@ -1,0 +1,227 @@
+//! [`ItemSet`], the public handle on a shared set: its admin operations (read, create, add, remove, replace), each
+//! change run on a task of its own over the protocol of [`SharedSet`].
+
+use std::fmt;
+use std::future::Future;
+
+use zookeeper_client::Client;
+
+use super::{SharedItems, SharedSet};
+use crate::acl::NodeAcls;
+use crate::names::check_base_path;
+use crate::session::SessionRef;
+use crate::{Error, Item};
+
+/// A handle on the shared item set of one partition path, for members and for tools that are not members.
+///
+/// Cheap to clone. A read is one request (two while a large update is being applied); an update that fits one
+/// request is a read and one conditional write; a larger one is staged, committed and applied (see the
+/// `item_set` module's docs in the source for why every reader sees either the set before or the set after).
+///
+/// **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the reply of
+/// ours is lost and we reconnect, ours can no longer be recognised (a retried `replace_if` then reports a conflict; a
+/// retried `add` or `remove` is simply applied again, which changes nothing).
+///
+/// # Cancel safety
+/// A [`read`](ItemSet::read) only reads. Every change runs on a task of its own, spawned on the caller's runtime when
+/// its future is first polled (a future dropped before that has sent nothing). Dropping the future later (a `timeout`,
+/// a `select!`) stops the waiting, not the change: the task, which holds a clone of the client, runs on until the
+/// change is done or has failed, exactly as if it had been awaited; only a later read tells which.
+///
+/// Only if that task is itself stopped part-way (the runtime shuts down, the process exits) can an update too large for
+/// one request be left under way, under an ephemeral lease of the session it was written on. Readers then keep the set
+/// before it (flagged [`updating`](SharedItems::updating)), or see no set for a first version, until the lease goes
+/// with that session; then the next writer, or the party's first member, undoes it, or finishes it if it was already
+/// committed. An update that fits one request is one `multi`: it landed whole or not at all.
+///
+/// # Examples
+/// ```no_run
+/// # async fn dox() -> Result<(), zk_partitioner::Error> {
+/// use zk_partitioner::ItemSet;
+/// use zk_partitioner::zookeeper_client::Client;
+///
+/// let client = Client::connect("127.0.0.1:2181").await.expect("connect");
+/// let set = ItemSet::new(client, "/work_queues")?;
+/// set.create_if_missing(["queue-1", "queue-2"]).await?;
+/// let after = set.add(["queue-3"]).await?;
+/// assert!(after.items.contains(&"queue-3".into()));
+/// set.remove(["queue-1"]).await?;
+/// println!("version {}: {:?}", set.read().await?.version, set.read().await?.items);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ItemSet {
+    inner: SharedSet<Client>,
+}
+
+impl fmt::Debug for ItemSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ItemSet").field("node", &self.inner.paths.node).finish_non_exhaustive()
+    }
+}
+
+impl ItemSet {
+    /// A handle on the shared set of the partition path `path` (relative to the client's chroot), on `client`'s
+    /// session. Nothing is read or written until a method is called.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `path` is not a valid partition path.
+    pub fn new(client: Client, path: impl Into<String>) -> Result<Self, Error> {
+        let base = path.into();
+        check_base_path(&base)?;
+        Ok(ItemSet { inner: SharedSet::new(SessionRef::Owned(client), &base, NodeAcls::default()) })
+    }
+
+    /// Creates the nodes it makes (the set's node, its items, and `<path>` if missing) with this ACL instead of
+    /// kazoo's open one: use the partitioner's ([`Builder::acls`](crate::Builder::acls)). Nodes that exist keep
+    /// theirs.
+    pub fn with_acls(mut self, acls: zookeeper_client::Acls<'_>) -> Self {
+        self.inner.acls = NodeAcls::new(&acls);
+        self
+    }
+
+    /// The same set on a member's session, which the member releases when its background task ends.
+    pub(crate) fn from_shared(inner: SharedSet<Client>) -> Self {
+        ItemSet { inner }
+    }
+
+    /// The path of the set's node, `<path>/items`.
+    pub fn path(&self) -> &str {
+        &self.inner.paths.node
+    }
+
+    /// Runs a change on a task of its own, so that it is cancel safe: dropping the caller's future does not stop the
+    /// change part-way (a staged update would keep its lease, and so stay unfinished, as long as the session lives);
+    /// it completes, or fails and is undone, on its own.
+    async fn detached<T, F>(&self, change: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        tokio::spawn(change).await.unwrap_or_else(|err| {
+            Err(Error::Internal { reason: format!("the shared set's update task of {} failed: {err}", self.path()) })
+        })
+    }
+
+    /// Reads the set in force.
+    ///
+    /// # Errors
+    /// [`Error::ItemSetMissing`] if there is none yet (or its first version is still being written),
+    /// [`Error::ItemSetCorrupt`] if its node was written by something else, [`Error::ZooKeeper`] or
+    /// [`Error::SessionLost`] if ZooKeeper fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it sends only reads, so a dropped call leaves nothing behind.
+    pub async fn read(&self) -> Result<SharedItems, Error> {
+        self.inner.read().await
+    }
+
+    /// Creates the set with `items` if there is none, else leaves it as it is. Returns the set in force and whether
+    /// this call created it. A creation left unfinished by a writer that is gone is undone first; one under way is
+    /// waited for.
+    ///
+    /// # Errors
+    /// [`Error::InvalidItem`] for an item that is not a valid node name or mixes integers with strings,
+    /// [`Error::EmptyItemSet`] for no items, and the errors of [`read`](ItemSet::read).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the creation: from the first poll it runs on a task of its own, which creates
+    /// the set, finds one, or fails, exactly as if it had been awaited. Only if that task is stopped part-way can a
+    /// first version too large for one request be left `creating` under this session's ephemeral lease: readers see no
+    /// set until the lease goes with the session, and the next writer or the party's first member then undoes it
+    /// ([more](ItemSet#cancel-safety)).
+    pub async fn create_if_missing<I>(&self, items: I) -> Result<(SharedItems, bool), Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.create_if_missing(items).await }).await
+    }
+
+    /// Adds `items` (those already in the set are left as they are) and returns the set after the change.
+    ///
+    /// # Errors
+    /// [`Error::InvalidItem`] naming the first item given that is not a valid node name or is not of the set's kind
+    /// (integers or strings), and the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which adds the
+    /// items or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too large
+    /// for one request be left under way under this session's ephemeral lease: readers keep the set before it until the
+    /// lease goes with the session, and the next writer or the party's first member then undoes it, or finishes it if
+    /// it was committed ([more](ItemSet#cancel-safety)).
+    pub async fn add<I>(&self, items: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.add(items).await }).await
+    }
+
+    /// Removes `items` and returns the set after the change.
+    ///
+    /// # Errors
+    /// [`Error::InvalidItem`] naming the first item that is not in the set, [`Error::EmptyItemSet`] if nothing would
+    /// be left, and the errors of [`read`](ItemSet::read). Nothing is changed when it fails. A removal whose reply was
+    /// lost with the connection is sent again; items it finds already gone then count as removed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which removes
+    /// the items or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too
+    /// large for one request be left under way under this session's ephemeral lease: readers keep the set before it
+    /// until the lease goes with the session, and the next writer or the party's first member then undoes it, or
+    /// finishes it if it was committed ([more](ItemSet#cancel-safety)).
+    pub async fn remove<I>(&self, items: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.remove(items).await }).await
+    }
+
+    /// Makes the set exactly `items`, whatever it was, and returns it.
+    ///
+    /// # Errors
+    /// As [`add`](ItemSet::add), plus [`Error::EmptyItemSet`] for no items.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which replaces
+    /// the set or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too
+    /// large for one request be left under way under this session's ephemeral lease: readers keep the set before it
+    /// until the lease goes with the session, and the next writer or the party's first member then undoes it, or
+    /// finishes it if it was committed ([more](ItemSet#cancel-safety)).
+    pub async fn replace<I>(&self, items: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.replace(None, items).await }).await
+    }
+
+    /// Makes the set exactly `items` if its version is still `version` (from a [`read`](ItemSet::read)): a
+    /// compare-and-set for tools that compute the new set from the old one. A write of ours whose reply was lost is
+    /// recognised (by its token in the set's log of its latest updates) and returns `Ok`.
+    ///
+    /// # Errors
+    /// [`Error::ItemSetConflict`] if the set changed since that read (read it again and recompute), and the errors of
+    /// [`replace`](ItemSet::replace).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which replaces
+    /// the set, or fails if its version moved on, exactly as if it had been awaited. Only if that task is stopped
+    /// part-way can an update too large for one request be left under way under this session's ephemeral lease: readers
+    /// keep the set before it until the lease goes with the session, and the next writer or the party's first member
+    /// then undoes it, or finishes it if it was committed ([more](ItemSet#cancel-safety)).
+    pub async fn replace_if<I>(&self, version: u64, items: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
+        self.detached(async move { inner.replace(Some(version), items).await }).await
+    }
+}

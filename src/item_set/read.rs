@@ -1,0 +1,135 @@
+//! Reading the set: [`SharedItems`], the set in force as read, and one consistent read of the set's nodes
+//! ([`read_raw`], which members following the set use too, with the header their watch read as a hint).
+
+use super::layout::{self, Committed, Header, RawRead, SetPaths, SetView};
+use super::{MAX_ATTEMPTS, SharedSet};
+use crate::error::retry_transient;
+use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
+use crate::{Error, Item};
+
+/// The shared set as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedItems {
+    /// The items, sorted: the set in force (committed), whatever update is under way.
+    pub items: Vec<Item>,
+    /// The set's version: it increases by one with every update.
+    pub version: u64,
+    /// A large update is being staged or applied (or its writer stopped part-way and it is about to be undone or
+    /// finished); `items` is the set in force all the same.
+    pub updating: bool,
+    /// Children of `<path>/items` that are not items of the set's kind (written by hand): ignored by members, deleted
+    /// by the next update.
+    pub skipped: Vec<String>,
+}
+
+impl SharedItems {
+    pub(super) fn of(committed: Committed) -> Self {
+        SharedItems {
+            items: committed.items,
+            version: committed.version,
+            updating: committed.unfinished.is_some(),
+            skipped: committed.skipped,
+        }
+    }
+}
+
+impl<Z: ZooKeeper> SharedSet<Z> {
+    pub async fn read(&self) -> Result<SharedItems, Error> {
+        let zk = self.zk()?;
+        match self.view(&zk).await? {
+            SetView::Committed(committed) => Ok(SharedItems::of(committed)),
+            SetView::Missing { .. } => Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
+            SetView::Unreadable(reason) => Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason }),
+            // `view` reads again until the read is whole.
+            SetView::Torn => Err(Error::ItemSetConflict {
+                path: self.paths.node.clone(),
+                reason: "the set kept changing while it was read; try again".into(),
+            }),
+        }
+    }
+
+    /// Reads the set until a read is whole (a torn read means an update landed between two reads).
+    pub(super) async fn view(&self, zk: &Z) -> Result<SetView, Error> {
+        for _ in 0..MAX_ATTEMPTS {
+            // A read lost with the connection is sent again (until the session ends): an update whose outcome is
+            // unknown must not be reported as failed for a read that failed.
+            let read = retry_transient(zk, || read_raw(zk, &self.paths, None)).await;
+            let view = layout::interpret(read.map_err(|e| self.zk_error("read", e))?);
+            if view != SetView::Torn {
+                return Ok(view);
+            }
+        }
+        Ok(SetView::Torn)
+    }
+}
+
+/// One consistent read of the set's nodes: the header and the base set in one read `multi`, and when the header asks
+/// for more (a change's lists, a writer's lease) a second `multi` with everything again. `header_hint` (the header as
+/// just read with a watch) saves the first `multi` when it already says what to read.
+pub(crate) async fn read_raw<Z: ZooKeeper>(
+    zk: &Z,
+    paths: &SetPaths,
+    header_hint: Option<&Header>,
+) -> Result<RawRead, ZkError> {
+    let mut wanted: (Option<String>, Option<String>) = match header_hint {
+        Some(header) => {
+            let (lists, lease) = layout::wants(header);
+            (lists.map(str::to_owned), lease.map(str::to_owned))
+        }
+        None => (None, None),
+    };
+    // Three passes at most: a header that changes at every pass is read as torn (below).
+    let mut pass = 0;
+    loop {
+        let (lists, lease) = (wanted.0.clone(), wanted.1.clone());
+        let (additions, removals, lease_path) = (
+            lists.as_deref().map(|tag| paths.additions(tag)),
+            lists.as_deref().map(|tag| paths.removals(tag)),
+            lease.as_deref().map(|tag| paths.lease(tag)),
+        );
+        let mut ops = vec![ReadOp::Data(&paths.node), ReadOp::Children(&paths.node)];
+        if let (Some(additions), Some(removals)) = (&additions, &removals) {
+            ops.push(ReadOp::Children(additions));
+            ops.push(ReadOp::Children(removals));
+        }
+        if let Some(lease) = &lease_path {
+            ops.push(ReadOp::Data(lease));
+        }
+        let mut results = zk.multi_read(&ops).await?.into_iter();
+        let header = match results.next() {
+            Some(ReadResult::Data(data, stat)) => Some((data, stat.version)),
+            Some(ReadResult::Failed(ZkError::NoNode)) => None,
+            Some(ReadResult::Failed(err)) => return Err(err),
+            _ => return Err(ZkError::UnexpectedError("the set's header read answered something else".into())),
+        };
+        let children = match results.next() {
+            Some(ReadResult::Children(children)) => children,
+            _ => Vec::new(),
+        };
+        let change = if additions.is_some() {
+            match (results.next(), results.next()) {
+                (Some(ReadResult::Children(adds)), Some(ReadResult::Children(removes))) => Some((adds, removes)),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let lease_alive = lease_path.is_some().then(|| matches!(results.next(), Some(ReadResult::Data(..))));
+        let read = RawRead { header, children, change, lease: lease_alive };
+        // Enough for what this header asks?
+        let needs = read.header.as_ref().and_then(|(data, _)| Header::parse(data).ok()).map(|header| {
+            let (lists, lease) = layout::wants(&header);
+            (lists.map(str::to_owned), lease.map(str::to_owned))
+        });
+        match needs {
+            Some(needs) if needs != (lists, lease) && pass < 2 => {
+                wanted = needs;
+                pass += 1;
+            }
+            // Whole, or (the header changed at every pass) the last read: short of what its header asks, it reads
+            // as torn, and the reader reads again.
+            _ => return Ok(read),
+        }
+    }
+}

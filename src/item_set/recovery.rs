@@ -1,0 +1,179 @@
+//! An update found under way: waiting for its writer while the writer's lease lives and, once the lease is gone,
+//! undoing (`staging`, `creating`) or finishing (`applying`) it, the one recovery that writers and the party's first
+//! member run ([`recover`]); and the clean-up of staged changes that stopped writers left behind.
+
+use std::time::Duration;
+
+use futures::future::{Either, select};
+
+use super::chunks::{chunks, paths_of};
+use super::layout::{Header, SetView, State, Unfinished};
+use super::read::read_raw;
+use super::{MAX_ATTEMPTS, SharedSet};
+use crate::Error;
+use crate::error::retry_transient;
+use crate::zookeeper::{MultiError, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
+
+/// How long an update waits for another writer's update under way (while that writer's lease lives) before giving up.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+impl<Z: ZooKeeper> SharedSet<Z> {
+    /// Deals with an update under way: waits while its writer's lease lives (up to [`MAX_WAIT`]); once the writer is
+    /// gone, undoes a `staging` or `creating` change and finishes an `applying` one (or a `deleting` set). A change
+    /// of ours (one of the tags in `own`), found after the reply to its intent was lost, is undone at once.
+    pub(super) async fn settle(&self, zk: &Z, unfinished: &Unfinished, own: &[String]) -> Result<(), Error> {
+        let own = unfinished.state.change().is_some_and(|tag| own.iter().any(|t| t == tag));
+        if !own && !unfinished.abandoned() {
+            return self.wait_for_writer(zk, unfinished).await;
+        }
+        recover(zk, self, unfinished).await
+    }
+
+    /// Waits until the header changes or the writer's lease goes, up to [`MAX_WAIT`].
+    async fn wait_for_writer(&self, zk: &Z, unfinished: &Unfinished) -> Result<(), Error> {
+        let Some(tag) = unfinished.state.change() else { return Ok(()) };
+        let header = match zk.get_and_watch_data(&self.paths.node).await {
+            Ok((_, _, watch)) => watch,
+            Err(ZkError::NoNode) => return Ok(()),
+            Err(err) => return Err(self.zk_error("get_data", err)),
+        };
+        let lease = match zk.check_and_watch_stat(&self.paths.lease(tag)).await {
+            Ok((None, _)) => return Ok(()),
+            Ok((Some(_), watch)) => watch,
+            Err(err) => return Err(self.zk_error("exists", err)),
+        };
+        let timeout = std::pin::pin!(zk.sleep(MAX_WAIT));
+        match select(select(header, lease), timeout).await {
+            Either::Left(_) => Ok(()),
+            Either::Right(_) => Err(Error::ItemSetConflict {
+                path: self.paths.node.clone(),
+                reason: format!("another writer's {unfinished} has been under way for over {MAX_WAIT:?}; try again"),
+            }),
+        }
+    }
+
+    /// Deletes staged changes left behind: those whose writer's lease is gone and that the header does not name (a
+    /// writer that stopped before its intent landed or after it was undone, or a clean-up that did not finish). A
+    /// change with a live lease may be about to be named: never touched. Best effort.
+    pub(super) async fn collect_garbage(&self, zk: &Z) {
+        let Ok(tags) = zk.list_children(&self.paths.changes).await else { return };
+        if tags.is_empty() {
+            return;
+        }
+        // Listed first, then the header and the leases in one read: a change named after this read has a live lease.
+        let leases: Vec<String> = tags.iter().map(|tag| self.paths.lease(tag)).collect();
+        let mut ops = vec![ReadOp::Data(&self.paths.node)];
+        ops.extend(leases.iter().map(|lease| ReadOp::Data(lease)));
+        let Ok(results) = zk.multi_read(&ops).await else { return };
+        let mut results = results.into_iter();
+        let named = match results.next() {
+            Some(ReadResult::Data(data, _)) => {
+                Header::parse(&data).ok().and_then(|h| h.state.change().map(str::to_owned))
+            }
+            _ => return,
+        };
+        for (tag, lease) in tags.iter().zip(results) {
+            let dead = matches!(lease, ReadResult::Failed(ZkError::NoNode));
+            if dead && named.as_deref() != Some(tag.as_str()) {
+                self.delete_tree(zk, &self.paths.change(tag)).await;
+            }
+        }
+    }
+}
+
+/// Undoes or finishes an update whose writer is gone (or our own intent, found after its reply was lost): the one
+/// recovery both writers and the party's first member run.
+pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &Unfinished) -> Result<(), Error> {
+    let view = set.view(zk).await?;
+    let (header, version) = match &view {
+        SetView::Committed(c) => (c.header.clone(), c.header_version),
+        SetView::Missing { unfinished: Some(_) } => {
+            // Creating or deleting: the header is all we need.
+            let read = read_raw(zk, &set.paths, None).await.map_err(|e| set.zk_error("read", e))?;
+            let Some((data, version)) = read.header else { return Ok(()) };
+            match Header::parse(&data) {
+                Ok(header) => (header, version),
+                Err(_) => return Ok(()),
+            }
+        }
+        _ => return Ok(()),
+    };
+    // Only the change we were asked about: anything else is a newer state, for whoever reads it next.
+    if header.state != unfinished.state {
+        return Ok(());
+    }
+    match &header.state {
+        State::Ready | State::Absent => Ok(()),
+        State::Staging(tag) => {
+            // Undo: back to `ready` at the same version (the writer's staging requests check the header's version,
+            // so none lands after this), then clear its staging.
+            let ready = header.with_state(State::Ready).render();
+            let ops = [WriteOp::SetData { path: &set.paths.node, data: ready.as_bytes(), version: Some(version) }];
+            match set.commit(zk, &ops).await {
+                Ok(()) => {
+                    tracing::info!(node = %set.paths.node, change = %tag, "undid an update whose writer is gone");
+                    set.delete_tree(zk, &set.paths.change(tag)).await;
+                    set.release_lease(zk, tag).await;
+                    Ok(())
+                }
+                Err(Err(err)) => Err(err),
+                Err(Ok(_)) => Ok(()),
+            }
+        }
+        State::Applying(tag) => {
+            tracing::info!(node = %set.paths.node, change = %tag, "finishing an update whose writer is gone");
+            set.finish_applying(zk, tag).await
+        }
+        State::Creating(tag) | State::Deleting(tag) => {
+            // Undo a creation: say `deleting` (which fences the writer's requests), delete the children, then say
+            // `absent` (the node stays, so its version keeps growing: a late deleter's requests, checked against
+            // the `deleting` version, can never land in a set created afterwards). The next writer creates afresh.
+            let mut version = version;
+            if matches!(header.state, State::Creating(_)) {
+                let deleting = header.with_state(State::Deleting(tag.clone())).render();
+                let ops =
+                    [WriteOp::SetData { path: &set.paths.node, data: deleting.as_bytes(), version: Some(version) }];
+                match set.commit(zk, &ops).await {
+                    Ok(()) => version += 1,
+                    Err(Err(err)) => return Err(err),
+                    Err(Ok(_)) => return Ok(()),
+                }
+            }
+            let mut emptied = false;
+            for _ in 0..MAX_ATTEMPTS {
+                let children = retry_transient(zk, || zk.list_children(&set.paths.node))
+                    .await
+                    .map_err(|e| set.zk_error("get_children", e))?;
+                if children.is_empty() {
+                    emptied = true;
+                    break;
+                }
+                let paths = paths_of(&set.paths.node, &children);
+                for chunk in chunks(&paths, set.chunk) {
+                    let mut ops = vec![WriteOp::Check { path: &set.paths.node, version: Some(version) }];
+                    ops.extend(chunk.iter().map(|path| WriteOp::Delete { path, version: None }));
+                    // The header moved on: someone else finished this, and more. Otherwise done, or lost, or
+                    // raced by another deleter: the next listing tells.
+                    if let Err(MultiError { index: Some(0), .. }) = zk.multi_write(&ops).await {
+                        return Ok(());
+                    }
+                }
+            }
+            if !emptied {
+                return Err(set.too_busy());
+            }
+            let absent = Header { kind: header.kind, version: 0, state: State::Absent, log: Vec::new() }.render();
+            let ops = [WriteOp::SetData { path: &set.paths.node, data: absent.as_bytes(), version: Some(version) }];
+            match set.commit(zk, &ops).await {
+                Ok(()) => {
+                    tracing::info!(node = %set.paths.node, change = %tag, "undid a creation whose writer is gone");
+                    set.release_lease(zk, tag).await;
+                    Ok(())
+                }
+                Err(Err(err)) => Err(err),
+                // Done by someone else, or lost: whoever reads next sees.
+                Err(Ok(_)) => Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Changing a set that exists: `add`, `remove` and `replace` compute the new set from the one in force and write the
+//! difference, in one conditional `multi` when it fits, else staged under the writer's lease, committed, then
+//! applied.
+
+use std::collections::BTreeSet;
+
+use super::chunks::{chunks, fits_one_request, paths_of};
+use super::layout::{self, Committed, Kind, SetView, State};
+use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
+use crate::error::is_transient;
+use crate::item::{check_kind_of_set, validate_items};
+use crate::error::retry_transient;
+use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
+use crate::{Error, Item};
+
+impl<Z: ZooKeeper> SharedSet<Z> {
+    pub async fn add(&self, added: Vec<Item>) -> Result<SharedItems, Error> {
+        let added = validate_items(added, true)?;
+        self.update(None, |current, _| {
+            // Checked against the set before merging, so that the error names the new item, not one of the set's.
+            if let Some(held) = current.first() {
+                check_kind_of_set(&added, held, &self.paths.node)?;
+            }
+            Ok(current.iter().chain(&added).cloned().collect())
+        })
+        .await
+    }
+
+    pub async fn remove(&self, removed: Vec<Item>) -> Result<SharedItems, Error> {
+        let removed: BTreeSet<Item> = removed.into_iter().collect();
+        self.update(None, |current, retried| {
+            // After a lost reply, what is gone may be our own removal.
+            if !retried && let Some(missing) = removed.iter().find(|item| !current.contains(*item)) {
+                return Err(Error::InvalidItem {
+                    item: missing.to_string(),
+                    reason: "is not in the shared item set, so it cannot be removed".into(),
+                });
+            }
+            Ok(current.difference(&removed).cloned().collect())
+        })
+        .await
+    }
+
+    pub async fn replace(&self, expected: Option<u64>, items: Vec<Item>) -> Result<SharedItems, Error> {
+        let items: BTreeSet<Item> = validate_items(items, true)?.into_iter().collect();
+        self.update(expected, |_, _| Ok(items.clone())).await
+    }
+
+    /// Reads the set in force, computes the new one and writes the difference, conditionally on the version read;
+    /// starts over when another writer got there first (unless the caller asked for a precise `expected` version).
+    /// `change` is told whether an earlier attempt's outcome is unknown (its reply was lost).
+    async fn update(
+        &self,
+        expected: Option<u64>,
+        change: impl Fn(&BTreeSet<Item>, bool) -> Result<BTreeSet<Item>, Error>,
+    ) -> Result<SharedItems, Error> {
+        let zk = self.zk()?;
+        let token = layout::token(zk.random());
+        let mut uncertain = false;
+        let result = self.update_as(&zk, &token, &mut uncertain, expected, change).await;
+        match result {
+            // The session ended with our update's outcome unknown: say so, rather than that it failed.
+            Err(Error::SessionLost { .. } | Error::Stopped) if uncertain => {
+                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() })
+            }
+            result => result,
+        }
+    }
+
+    /// [`SharedSet::update`]'s attempts, with our update's `token`; `uncertain` says whether one of them may have
+    /// landed unseen.
+    async fn update_as(
+        &self,
+        zk: &Z,
+        token: &str,
+        uncertain: &mut bool,
+        expected: Option<u64>,
+        change: impl Fn(&BTreeSet<Item>, bool) -> Result<BTreeSet<Item>, Error>,
+    ) -> Result<SharedItems, Error> {
+        let zk = zk.clone();
+        let token = token.to_owned();
+        // The change tags of our staged attempts (see `create_if_missing`).
+        let mut own: Vec<String> = Vec::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            backoff(&zk, attempt).await;
+            let current = match self.view(&zk).await? {
+                SetView::Committed(committed) => committed,
+                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
+                SetView::Unreadable(reason) => {
+                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
+                }
+                SetView::Torn => continue,
+            };
+            #[cfg(test)]
+            if crate::sabotage::breaks(crate::sabotage::Sabotage::LostRepliesUnresolved) {
+                *uncertain = false;
+            }
+            if *uncertain && current.header.landed(&token) {
+                // Our update landed; its reply was lost. If it is still ours to apply, apply it now (as the lost
+                // reply's sequel would have).
+                if let Some(unfinished) = &current.unfinished
+                    && let State::Applying(tag) = &unfinished.state
+                    && own.contains(tag)
+                    && let Err(err) = self.finish_applying(&zk, tag).await
+                {
+                    tracing::warn!(%err, change = %tag, "an update is committed but not yet applied; it will be finished");
+                }
+                return Ok(SharedItems::of(current));
+            }
+            if let Some(unfinished) = &current.unfinished {
+                self.settle(&zk, unfinished, &own).await?;
+                continue;
+            }
+            if let Some(expected) = expected
+                && expected != current.version
+            {
+                return Err(Error::ItemSetConflict {
+                    path: self.paths.node.clone(),
+                    reason: format!("expected version {expected}, found version {}", current.version),
+                });
+            }
+            let before: BTreeSet<Item> = current.items.iter().cloned().collect();
+            let after = change(&before, *uncertain)?;
+            #[cfg(test)]
+            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
+            if after.is_empty() {
+                return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
+            }
+            // All of one kind (a replace may change the kind; an add may not mix kinds).
+            let after = validate_items(after.into_iter().collect(), true)?;
+            // By node name: an integer and a string that render alike are one child (a replace that changes the
+            // kind keeps it), and a child skipped as garbage may be an item of the new kind.
+            let on_disk: BTreeSet<String> =
+                current.items.iter().map(Item::node_name).chain(current.skipped.iter().cloned()).collect();
+            let wanted: BTreeSet<String> = after.iter().map(Item::node_name).collect();
+            let adds: Vec<String> = wanted.difference(&on_disk).cloned().collect();
+            let removes: Vec<String> = on_disk.difference(&wanted).cloned().collect();
+            let kind = Kind::of(&after);
+            if adds.is_empty() && removes.is_empty() && kind == current.header.kind && current.skipped.is_empty() {
+                return Ok(SharedItems::of(current));
+            }
+            let written = if fits_one_request(&self.paths, self.chunk, &adds, &removes) {
+                self.write_small(&zk, &current, kind, &adds, &removes, &token).await
+            } else {
+                let tag = layout::token(zk.random());
+                own.push(tag.clone());
+                self.write_large(&zk, &current, kind, &adds, &removes, &token, &tag).await
+            };
+            match written {
+                Ok(()) => {
+                    let version = current.version + 1;
+                    return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new() });
+                }
+                Err(Ok(Retry::Moved)) if expected.is_some() && !*uncertain => {
+                    return Err(Error::ItemSetConflict {
+                        path: self.paths.node.clone(),
+                        reason: format!("the set changed after version {}", current.version),
+                    });
+                }
+                Err(Ok(Retry::Moved)) => {}
+                Err(Ok(Retry::Unknown)) => *uncertain = true,
+                Err(Err(err)) => return Err(err),
+            }
+        }
+        Err(self.too_busy())
+    }
+
+    /// One `multi`: the header's next version, conditional on the one read, with every create and delete.
+    async fn write_small(
+        &self,
+        zk: &Z,
+        current: &Committed,
+        kind: Kind,
+        adds: &[String],
+        removes: &[String],
+        token: &str,
+    ) -> Result<(), Result<Retry, Error>> {
+        let header = current.header.next(kind, State::Ready, token).render();
+        let (created, deleted) = (paths_of(&self.paths.node, adds), paths_of(&self.paths.node, removes));
+        let mut ops = vec![WriteOp::SetData {
+            path: &self.paths.node,
+            data: header.as_bytes(),
+            version: Some(current.header_version),
+        }];
+        ops.extend(deleted.iter().map(|path| WriteOp::Delete { path, version: None }));
+        ops.extend(created.iter().map(|path| self.create_op(path)));
+        self.commit(zk, &ops).await
+    }
+
+    /// A staged update: intent (under our lease), staging, commit, apply, finish (see the `item_set` module docs).
+    /// `token` goes into the header's log; `tag` names this attempt's change and lease.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_large(
+        &self,
+        zk: &Z,
+        current: &Committed,
+        kind: Kind,
+        adds: &[String],
+        removes: &[String],
+        token: &str,
+        tag: &str,
+    ) -> Result<(), Result<Retry, Error>> {
+        for dir in [&self.paths.changes, &self.paths.writers] {
+            retry_transient(zk, || zk.mkdir(dir, &self.acls)).await.map_err(|e| Err(self.zk_error("mkdir", e)))?;
+        }
+        self.collect_garbage(zk).await;
+        // 1. The intent: the header says `staging` under our lease; the set in force is unchanged.
+        let staging = current.header.with_state(State::Staging(tag.to_owned())).render();
+        let (lease, change) = (self.paths.lease(tag), self.paths.change(tag));
+        let (additions, removals) = (self.paths.additions(tag), self.paths.removals(tag));
+        let ops = [
+            WriteOp::SetData {
+                path: &self.paths.node,
+                data: staging.as_bytes(),
+                version: Some(current.header_version),
+            },
+            WriteOp::Create { path: &lease, data: b"", mode: Mode::Ephemeral, acls: &self.acls },
+            self.create_op(&change),
+            self.create_op(&additions),
+            self.create_op(&removals),
+        ];
+        // A lost intent may have landed: the next read then finds our own `staging`, and undoes it.
+        let outcome = match self.commit(zk, &ops).await {
+            Ok(()) => self.stage_and_commit(zk, current, kind, (adds, removes), token, tag).await,
+            Err(err) => Err(err),
+        };
+        // Whatever happened, our lease goes before we return: while it lives nobody finishes or undoes a change of
+        // ours left part-way, and an intent whose reply was lost may have taken it.
+        self.release_lease(zk, tag).await;
+        outcome
+    }
+
+    /// Steps 2 to 5 of [`SharedSet::write_large`], under our lease.
+    async fn stage_and_commit(
+        &self,
+        zk: &Z,
+        current: &Committed,
+        kind: Kind,
+        (adds, removes): (&[String], &[String]),
+        token: &str,
+        tag: &str,
+    ) -> Result<(), Result<Retry, Error>> {
+        let staged_version = current.header_version + 1;
+        // 2. Staging, each request checking that the header is still our intent (nobody undid it).
+        self.stage(zk, tag, staged_version, adds, removes).await?;
+        // 3. The commit: from `staging` to `applying`, one conditional write; every reader now sees the change.
+        let applying = current.header.next(kind, State::Applying(tag.to_owned()), token).render();
+        let ops =
+            [WriteOp::SetData { path: &self.paths.node, data: applying.as_bytes(), version: Some(staged_version) }];
+        // A lost reply: the next read tells whether it landed (our token in the header's log).
+        self.commit(zk, &ops).await?;
+        // 4. and 5. Apply it to the base set and say `ready`. The update is in force whatever happens now: if this
+        // fails (the session ends, say), whoever finds the change abandoned finishes it.
+        if let Err(err) = self.finish_applying(zk, tag).await {
+            tracing::warn!(%err, change = tag, "an update is committed but not yet applied; it will be finished");
+        }
+        Ok(())
+    }
+
+    /// Stages a change's additions and removals under `item-changes/<tag>`, each `multi` checking that the header is
+    /// still at `version` (our intent). Resumable: what is already staged is listed and skipped.
+    async fn stage(
+        &self,
+        zk: &Z,
+        tag: &str,
+        version: i32,
+        adds: &[String],
+        removes: &[String],
+    ) -> Result<(), Result<Retry, Error>> {
+        let (additions, removals) = (self.paths.additions(tag), self.paths.removals(tag));
+        let mut staged_adds: BTreeSet<String> = BTreeSet::new();
+        let mut staged_removes: BTreeSet<String> = BTreeSet::new();
+        for _ in 0..MAX_ATTEMPTS {
+            let mut todo: Vec<String> = adds
+                .iter()
+                .filter(|name| !staged_adds.contains(*name))
+                .map(|name| format!("{additions}/{name}"))
+                .collect();
+            todo.extend(
+                removes.iter().filter(|name| !staged_removes.contains(*name)).map(|name| format!("{removals}/{name}")),
+            );
+            if todo.is_empty() {
+                return Ok(());
+            }
+            let mut lost = false;
+            for chunk in chunks(&todo, self.chunk) {
+                let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(version) }];
+                ops.extend(chunk.iter().map(|path| self.create_op(path)));
+                match zk.multi_write(&ops).await {
+                    Ok(_) => {}
+                    Err(MultiError { index: Some(0), error: ZkError::BadVersion | ZkError::NoNode }) => {
+                        return Err(Ok(Retry::Moved));
+                    }
+                    Err(MultiError { error, .. }) if is_transient(&error) || error == ZkError::NodeExists => {
+                        lost = true;
+                        break;
+                    }
+                    Err(MultiError { error, .. }) => return Err(Err(self.zk_error("multi create", error))),
+                }
+            }
+            if !lost {
+                return Ok(());
+            }
+            // Some of it may have landed: list what is staged, and stage the rest.
+            let listed = |dir: String| async move { retry_transient(zk, || zk.list_children(&dir)).await };
+            staged_adds = listed(additions.clone())
+                .await
+                .map_err(|e| Err(self.zk_error("get_children", e)))?
+                .into_iter()
+                .collect();
+            staged_removes = listed(removals.clone())
+                .await
+                .map_err(|e| Err(self.zk_error("get_children", e)))?
+                .into_iter()
+                .collect();
+        }
+        Err(Err(self.too_busy()))
+    }
+}
