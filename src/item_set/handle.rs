@@ -75,9 +75,15 @@ impl ItemSet {
     /// Creates the nodes it makes (the set's node, its items, and `<path>` if missing) with this ACL instead of
     /// kazoo's open one: use the partitioner's ([`Builder::acls`](crate::Builder::acls)). Nodes that exist keep
     /// theirs.
-    pub fn with_acls(mut self, acls: zookeeper_client::Acls<'_>) -> Self {
+    pub fn acls(mut self, acls: zookeeper_client::Acls<'_>) -> Self {
         self.inner.acls = NodeAcls::new(&acls);
         self
+    }
+
+    /// The former name of [`acls`](ItemSet::acls), the builder's name for the same setting.
+    #[deprecated(since = "0.1.1", note = "use `ItemSet::acls`, as on the Builder")]
+    pub fn with_acls(self, acls: zookeeper_client::Acls<'_>) -> Self {
+        self.acls(acls)
     }
 
     /// The same set on a member's session, which the member releases when its background task ends.
