@@ -24,26 +24,12 @@ use common::members::{AbortOnDrop, Member, auto_release, ints};
 use common::{OwnedServer, Proxy, timing};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use zk_partitioner::testing::SplitMix64;
 use zk_partitioner::{Item, PartitionState};
 
 const SESSION: Duration = Duration::from_millis(1500);
 const MEMBERS: usize = 4;
 const ITEMS: i64 = 60;
-
-/// SplitMix64: small, seedable, and the same on every machine.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
@@ -248,7 +234,7 @@ async fn chaos() {
     let seed: u64 = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121);
     let faults: usize = std::env::var("CHAOS_FAULTS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     eprintln!("chaos: seed {seed}, {faults} faults (rerun with CHAOS_SEED={seed} CHAOS_FAULTS={faults})");
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
 
     let server = OwnedServer::launch().await;
     let namespace = common::namespace(&server).await;

@@ -53,6 +53,7 @@ use common::faults::{Holder, Opts, SafetyChecker, build_member, read_holders};
 use common::members::{AbortOnDrop, Member, auto_release, ints};
 use common::{OwnedServer, Proxy, timing};
 use futures::FutureExt;
+use zk_partitioner::testing::SplitMix64;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, Rebalance, SessionPolicy, Snapshot};
 
@@ -243,24 +244,6 @@ fn slots() -> &'static tokio::sync::Semaphore {
     })
 }
 
-/// SplitMix64: small, seedable, and the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
     /// ZooKeeper paused for 0.7–0.9 of the session timeout.
@@ -300,9 +283,9 @@ struct Draw {
 }
 
 impl Draw {
-    fn next(rng: &mut Rng) -> Draw {
-        let fault = DRAW[(rng.next() % DRAW.len() as u64) as usize];
-        Draw { fault, victim: rng.next(), stall: rng.unit(), delay: rng.unit() }
+    fn next(rng: &mut SplitMix64) -> Draw {
+        let fault = DRAW[rng.below(DRAW.len())];
+        Draw { fault, victim: rng.next_u64(), stall: rng.unit(), delay: rng.unit() }
     }
 
     fn stall_length(&self) -> Duration {
@@ -463,7 +446,7 @@ async fn matrix(combo: Combo) {
 /// Runs one combination; `Err` (or a panic in a helper) fails it.
 async fn run(combo: Combo, config: &Config, stats: Arc<Mutex<Stats>>) -> Result<(), String> {
     let name = combo.name();
-    let mut rng = Rng(config.seed);
+    let mut rng = SplitMix64::new(config.seed);
     let server = OwnedServer::launch().await;
     let namespace = common::namespace(&server).await;
     let observer = common::connect(&format!("{}{namespace}", server.endpoint()), Duration::from_secs(20)).await;
@@ -934,9 +917,9 @@ async fn watch_snapshots(mut snapshots: tokio::sync::watch::Receiver<Snapshot>, 
 #[test]
 fn splitmix64_draws_the_published_sequence() {
     // SplitMix64's published first outputs for seed 0 (so a replay on another machine draws the same faults).
-    let mut rng = Rng(0);
-    assert_eq!(rng.next(), 0xe220_a839_7b1d_cdaf);
-    assert_eq!(rng.next(), 0x6e78_9e6a_a1b9_65f4);
+    let mut rng = SplitMix64::new(0);
+    assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
+    assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
     let names: BTreeSet<String> = Combo::all_names().into_iter().collect();
     assert_eq!(names.len(), 8);
 }

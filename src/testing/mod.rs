@@ -26,6 +26,8 @@
 //! - **Waits.** [`wait_for`] and [`wait_until`] poll a condition under a deadline and panic naming what did not
 //!   happen; [`wait_snapshot`] wakes on a partitioner's transitions; every deadline goes through [`timing`]
 //!   (`ZK_TEST_TIME_SCALE=2` doubles them on a slow machine).
+//! - **Seeds.** [`SplitMix64`]: a seeded random sequence, the same on every machine, to draw faults that a seed
+//!   replays.
 //! - **Safety.** [`check_exclusive`] and [`check_stable`] over members' [`Snapshot`]s;
 //!   [`read_holders`] reads who really holds each item's lock; [`SafetyChecker`] samples both continuously while
 //!   faults happen.
@@ -72,6 +74,7 @@ mod docker;
 mod ensemble;
 mod image;
 mod proxy;
+mod rng;
 mod safety;
 mod server;
 
@@ -90,6 +93,7 @@ pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
 pub use proxy::{FreezingProxy, Proxy, expire};
+pub use rng::SplitMix64;
 pub use safety::{Checks, Holder, SafetyChecker, check_exclusive, check_stable, read_holders, sole_holder};
 pub use server::{OwnedServer, ServerHandle, probe_session, server};
 
