@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, SetPartitioner};
 
@@ -108,14 +109,12 @@ impl Ctx {
         let dir = format!("{path}/locks/{item}");
         let observer = &self.observer;
         wait_for(&format!("lock queue of {dir} = {sessions:x?}"), timing(Duration::from_secs(10)), || async {
-            let mut children = match observer.list_children(&dir).await {
+            let children = match observer.list_children(&dir).await {
                 Ok(children) => children,
                 Err(err) => return Err(format!("listing failed: {err}")),
             };
-            children.retain(|c| c.contains("__lock__"));
-            children.sort_by(|a, b| a.rsplit("__lock__").next().cmp(&b.rsplit("__lock__").next()));
             let mut owners = Vec::new();
-            for child in &children {
+            for child in lock_contenders(&children) {
                 if let Ok(Some(stat)) = observer.check_stat(&format!("{dir}/{child}")).await {
                     owners.push(stat.ephemeral_owner);
                 }
