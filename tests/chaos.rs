@@ -19,8 +19,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::faults::{Holder, Opts, SafetyChecker, build_member, read_holders};
-use common::members::{AbortOnDrop, Member, auto_release, ints};
+use common::faults::{Holder, Opts, SafetyChecker, read_holders};
+use common::members::{AbortOnDrop, Member, auto_release, build_member, ints};
 use common::{OwnedServer, Proxy, timing};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -101,7 +101,7 @@ impl World {
         let proxy = Proxy::start(self.server.addr()).await;
         let client = common::connect(&format!("{}{}", proxy.endpoint(), self.namespace), SESSION).await;
         let opts = Opts::session(SESSION);
-        let member = build_member(client, &format!("m{}", self.next_id), &self.items, &opts).await;
+        let member = build_member(client, &format!("m{}", self.next_id), &self.items, |b| opts.apply(b)).await;
         self.checker.watch(&member);
         let worker_loop = auto_release(&member.partitioner);
         InProcess { member, proxy, _loop: worker_loop }

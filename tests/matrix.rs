@@ -49,8 +49,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::faults::{Holder, Opts, SafetyChecker, build_member, read_holders};
-use common::members::{AbortOnDrop, Member, auto_release, ints};
+use common::faults::{Holder, Opts, SafetyChecker, read_holders};
+use common::members::{AbortOnDrop, Member, auto_release, build_member, ints};
 use common::{OwnedServer, Proxy, timing};
 use futures::FutureExt;
 use zk_partitioner::testing::SplitMix64;
@@ -653,7 +653,8 @@ impl World {
         self.next_id += 1;
         let proxy = Proxy::start(self.server.addr()).await;
         let client = common::connect(&format!("{}{}", proxy.endpoint(), self.namespace), SESSION).await;
-        let member = build_member(client, &format!("m{}", self.next_id), &self.items, &self.combo.opts()).await;
+        let member =
+            build_member(client, &format!("m{}", self.next_id), &self.items, |b| self.combo.opts().apply(b)).await;
         self.checker.watch(&member);
         let seen = Arc::new(Seen::default());
         let worker = auto_release(&member.partitioner);

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use zk_partitioner::Item;
 use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Item, SetPartitioner};
 
-use super::members::{Member, TIME_BOUNDARY};
+use super::members::{Member, build_member};
 use super::{Proxy, timing, wait_for};
 
 /// The session timeout members get unless a test asks otherwise.
@@ -63,24 +63,11 @@ impl Ctx {
         configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
     ) -> Member {
         let client = self.client().await;
-        Self::build_member(client, identifier, items, configure).await
+        build_member(client, identifier, &items, configure).await
     }
 
     async fn start_member(client: Client, identifier: &str, items: Vec<Item>) -> Member {
-        Self::build_member(client, identifier, items, |builder| builder).await
-    }
-
-    async fn build_member(
-        client: Client,
-        identifier: &str,
-        items: Vec<Item>,
-        configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
-    ) -> Member {
-        let builder = SetPartitioner::builder(client.clone(), "/partitioner", items)
-            .identifier(identifier)
-            .time_boundary(TIME_BOUNDARY);
-        let partitioner = configure(builder).build().await.expect("build partitioner");
-        Member { client, partitioner }
+        build_member(client, identifier, &items, |builder| builder).await
     }
 
     /// Takes the locks of `items` by hand with `client`, as a kazoo worker would (one contender each, created

@@ -11,14 +11,13 @@ use zk_partitioner::zookeeper_client::{Client, Error as ZkError};
 use zk_partitioner::{Item, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot};
 
 use super::ctx::SESSION_TIMEOUT;
-use super::members::{Member, Recorder, TIME_BOUNDARY};
+use super::members::{Member, Recorder, TIME_BOUNDARY, build_member};
 use super::{Proxy, four_letter, wait_for};
 
 #[allow(unused_imports)]
 pub use zk_partitioner::testing::{Checks, FreezingProxy, Holder};
 
-/// The partitioner path every fault test uses (relative to the test's chroot).
-pub const PATH: &str = "/partitioner";
+pub use super::members::PATH;
 
 /// How a member is built: its session timeout and partitioner options.
 #[derive(Clone, Debug)]
@@ -51,12 +50,25 @@ impl Opts {
     pub fn session(session: Duration) -> Self {
         Opts { session, ..Opts::default() }
     }
+
+    /// `builder` with these partitioner options (for [`build_member`]).
+    pub fn apply(&self, builder: zk_partitioner::Builder) -> zk_partitioner::Builder {
+        let mut builder =
+            builder.time_boundary(self.time_boundary).session_policy(self.session_policy).rebalance(self.rebalance);
+        if let Some(limit) = self.max_allocation_time {
+            builder = builder.max_allocation_time(limit);
+        }
+        if self.rendezvous {
+            builder = builder.partition_func(Rendezvous::default());
+        }
+        builder
+    }
 }
 
 /// A member with a new session to `connect_string` (which carries the test's chroot).
 pub async fn member_at(connect_string: &str, identifier: &str, items: &[Item], opts: &Opts) -> Member {
     let client = super::connect(connect_string, opts.session).await;
-    build_member(client, identifier, items, opts).await
+    build_member(client, identifier, items, |builder| opts.apply(builder)).await
 }
 
 /// A member whose session goes through a new proxy to `upstream`, in `namespace`.
@@ -70,22 +82,6 @@ pub async fn member_behind_proxy(
     let proxy = Proxy::start(upstream).await;
     let member = member_at(&format!("{}{namespace}", proxy.endpoint()), identifier, items, opts).await;
     (member, proxy)
-}
-
-/// A partitioner at [`PATH`] on `client`'s session.
-pub async fn build_member(client: Client, identifier: &str, items: &[Item], opts: &Opts) -> Member {
-    let mut builder = SetPartitioner::builder(client.clone(), PATH, items.to_vec())
-        .identifier(identifier)
-        .time_boundary(opts.time_boundary)
-        .session_policy(opts.session_policy)
-        .rebalance(opts.rebalance);
-    if let Some(limit) = opts.max_allocation_time {
-        builder = builder.max_allocation_time(limit);
-    }
-    if opts.rendezvous {
-        builder = builder.partition_func(Rendezvous::default());
-    }
-    Member { client, partitioner: builder.build().await.expect("build partitioner") }
 }
 
 /// Reads who holds each item's lock under [`PATH`] (the kit's [`read_holders`](zk_partitioner::testing::read_holders)).

@@ -13,6 +13,9 @@ pub use zk_partitioner::testing::wait_snapshot;
 /// The `time_boundary` the ported kazoo tests use.
 pub const TIME_BOUNDARY: Duration = Duration::from_millis(200);
 
+/// The partitioner path members use (relative to the test's chroot).
+pub const PATH: &str = "/partitioner";
+
 /// One party member: its own ZooKeeper session (the client is kept so tests can check lock ownership by session)
 /// and its partitioner.
 pub struct Member {
@@ -42,6 +45,21 @@ impl Member {
         })
         .await;
     }
+}
+
+/// A member at [`PATH`] on `client`'s session, with the `time_boundary` [`TIME_BOUNDARY`], its builder then adjusted
+/// by `configure` (partition function, limits, policies...).
+pub async fn build_member(
+    client: Client,
+    identifier: &str,
+    items: &[Item],
+    configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
+) -> Member {
+    let builder = SetPartitioner::builder(client.clone(), PATH, items.to_vec())
+        .identifier(identifier)
+        .time_boundary(TIME_BOUNDARY);
+    let partitioner = configure(builder).build().await.expect("build partitioner");
+    Member { client, partitioner }
 }
 
 /// Records every snapshot a partitioner publishes, from now on, for assertions on the sequence of states.
