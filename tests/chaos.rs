@@ -19,12 +19,12 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::faults::{Holder, Opts, SafetyChecker, read_holders};
+use common::faults::{Opts, SafetyChecker, read_holders};
 use common::members::{AbortOnDrop, Member, auto_release, build_member, ints};
 use common::{OwnedServer, Proxy, timing};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use zk_partitioner::testing::SplitMix64;
+use zk_partitioner::testing::{Claim, SplitMix64, check_claims};
 use zk_partitioner::{Item, PartitionState};
 
 const SESSION: Duration = Duration::from_millis(1500);
@@ -176,39 +176,31 @@ impl World {
     }
 
     /// Everyone ACQUIRED over a party of everyone, claims disjoint, covering every item, each backed by a lock node of
-    /// the claimant's session.
+    /// the claimant's session (the kit's [`check_claims`], the worker process claiming what its JSON lines say).
     async fn converged(&self, observer: &zk_partitioner::zookeeper_client::Client) -> Result<(), String> {
         let expected = self.members.len() + 1;
-        let mut claims: BTreeMap<String, i64> = BTreeMap::new();
+        let mut claims = Vec::new();
         for m in &self.members {
             let s = m.member.partitioner.snapshot();
             if s.state != PartitionState::Acquired || s.members.len() != expected {
                 return Err(format!("{} is {} with {} members", s.member, s.state, s.members.len()));
             }
-            for item in s.items.iter() {
-                if claims.insert(item.to_string(), m.member.session()).is_some() {
-                    return Err(format!("{item} claimed twice"));
-                }
-            }
+            claims.push(Claim { party: None, ..Claim::of(&s, m.member.session()) });
         }
         let (state, items, session) = self.process.as_ref().map(|p| p.view.lock().unwrap().clone()).unwrap_or_default();
         if state != "ACQUIRED" {
             return Err(format!("the worker process is {state:?}"));
         }
-        for item in items {
-            if claims.insert(item.clone(), session).is_some() {
-                return Err(format!("{item} claimed twice"));
-            }
-        }
+        claims.push(Claim {
+            member: "the worker process".to_string(),
+            state: PartitionState::Acquired,
+            suspended: false,
+            party: None,
+            items,
+            session,
+        });
         let holders = read_holders(observer, &self.items).await.map_err(|e| e.to_string())?;
-        for item in &self.items {
-            let name = item.to_string();
-            match (claims.get(&name), holders.get(&name)) {
-                (Some(claimant), Some(Holder::Session(holder))) if claimant == holder => {}
-                (claimant, holder) => return Err(format!("{name}: claimed by {claimant:?}, held by {holder:?}")),
-            }
-        }
-        Ok(())
+        check_claims(&claims, Some(&holders), &self.items)
     }
 }
 

@@ -49,11 +49,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::faults::{Holder, Opts, SafetyChecker, read_holders};
-use common::members::{AbortOnDrop, Member, auto_release, build_member, ints};
+use common::faults::{Opts, PATH, SafetyChecker};
+use common::members::{AbortOnDrop, Member, auto_release, build_member, claimants, ints};
 use common::{OwnedServer, Proxy, timing};
 use futures::FutureExt;
-use zk_partitioner::testing::SplitMix64;
+use zk_partitioner::testing::{SplitMix64, check_converged};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, Rebalance, SessionPolicy, Snapshot};
 
@@ -800,89 +800,11 @@ impl World {
     }
 
     /// Every live member ACQUIRED over exactly the live party, the claims a disjoint cover of the items, each backed
-    /// by a lock node of the claimant's session, and no member changed state during the check. `Err` says precisely
-    /// what is not so.
+    /// by a lock node of the claimant's session, and no member changed state during the check (the kit's
+    /// [`check_converged`]). `Err` says precisely what is not so.
     async fn converged(&self, observer: &Client) -> Result<(), String> {
-        let snapshots: Vec<Snapshot> = self.live.iter().map(|l| l.member.partitioner.snapshot()).collect();
-        let mut party: Vec<String> = snapshots.iter().map(|s| s.member.to_string()).collect();
-        party.sort();
-        for s in &snapshots {
-            if s.state != PartitionState::Acquired {
-                let suspended = if s.suspended { " (suspended)" } else { "" };
-                return Err(format!("{} is {}{suspended}", s.member, s.state));
-            }
-        }
-        // Everyone is ACQUIRED: from here on, say everything that is wrong, the party and the claims.
-        let mut party_problems = Vec::new();
-        for s in &snapshots {
-            if *s.members != party[..] {
-                party_problems.push(format!(
-                    "{} (generation {}) allocated for the party {:?}, not the live party",
-                    s.member, s.generation, s.members
-                ));
-            }
-        }
-        let holders =
-            read_holders(observer, &self.items).await.map_err(|err| format!("reading lock holders: {err}"))?;
-        let mut claims: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
-        for (live, s) in self.live.iter().zip(&snapshots) {
-            for item in s.items.iter() {
-                claims.entry(item.to_string()).or_default().push((s.member.to_string(), live.member.session()));
-            }
-        }
-        let mut claim_problems = Vec::new();
-        let mut unclaimed = Vec::new();
-        for item in &self.items {
-            let name = item.to_string();
-            let holder = holders.get(&name).copied().unwrap_or(Holder::Free);
-            match claims.get(&name).map(Vec::as_slice) {
-                None | Some([]) => unclaimed.push(format!("{name} (held by {})", holder_text(holder))),
-                Some([(member, session)]) => {
-                    if holder != Holder::Session(*session) {
-                        claim_problems
-                            .push(format!("{member} claims {name}, whose lock is held by {}", holder_text(holder)));
-                    }
-                }
-                Some(claimants) => {
-                    let who: Vec<&str> = claimants.iter().map(|(member, _)| member.as_str()).collect();
-                    claim_problems.push(format!("{name} is claimed by {who:?} (held by {})", holder_text(holder)));
-                }
-            }
-        }
-        if !unclaimed.is_empty() {
-            claim_problems.push(format!("{} item(s) claimed by nobody: {}", unclaimed.len(), unclaimed.join(", ")));
-        }
-        if !party_problems.is_empty() || !claim_problems.is_empty() {
-            let claims = if claim_problems.is_empty() {
-                format!(
-                    "the claims are a disjoint cover of the {} items, each backed by its claimant's lock",
-                    self.items.len()
-                )
-            } else {
-                claim_problems.join("; ")
-            };
-            let mut problems = party_problems;
-            problems.push(claims);
-            return Err(format!(
-                "every member is ACQUIRED, the live party is {party:?} ({}), but: {}",
-                party.len(),
-                problems.join("; ")
-            ));
-        }
-        let moved =
-            self.live.iter().zip(&snapshots).any(|(l, s)| l.member.partitioner.snapshot().generation != s.generation);
-        if moved {
-            return Err("a member changed state while its claims were checked".to_string());
-        }
-        Ok(())
-    }
-}
-
-fn holder_text(holder: Holder) -> String {
-    match holder {
-        Holder::Session(session) => format!("session {session}"),
-        Holder::Free => "nobody".to_string(),
-        Holder::Unknown => "a contender that just went away".to_string(),
+        let members: Vec<&Member> = self.live.iter().map(|live| &live.member).collect();
+        check_converged(observer, PATH, &claimants(&members), &self.items).await
     }
 }
 

@@ -11,9 +11,10 @@ use zk_partitioner::zookeeper_client::{Client, Error as ZkError};
 use zk_partitioner::{Item, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot};
 
 use super::ctx::SESSION_TIMEOUT;
-use super::members::{Member, Recorder, TIME_BOUNDARY, build_member};
+use super::members::{Member, Recorder, TIME_BOUNDARY, build_member, claimants};
 use super::{Proxy, four_letter, wait_for};
 
+use zk_partitioner::testing::check_converged;
 #[allow(unused_imports)]
 pub use zk_partitioner::testing::{Checks, FreezingProxy, Holder};
 
@@ -127,45 +128,7 @@ pub async fn party_nodes(observer: &Client) -> Vec<(String, i64)> {
     nodes
 }
 
-/// Checks that `members` have converged on `items`: all ACQUIRED over the same party of `members.len()`, their claims
-/// disjoint and covering `items`, and each claim backed by a lock node of the claiming member's session. `Err` says
-/// what is missing.
-pub async fn converged(observer: &Client, members: &[&Member], items: &[Item]) -> Result<(), String> {
-    let snapshots: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
-    for snapshot in &snapshots {
-        if snapshot.state != PartitionState::Acquired {
-            return Err(format!("{} is {}", snapshot.member, snapshot.state));
-        }
-        if snapshot.members.len() != members.len() || snapshot.members != snapshots[0].members {
-            return Err(format!("{} allocated for party {:?}", snapshot.member, snapshot.members));
-        }
-    }
-    let holders = read_holders(observer, items).await.map_err(|err| format!("reading lock holders: {err}"))?;
-    let mut claimed = BTreeSet::new();
-    for (member, snapshot) in members.iter().zip(&snapshots) {
-        for item in snapshot.items.iter() {
-            let name = item.to_string();
-            if !claimed.insert(name.clone()) {
-                return Err(format!("{name} is claimed twice"));
-            }
-            let holder = holders.get(&name).copied().unwrap_or(Holder::Free);
-            if holder != Holder::Session(member.session()) {
-                return Err(format!("{} claims {name} but its lock holder is {holder:?}", snapshot.member));
-            }
-        }
-    }
-    let all: BTreeSet<String> = items.iter().map(Item::to_string).collect();
-    if claimed != all {
-        return Err(format!("claims {claimed:?} do not cover {all:?}"));
-    }
-    let current: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
-    if current.iter().zip(&snapshots).any(|(now, then)| now.generation != then.generation) {
-        return Err("a member changed state while its claims were checked".to_string());
-    }
-    Ok(())
-}
-
-/// Waits until [`converged`] holds; returns how long that took. Panics after `deadline` with the last observation and
+/// Waits until the kit's [`check_converged`] holds over [`PATH`]; returns how long that took. Panics after `deadline` with the last observation and
 /// every member's snapshot. Does not release anything itself: run [`auto_release`](super::members::auto_release) on
 /// the members (the worker loop).
 pub async fn wait_converged(
@@ -178,7 +141,7 @@ pub async fn wait_converged(
     let started = Instant::now();
     let outcome = tokio::time::timeout(deadline, async {
         loop {
-            match converged(observer, members, items).await {
+            match check_converged(observer, PATH, &claimants(members), items).await {
                 Ok(()) => return,
                 Err(_) => tokio::time::sleep(super::POLL).await,
             }
@@ -186,7 +149,10 @@ pub async fn wait_converged(
     })
     .await;
     if outcome.is_err() {
-        let last = converged(observer, members, items).await.err().unwrap_or_else(|| "converged just now".into());
+        let last = check_converged(observer, PATH, &claimants(members), items)
+            .await
+            .err()
+            .unwrap_or_else(|| "converged just now".into());
         let snapshots: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
         panic!("{what}: not converged within {deadline:?}; last observation: {last}; snapshots: {snapshots:#?}");
     }
