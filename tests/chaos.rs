@@ -19,31 +19,17 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::faults::{Holder, Opts, SafetyChecker, build_member, read_holders};
-use common::members::{AbortOnDrop, Member, auto_release, ints};
+use common::faults::{Opts, SafetyChecker, read_holders};
+use common::members::{AbortOnDrop, Member, auto_release, build_member, ints};
 use common::{OwnedServer, Proxy, timing};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use zk_partitioner::testing::{Claim, SplitMix64, check_claims};
 use zk_partitioner::{Item, PartitionState};
 
 const SESSION: Duration = Duration::from_millis(1500);
 const MEMBERS: usize = 4;
 const ITEMS: i64 = 60;
-
-/// SplitMix64: small, seedable, and the same on every machine.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
@@ -115,7 +101,7 @@ impl World {
         let proxy = Proxy::start(self.server.addr()).await;
         let client = common::connect(&format!("{}{}", proxy.endpoint(), self.namespace), SESSION).await;
         let opts = Opts::session(SESSION);
-        let member = build_member(client, &format!("m{}", self.next_id), &self.items, &opts).await;
+        let member = build_member(client, &format!("m{}", self.next_id), &self.items, |b| opts.apply(b)).await;
         self.checker.watch(&member);
         let worker_loop = auto_release(&member.partitioner);
         InProcess { member, proxy, _loop: worker_loop }
@@ -190,39 +176,31 @@ impl World {
     }
 
     /// Everyone ACQUIRED over a party of everyone, claims disjoint, covering every item, each backed by a lock node of
-    /// the claimant's session.
+    /// the claimant's session (the kit's [`check_claims`], the worker process claiming what its JSON lines say).
     async fn converged(&self, observer: &zk_partitioner::zookeeper_client::Client) -> Result<(), String> {
         let expected = self.members.len() + 1;
-        let mut claims: BTreeMap<String, i64> = BTreeMap::new();
+        let mut claims = Vec::new();
         for m in &self.members {
             let s = m.member.partitioner.snapshot();
             if s.state != PartitionState::Acquired || s.members.len() != expected {
                 return Err(format!("{} is {} with {} members", s.member, s.state, s.members.len()));
             }
-            for item in s.items.iter() {
-                if claims.insert(item.to_string(), m.member.session()).is_some() {
-                    return Err(format!("{item} claimed twice"));
-                }
-            }
+            claims.push(Claim { party: None, ..Claim::of(&s, m.member.session()) });
         }
         let (state, items, session) = self.process.as_ref().map(|p| p.view.lock().unwrap().clone()).unwrap_or_default();
         if state != "ACQUIRED" {
             return Err(format!("the worker process is {state:?}"));
         }
-        for item in items {
-            if claims.insert(item.clone(), session).is_some() {
-                return Err(format!("{item} claimed twice"));
-            }
-        }
+        claims.push(Claim {
+            member: "the worker process".to_string(),
+            state: PartitionState::Acquired,
+            suspended: false,
+            party: None,
+            items,
+            session,
+        });
         let holders = read_holders(observer, &self.items).await.map_err(|e| e.to_string())?;
-        for item in &self.items {
-            let name = item.to_string();
-            match (claims.get(&name), holders.get(&name)) {
-                (Some(claimant), Some(Holder::Session(holder))) if claimant == holder => {}
-                (claimant, holder) => return Err(format!("{name}: claimed by {claimant:?}, held by {holder:?}")),
-            }
-        }
-        Ok(())
+        check_claims(&claims, Some(&holders), &self.items)
     }
 }
 
@@ -248,7 +226,7 @@ async fn chaos() {
     let seed: u64 = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121);
     let faults: usize = std::env::var("CHAOS_FAULTS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     eprintln!("chaos: seed {seed}, {faults} faults (rerun with CHAOS_SEED={seed} CHAOS_FAULTS={faults})");
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
 
     let server = OwnedServer::launch().await;
     let namespace = common::namespace(&server).await;

@@ -12,6 +12,7 @@ use common::kazoo::KazooWorker;
 use common::members::{Member, TIME_BOUNDARY, auto_release, ints};
 use common::{Ctx, timing, wait_for};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{DescribeOptions, Description, Error, Item, KazooStride, describe, describe_with};
 
@@ -27,18 +28,11 @@ async fn raw_locks(observer: &Client) -> BTreeMap<String, Vec<RawNode>> {
     let mut all = BTreeMap::new();
     for dir in observer.list_children(&locks).await.expect("list the lock directories") {
         let dir_path = format!("{locks}/{dir}");
-        let mut children: Vec<String> = observer
-            .list_children(&dir_path)
-            .await
-            .expect("list a lock directory")
-            .into_iter()
-            .filter(|c| c.rsplit_once("__lock__").is_some_and(|(_, seq)| seq.len() == 10))
-            .collect();
-        children.sort_by(|a, b| a.rsplit("__lock__").next().cmp(&b.rsplit("__lock__").next()));
+        let children = observer.list_children(&dir_path).await.expect("list a lock directory");
         let mut nodes = Vec::new();
-        for child in children {
+        for child in lock_contenders(&children) {
             if let Ok(Some(stat)) = observer.check_stat(&format!("{dir_path}/{child}")).await {
-                nodes.push((child, stat.ephemeral_owner, stat.czxid));
+                nodes.push((child.to_string(), stat.ephemeral_owner, stat.czxid));
             }
         }
         all.insert(dir, nodes);

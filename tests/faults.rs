@@ -19,10 +19,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::faults::{
-    Churn, FreezingProxy, Opts, PATH, SafetyChecker, build_member, member_at, member_behind_proxy, nodes_owned_by,
-    party_nodes, recorded_states, server_of, wait_converged, wait_task_stopped,
+    Churn, FreezingProxy, Opts, PATH, SafetyChecker, member_at, member_behind_proxy, nodes_owned_by, party_nodes,
+    recorded_states, server_of, wait_converged, wait_task_stopped,
 };
-use common::members::{Member, Recorder, TIME_BOUNDARY, auto_release, ints, items_of, wait_snapshot};
+use common::members::{Member, Recorder, TIME_BOUNDARY, auto_release, build_member, ints, items_of, wait_snapshot};
 use common::{Ctx, Ensemble, OwnedServer, connect, expire, namespace, timing, wait_for, wait_session_state};
 use zk_partitioner::zookeeper_client::SessionState;
 use zk_partitioner::{Error, PartitionState, Rebalance, SessionPolicy};
@@ -902,7 +902,7 @@ async fn finish_or_drop_during_allocation_leaves_no_node_behind() {
     for drop_it in [false, true] {
         for stop in stops {
             let what = format!("{} at {stop:?}", if drop_it { "drop" } else { "finish" });
-            let member = build_member(ctx.client().await, "0", &items, &Opts::default()).await;
+            let member = build_member(ctx.client().await, "0", &items, |b| Opts::default().apply(b)).await;
             match stop {
                 StopAt::After(delay) => tokio::time::sleep(delay).await,
                 StopAt::Blocked => ctx.wait_lock_queue(PATH, 0, &[b, member.session()]).await,

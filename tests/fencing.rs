@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::members::{Member, ints, settle};
 use common::{Ctx, timing};
+use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::{FencingToken, PartitionState};
 
 const PATH: &str = "/partitioner";
@@ -23,9 +24,9 @@ async fn tokens(ctx: &Ctx, members: &[&Member]) -> BTreeMap<String, FencingToken
             assert_eq!(member.partitioner.fencing_token(item), Some(*token));
             // The token is the czxid of the lowest contender, owned by this member's session.
             let dir = format!("{PATH}/locks/{item}");
-            let mut children = ctx.observer.list_children(&dir).await.unwrap();
-            children.sort_by_key(|c| c.rsplit("__lock__").next().map(str::to_owned));
-            let stat = ctx.observer.check_stat(&format!("{dir}/{}", children[0])).await.unwrap().unwrap();
+            let children = ctx.observer.list_children(&dir).await.unwrap();
+            let stat =
+                ctx.observer.check_stat(&format!("{dir}/{}", lock_contenders(&children)[0])).await.unwrap().unwrap();
             assert_eq!(stat.ephemeral_owner, member.session(), "{item}");
             assert_eq!(token.get(), stat.czxid, "{item}: token is not the lock node's czxid");
             all.insert(item.to_string(), *token);

@@ -49,10 +49,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::faults::{Holder, Opts, SafetyChecker, build_member, read_holders};
-use common::members::{AbortOnDrop, Member, auto_release, ints};
+use common::faults::{Opts, PATH, SafetyChecker};
+use common::members::{AbortOnDrop, Member, auto_release, build_member, claimants, ints};
 use common::{OwnedServer, Proxy, timing};
 use futures::FutureExt;
+use zk_partitioner::testing::{SplitMix64, check_converged};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, Rebalance, SessionPolicy, Snapshot};
 
@@ -243,24 +244,6 @@ fn slots() -> &'static tokio::sync::Semaphore {
     })
 }
 
-/// SplitMix64: small, seedable, and the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
     /// ZooKeeper paused for 0.7–0.9 of the session timeout.
@@ -300,9 +283,9 @@ struct Draw {
 }
 
 impl Draw {
-    fn next(rng: &mut Rng) -> Draw {
-        let fault = DRAW[(rng.next() % DRAW.len() as u64) as usize];
-        Draw { fault, victim: rng.next(), stall: rng.unit(), delay: rng.unit() }
+    fn next(rng: &mut SplitMix64) -> Draw {
+        let fault = DRAW[rng.below(DRAW.len())];
+        Draw { fault, victim: rng.next_u64(), stall: rng.unit(), delay: rng.unit() }
     }
 
     fn stall_length(&self) -> Duration {
@@ -463,7 +446,7 @@ async fn matrix(combo: Combo) {
 /// Runs one combination; `Err` (or a panic in a helper) fails it.
 async fn run(combo: Combo, config: &Config, stats: Arc<Mutex<Stats>>) -> Result<(), String> {
     let name = combo.name();
-    let mut rng = Rng(config.seed);
+    let mut rng = SplitMix64::new(config.seed);
     let server = OwnedServer::launch().await;
     let namespace = common::namespace(&server).await;
     let observer = common::connect(&format!("{}{namespace}", server.endpoint()), Duration::from_secs(20)).await;
@@ -670,7 +653,8 @@ impl World {
         self.next_id += 1;
         let proxy = Proxy::start(self.server.addr()).await;
         let client = common::connect(&format!("{}{}", proxy.endpoint(), self.namespace), SESSION).await;
-        let member = build_member(client, &format!("m{}", self.next_id), &self.items, &self.combo.opts()).await;
+        let member =
+            build_member(client, &format!("m{}", self.next_id), &self.items, |b| self.combo.opts().apply(b)).await;
         self.checker.watch(&member);
         let seen = Arc::new(Seen::default());
         let worker = auto_release(&member.partitioner);
@@ -816,89 +800,11 @@ impl World {
     }
 
     /// Every live member ACQUIRED over exactly the live party, the claims a disjoint cover of the items, each backed
-    /// by a lock node of the claimant's session, and no member changed state during the check. `Err` says precisely
-    /// what is not so.
+    /// by a lock node of the claimant's session, and no member changed state during the check (the kit's
+    /// [`check_converged`]). `Err` says precisely what is not so.
     async fn converged(&self, observer: &Client) -> Result<(), String> {
-        let snapshots: Vec<Snapshot> = self.live.iter().map(|l| l.member.partitioner.snapshot()).collect();
-        let mut party: Vec<String> = snapshots.iter().map(|s| s.member.to_string()).collect();
-        party.sort();
-        for s in &snapshots {
-            if s.state != PartitionState::Acquired {
-                let suspended = if s.suspended { " (suspended)" } else { "" };
-                return Err(format!("{} is {}{suspended}", s.member, s.state));
-            }
-        }
-        // Everyone is ACQUIRED: from here on, say everything that is wrong, the party and the claims.
-        let mut party_problems = Vec::new();
-        for s in &snapshots {
-            if *s.members != party[..] {
-                party_problems.push(format!(
-                    "{} (generation {}) allocated for the party {:?}, not the live party",
-                    s.member, s.generation, s.members
-                ));
-            }
-        }
-        let holders =
-            read_holders(observer, &self.items).await.map_err(|err| format!("reading lock holders: {err}"))?;
-        let mut claims: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
-        for (live, s) in self.live.iter().zip(&snapshots) {
-            for item in s.items.iter() {
-                claims.entry(item.to_string()).or_default().push((s.member.to_string(), live.member.session()));
-            }
-        }
-        let mut claim_problems = Vec::new();
-        let mut unclaimed = Vec::new();
-        for item in &self.items {
-            let name = item.to_string();
-            let holder = holders.get(&name).copied().unwrap_or(Holder::Free);
-            match claims.get(&name).map(Vec::as_slice) {
-                None | Some([]) => unclaimed.push(format!("{name} (held by {})", holder_text(holder))),
-                Some([(member, session)]) => {
-                    if holder != Holder::Session(*session) {
-                        claim_problems
-                            .push(format!("{member} claims {name}, whose lock is held by {}", holder_text(holder)));
-                    }
-                }
-                Some(claimants) => {
-                    let who: Vec<&str> = claimants.iter().map(|(member, _)| member.as_str()).collect();
-                    claim_problems.push(format!("{name} is claimed by {who:?} (held by {})", holder_text(holder)));
-                }
-            }
-        }
-        if !unclaimed.is_empty() {
-            claim_problems.push(format!("{} item(s) claimed by nobody: {}", unclaimed.len(), unclaimed.join(", ")));
-        }
-        if !party_problems.is_empty() || !claim_problems.is_empty() {
-            let claims = if claim_problems.is_empty() {
-                format!(
-                    "the claims are a disjoint cover of the {} items, each backed by its claimant's lock",
-                    self.items.len()
-                )
-            } else {
-                claim_problems.join("; ")
-            };
-            let mut problems = party_problems;
-            problems.push(claims);
-            return Err(format!(
-                "every member is ACQUIRED, the live party is {party:?} ({}), but: {}",
-                party.len(),
-                problems.join("; ")
-            ));
-        }
-        let moved =
-            self.live.iter().zip(&snapshots).any(|(l, s)| l.member.partitioner.snapshot().generation != s.generation);
-        if moved {
-            return Err("a member changed state while its claims were checked".to_string());
-        }
-        Ok(())
-    }
-}
-
-fn holder_text(holder: Holder) -> String {
-    match holder {
-        Holder::Session(session) => format!("session {session}"),
-        Holder::Free => "nobody".to_string(),
-        Holder::Unknown => "a contender that just went away".to_string(),
+        let members: Vec<&Member> = self.live.iter().map(|live| &live.member).collect();
+        check_converged(observer, PATH, &claimants(&members), &self.items).await
     }
 }
 
@@ -934,9 +840,9 @@ async fn watch_snapshots(mut snapshots: tokio::sync::watch::Receiver<Snapshot>, 
 #[test]
 fn splitmix64_draws_the_published_sequence() {
     // SplitMix64's published first outputs for seed 0 (so a replay on another machine draws the same faults).
-    let mut rng = Rng(0);
-    assert_eq!(rng.next(), 0xe220_a839_7b1d_cdaf);
-    assert_eq!(rng.next(), 0x6e78_9e6a_a1b9_65f4);
+    let mut rng = SplitMix64::new(0);
+    assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
+    assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
     let names: BTreeSet<String> = Combo::all_names().into_iter().collect();
     assert_eq!(names.len(), 8);
 }

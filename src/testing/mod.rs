@@ -26,9 +26,12 @@
 //! - **Waits.** [`wait_for`] and [`wait_until`] poll a condition under a deadline and panic naming what did not
 //!   happen; [`wait_snapshot`] wakes on a partitioner's transitions; every deadline goes through [`timing`]
 //!   (`ZK_TEST_TIME_SCALE=2` doubles them on a slow machine).
+//! - **Seeds.** [`SplitMix64`]: a seeded random sequence, the same on every machine, to draw faults that a seed
+//!   replays.
 //! - **Safety.** [`check_exclusive`] and [`check_stable`] over members' [`Snapshot`]s;
-//!   [`read_holders`] reads who really holds each item's lock; [`SafetyChecker`] samples both continuously while
-//!   faults happen.
+//!   [`read_holders`] reads who really holds each item's lock; [`check_converged`] says whether members have settled
+//!   (every item owned once, by the session holding its lock; [`check_claims`] is the same check over claims read
+//!   by hand); [`SafetyChecker`] samples claims against locks continuously while faults happen.
 //!
 //! Unix only (the proxy shuts sockets down through duplicated file descriptors; the container watchdog is a shell
 //! loop), with Docker reachable at `DOCKER_HOST` or the default socket, and the `docker` CLI for the watchdog.
@@ -72,6 +75,7 @@ mod docker;
 mod ensemble;
 mod image;
 mod proxy;
+mod rng;
 mod safety;
 mod server;
 
@@ -90,7 +94,11 @@ pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
 pub use proxy::{FreezingProxy, Proxy, expire};
-pub use safety::{Checks, Holder, SafetyChecker, check_exclusive, check_stable, read_holders, sole_holder};
+pub use rng::SplitMix64;
+pub use safety::{
+    Checks, Claim, Holder, SafetyChecker, check_claims, check_converged, check_exclusive, check_stable, read_holders,
+    sole_holder,
+};
 pub use server::{OwnedServer, ServerHandle, probe_session, server};
 
 /// How often [`wait_until`] and [`wait_for`] re-check their condition.

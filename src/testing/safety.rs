@@ -40,28 +40,150 @@ pub fn check_exclusive(snapshots: &[Snapshot]) -> Result<(), String> {
 
 /// Checks that members whose snapshots these are have settled on `items`: every one
 /// [`Acquired`](PartitionState::Acquired), over the same party of exactly these members, and the items they list
-/// are disjoint and cover `items` (every item owned once).
+/// are disjoint and cover `items` (every item owned once). [`check_claims`] without the lock nodes; with them, see
+/// [`check_converged`].
 ///
 /// # Errors
 /// What is not so yet: a member in another state or party, an item listed twice, items nobody lists.
 pub fn check_stable(snapshots: &[Snapshot], items: &[Item]) -> Result<(), String> {
-    for snapshot in snapshots {
-        if snapshot.state != PartitionState::Acquired {
-            return Err(format!("{} is {}", snapshot.member, snapshot.state));
-        }
-        if snapshot.members.len() != snapshots.len() || snapshot.members != snapshots[0].members {
-            return Err(format!("{} allocated for party {:?}", snapshot.member, snapshot.members));
+    let claims: Vec<Claim> = snapshots.iter().map(|snapshot| Claim::of(snapshot, 0)).collect();
+    check_claims(&claims, None, items)
+}
+
+/// What one member claims, as [`check_claims`] checks it: usually [`Claim::of`] a snapshot; built by hand for a
+/// member seen another way (a worker process's output).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The member's name in the party ([`Snapshot::member`]).
+    pub member: String,
+    /// Its state.
+    pub state: PartitionState,
+    /// Whether its connection is suspended (only mentioned in errors).
+    pub suspended: bool,
+    /// The party its assignment was computed from ([`Snapshot::members`]); `None` not to check it.
+    pub party: Option<Vec<String>>,
+    /// The items it lists (their renderings, as [`read_holders`] keys them).
+    pub items: Vec<String>,
+    /// The session its locks must belong to (as ZooKeeper stores it in `ephemeralOwner`).
+    pub session: i64,
+}
+
+impl Claim {
+    /// What `snapshot` claims, for a member whose locks must belong to `session`.
+    pub fn of(snapshot: &Snapshot, session: i64) -> Claim {
+        Claim {
+            member: snapshot.member.to_string(),
+            state: snapshot.state,
+            suspended: snapshot.suspended,
+            party: Some(snapshot.members.to_vec()),
+            items: snapshot.items.iter().map(Item::to_string).collect(),
+            session,
         }
     }
-    check_exclusive(snapshots)?;
-    let listed: BTreeSet<&Item> = snapshots.iter().flat_map(|s| s.items.iter()).collect();
-    let missing: Vec<String> = items.iter().filter(|item| !listed.contains(item)).map(Item::to_string).collect();
-    if !missing.is_empty() {
-        return Err(format!("no member lists {}", missing.join(", ")));
+}
+
+/// The convergence check: members whose claims these are have settled on `items`. Every one
+/// [`Acquired`](PartitionState::Acquired); every party that is checked ([`Claim::party`]) is exactly these members;
+/// the items they list are disjoint and cover `items` (every item owned once); and, given the lock `holders` (from
+/// [`read_holders`]), each listed item's lock is held by its claimant's session.
+///
+/// # Errors
+/// The first member not `Acquired`; once all are, everything else that is not so, separated by `; `: a member
+/// allocated for another party, an item listed twice, an item whose lock another session (or nobody) holds, items
+/// nobody lists, items listed but not among `items`.
+///
+/// # Examples
+/// ```
+/// use zk_partitioner::testing::check_claims;
+///
+/// assert!(check_claims(&[], None, &[]).is_ok());
+/// ```
+pub fn check_claims(
+    claims: &[Claim],
+    holders: Option<&BTreeMap<String, Holder>>,
+    items: &[Item],
+) -> Result<(), String> {
+    if let Some(claim) = claims.iter().find(|claim| claim.state != PartitionState::Acquired) {
+        let suspended = if claim.suspended { " (suspended)" } else { "" };
+        return Err(format!("{} is {}{suspended}", claim.member, claim.state));
     }
-    let wanted: BTreeSet<&Item> = items.iter().collect();
-    if let Some(extra) = listed.iter().find(|item| !wanted.contains(*item)) {
-        return Err(format!("item {extra} is listed but not among the expected items"));
+    let mut problems = Vec::new();
+    let mut names: Vec<String> = claims.iter().map(|claim| claim.member.clone()).collect();
+    names.sort();
+    for claim in claims {
+        if let Some(party) = &claim.party
+            && *party != names
+        {
+            problems.push(format!("{} allocated for party {party:?}, not {names:?}", claim.member));
+        }
+    }
+    let held_by = |name: &str| match holders.map(|holders| holders.get(name).copied().unwrap_or(Holder::Free)) {
+        None => String::new(),
+        Some(Holder::Session(session)) => format!(" (held by session {session})"),
+        Some(Holder::Free) => " (held by nobody)".to_string(),
+        Some(Holder::Unknown) => " (held by a contender that just went away)".to_string(),
+    };
+    let mut claimants: BTreeMap<&str, Vec<&Claim>> = BTreeMap::new();
+    for claim in claims {
+        for item in &claim.items {
+            claimants.entry(item).or_default().push(claim);
+        }
+    }
+    let mut unclaimed = Vec::new();
+    for item in items {
+        let name = item.to_string();
+        match claimants.remove(name.as_str()).as_deref() {
+            None | Some([]) => unclaimed.push(format!("{name}{}", held_by(&name))),
+            Some([claim]) => {
+                let backed = holders.is_none_or(|holders| holders.get(&name) == Some(&Holder::Session(claim.session)));
+                if !backed {
+                    problems.push(format!("{} claims {name}{}", claim.member, held_by(&name)));
+                }
+            }
+            Some(several) => {
+                let who: Vec<&str> = several.iter().map(|claim| claim.member.as_str()).collect();
+                let who = if let [a, b] = who[..] { format!("both {a} and {b}") } else { who.join(", ") };
+                problems.push(format!("item {name} is listed by {who}{}", held_by(&name)));
+            }
+        }
+    }
+    if !unclaimed.is_empty() {
+        problems.push(format!("no member lists {}", unclaimed.join(", ")));
+    }
+    for extra in claimants.keys() {
+        problems.push(format!("item {extra} is listed but not among the expected items"));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+}
+
+/// Checks, from outside, that `members` (each a partitioner and the session its locks must belong to, its client's
+/// `session_id().0`) have converged on `items` under the partitioner path `path`: [`check_claims`] over their
+/// snapshots and the lock holders [`read_holders`] reads with `observer`, and no member changed state (generation)
+/// while its locks were read. Meant for [`wait_for`], or a loop that also replaces failed members.
+///
+/// # Errors
+/// What is not so yet, as [`check_claims`] says it; a failed lock read; a member that changed state meanwhile.
+pub async fn check_converged(
+    observer: &Client,
+    path: &str,
+    members: &[(&SetPartitioner, i64)],
+    items: &[Item],
+) -> Result<(), String> {
+    let snapshots: Vec<Snapshot> = members.iter().map(|(partitioner, _)| partitioner.snapshot()).collect();
+    let claims: Vec<Claim> =
+        snapshots.iter().zip(members).map(|(snapshot, (_, session))| Claim::of(snapshot, *session)).collect();
+    if let Some(claim) = claims.iter().find(|claim| claim.state != PartitionState::Acquired) {
+        // Not worth a read of the locks yet.
+        return check_claims(std::slice::from_ref(claim), None, &[]);
+    }
+    let holders = read_holders(observer, path, items).await.map_err(|err| format!("reading lock holders: {err}"))?;
+    check_claims(&claims, Some(&holders), items)?;
+    let moved = members
+        .iter()
+        .zip(&snapshots)
+        .any(|((partitioner, _), then)| partitioner.snapshot().generation != then.generation);
+    if moved {
+        return Err("a member changed state while its claims were checked".to_string());
     }
     Ok(())
 }
@@ -353,5 +475,28 @@ mod tests {
         assert_eq!(check_stable(&[a.clone(), allocating], &items).unwrap_err(), "b-2 is ALLOCATING");
         let other_party = snapshot("b-2", PartitionState::Acquired, &[1, 3], &["b-2"]);
         assert!(check_stable(&[a, other_party], &items).unwrap_err().starts_with("b-2 allocated for party"));
+    }
+
+    #[test]
+    fn converged_means_every_claim_backed_by_the_claimants_lock() {
+        let party = ["a-1", "b-2"];
+        let items: Vec<Item> = (0..3).map(Item::from).collect();
+        let a = Claim::of(&snapshot("a-1", PartitionState::Acquired, &[0, 2], &party), 10);
+        let b = Claim::of(&snapshot("b-2", PartitionState::Acquired, &[1], &party), 20);
+        let mut holders: BTreeMap<String, Holder> = [("0", 10), ("1", 20), ("2", 10)]
+            .map(|(item, session)| (item.to_string(), Holder::Session(session)))
+            .into();
+        assert_eq!(check_claims(&[a.clone(), b.clone()], Some(&holders), &items), Ok(()));
+        holders.insert("2".to_string(), Holder::Free);
+        assert_eq!(
+            check_claims(&[a.clone(), b.clone()], Some(&holders), &items).unwrap_err(),
+            "a-1 claims 2 (held by nobody)"
+        );
+        let twice = Claim { items: vec!["1".to_string(), "7".to_string()], party: None, ..a.clone() };
+        assert_eq!(
+            check_claims(&[twice, b], None, &items).unwrap_err(),
+            "item 1 is listed by both a-1 and b-2; no member lists 0, 2; item 7 is listed but not among the expected \
+             items"
+        );
     }
 }

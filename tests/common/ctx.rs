@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use zk_partitioner::Item;
+use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Item, SetPartitioner};
 
-use super::members::{Member, TIME_BOUNDARY};
+use super::members::{Member, build_member};
 use super::{Proxy, timing, wait_for};
 
 /// The session timeout members get unless a test asks otherwise.
@@ -62,24 +63,11 @@ impl Ctx {
         configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
     ) -> Member {
         let client = self.client().await;
-        Self::build_member(client, identifier, items, configure).await
+        build_member(client, identifier, &items, configure).await
     }
 
     async fn start_member(client: Client, identifier: &str, items: Vec<Item>) -> Member {
-        Self::build_member(client, identifier, items, |builder| builder).await
-    }
-
-    async fn build_member(
-        client: Client,
-        identifier: &str,
-        items: Vec<Item>,
-        configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
-    ) -> Member {
-        let builder = SetPartitioner::builder(client.clone(), "/partitioner", items)
-            .identifier(identifier)
-            .time_boundary(TIME_BOUNDARY);
-        let partitioner = configure(builder).build().await.expect("build partitioner");
-        Member { client, partitioner }
+        build_member(client, identifier, &items, |builder| builder).await
     }
 
     /// Takes the locks of `items` by hand with `client`, as a kazoo worker would (one contender each, created
@@ -108,14 +96,12 @@ impl Ctx {
         let dir = format!("{path}/locks/{item}");
         let observer = &self.observer;
         wait_for(&format!("lock queue of {dir} = {sessions:x?}"), timing(Duration::from_secs(10)), || async {
-            let mut children = match observer.list_children(&dir).await {
+            let children = match observer.list_children(&dir).await {
                 Ok(children) => children,
                 Err(err) => return Err(format!("listing failed: {err}")),
             };
-            children.retain(|c| c.contains("__lock__"));
-            children.sort_by(|a, b| a.rsplit("__lock__").next().cmp(&b.rsplit("__lock__").next()));
             let mut owners = Vec::new();
-            for child in &children {
+            for child in lock_contenders(&children) {
                 if let Ok(Some(stat)) = observer.check_stat(&format!("{dir}/{child}")).await {
                     owners.push(stat.ephemeral_owner);
                 }

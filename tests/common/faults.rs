@@ -11,14 +11,14 @@ use zk_partitioner::zookeeper_client::{Client, Error as ZkError};
 use zk_partitioner::{Item, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot};
 
 use super::ctx::SESSION_TIMEOUT;
-use super::members::{Member, Recorder, TIME_BOUNDARY};
+use super::members::{Member, Recorder, TIME_BOUNDARY, build_member, claimants};
 use super::{Proxy, four_letter, wait_for};
 
+use zk_partitioner::testing::check_converged;
 #[allow(unused_imports)]
 pub use zk_partitioner::testing::{Checks, FreezingProxy, Holder};
 
-/// The partitioner path every fault test uses (relative to the test's chroot).
-pub const PATH: &str = "/partitioner";
+pub use super::members::PATH;
 
 /// How a member is built: its session timeout and partitioner options.
 #[derive(Clone, Debug)]
@@ -51,12 +51,25 @@ impl Opts {
     pub fn session(session: Duration) -> Self {
         Opts { session, ..Opts::default() }
     }
+
+    /// `builder` with these partitioner options (for [`build_member`]).
+    pub fn apply(&self, builder: zk_partitioner::Builder) -> zk_partitioner::Builder {
+        let mut builder =
+            builder.time_boundary(self.time_boundary).session_policy(self.session_policy).rebalance(self.rebalance);
+        if let Some(limit) = self.max_allocation_time {
+            builder = builder.max_allocation_time(limit);
+        }
+        if self.rendezvous {
+            builder = builder.partition_func(Rendezvous::default());
+        }
+        builder
+    }
 }
 
 /// A member with a new session to `connect_string` (which carries the test's chroot).
 pub async fn member_at(connect_string: &str, identifier: &str, items: &[Item], opts: &Opts) -> Member {
     let client = super::connect(connect_string, opts.session).await;
-    build_member(client, identifier, items, opts).await
+    build_member(client, identifier, items, |builder| opts.apply(builder)).await
 }
 
 /// A member whose session goes through a new proxy to `upstream`, in `namespace`.
@@ -70,22 +83,6 @@ pub async fn member_behind_proxy(
     let proxy = Proxy::start(upstream).await;
     let member = member_at(&format!("{}{namespace}", proxy.endpoint()), identifier, items, opts).await;
     (member, proxy)
-}
-
-/// A partitioner at [`PATH`] on `client`'s session.
-pub async fn build_member(client: Client, identifier: &str, items: &[Item], opts: &Opts) -> Member {
-    let mut builder = SetPartitioner::builder(client.clone(), PATH, items.to_vec())
-        .identifier(identifier)
-        .time_boundary(opts.time_boundary)
-        .session_policy(opts.session_policy)
-        .rebalance(opts.rebalance);
-    if let Some(limit) = opts.max_allocation_time {
-        builder = builder.max_allocation_time(limit);
-    }
-    if opts.rendezvous {
-        builder = builder.partition_func(Rendezvous::default());
-    }
-    Member { client, partitioner: builder.build().await.expect("build partitioner") }
 }
 
 /// Reads who holds each item's lock under [`PATH`] (the kit's [`read_holders`](zk_partitioner::testing::read_holders)).
@@ -131,45 +128,7 @@ pub async fn party_nodes(observer: &Client) -> Vec<(String, i64)> {
     nodes
 }
 
-/// Checks that `members` have converged on `items`: all ACQUIRED over the same party of `members.len()`, their claims
-/// disjoint and covering `items`, and each claim backed by a lock node of the claiming member's session. `Err` says
-/// what is missing.
-pub async fn converged(observer: &Client, members: &[&Member], items: &[Item]) -> Result<(), String> {
-    let snapshots: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
-    for snapshot in &snapshots {
-        if snapshot.state != PartitionState::Acquired {
-            return Err(format!("{} is {}", snapshot.member, snapshot.state));
-        }
-        if snapshot.members.len() != members.len() || snapshot.members != snapshots[0].members {
-            return Err(format!("{} allocated for party {:?}", snapshot.member, snapshot.members));
-        }
-    }
-    let holders = read_holders(observer, items).await.map_err(|err| format!("reading lock holders: {err}"))?;
-    let mut claimed = BTreeSet::new();
-    for (member, snapshot) in members.iter().zip(&snapshots) {
-        for item in snapshot.items.iter() {
-            let name = item.to_string();
-            if !claimed.insert(name.clone()) {
-                return Err(format!("{name} is claimed twice"));
-            }
-            let holder = holders.get(&name).copied().unwrap_or(Holder::Free);
-            if holder != Holder::Session(member.session()) {
-                return Err(format!("{} claims {name} but its lock holder is {holder:?}", snapshot.member));
-            }
-        }
-    }
-    let all: BTreeSet<String> = items.iter().map(Item::to_string).collect();
-    if claimed != all {
-        return Err(format!("claims {claimed:?} do not cover {all:?}"));
-    }
-    let current: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
-    if current.iter().zip(&snapshots).any(|(now, then)| now.generation != then.generation) {
-        return Err("a member changed state while its claims were checked".to_string());
-    }
-    Ok(())
-}
-
-/// Waits until [`converged`] holds; returns how long that took. Panics after `deadline` with the last observation and
+/// Waits until the kit's [`check_converged`] holds over [`PATH`]; returns how long that took. Panics after `deadline` with the last observation and
 /// every member's snapshot. Does not release anything itself: run [`auto_release`](super::members::auto_release) on
 /// the members (the worker loop).
 pub async fn wait_converged(
@@ -182,7 +141,7 @@ pub async fn wait_converged(
     let started = Instant::now();
     let outcome = tokio::time::timeout(deadline, async {
         loop {
-            match converged(observer, members, items).await {
+            match check_converged(observer, PATH, &claimants(members), items).await {
                 Ok(()) => return,
                 Err(_) => tokio::time::sleep(super::POLL).await,
             }
@@ -190,7 +149,10 @@ pub async fn wait_converged(
     })
     .await;
     if outcome.is_err() {
-        let last = converged(observer, members, items).await.err().unwrap_or_else(|| "converged just now".into());
+        let last = check_converged(observer, PATH, &claimants(members), items)
+            .await
+            .err()
+            .unwrap_or_else(|| "converged just now".into());
         let snapshots: Vec<Snapshot> = members.iter().map(|m| m.partitioner.snapshot()).collect();
         panic!("{what}: not converged within {deadline:?}; last observation: {last}; snapshots: {snapshots:#?}");
     }

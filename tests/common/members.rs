@@ -1,7 +1,7 @@
 //! Partitioner-level test helpers: members with their own sessions, waits on partitioner state, and a reader of the
 //! lock nodes that checks who really holds each item.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -9,9 +9,13 @@ use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
 
 pub use zk_partitioner::testing::wait_snapshot;
+use zk_partitioner::testing::{Claim, Holder, check_claims, read_holders};
 
 /// The `time_boundary` the ported kazoo tests use.
 pub const TIME_BOUNDARY: Duration = Duration::from_millis(200);
+
+/// The partitioner path members use (relative to the test's chroot).
+pub const PATH: &str = "/partitioner";
 
 /// One party member: its own ZooKeeper session (the client is kept so tests can check lock ownership by session)
 /// and its partitioner.
@@ -42,6 +46,21 @@ impl Member {
         })
         .await;
     }
+}
+
+/// A member at [`PATH`] on `client`'s session, with the `time_boundary` [`TIME_BOUNDARY`], its builder then adjusted
+/// by `configure` (partition function, limits, policies...).
+pub async fn build_member(
+    client: Client,
+    identifier: &str,
+    items: &[Item],
+    configure: impl FnOnce(zk_partitioner::Builder) -> zk_partitioner::Builder,
+) -> Member {
+    let builder = SetPartitioner::builder(client.clone(), PATH, items.to_vec())
+        .identifier(identifier)
+        .time_boundary(TIME_BOUNDARY);
+    let partitioner = configure(builder).build().await.expect("build partitioner");
+    Member { client, partitioner }
 }
 
 /// Records every snapshot a partitioner publishes, from now on, for assertions on the sequence of states.
@@ -80,66 +99,37 @@ impl Drop for Recorder {
     }
 }
 
-/// The ZooKeeper session holding each item's lock (the lowest `__lock__` contender's `ephemeralOwner`), read by
-/// `observer` under the partitioner `path`. Items with no contender are absent.
+/// The ZooKeeper session holding each item's lock, as the kit's [`read_holders`] reads it under the partitioner
+/// `path` (the lowest contender's `ephemeralOwner`). Items with no holder (no contender, or one that just went away)
+/// are absent. Panics if the read fails.
 pub async fn lock_holders(observer: &Client, path: &str, items: &[Item]) -> BTreeMap<String, i64> {
-    // All listings at once, then all stats at once: one session pipelines them, so a probe of thousands of items
-    // takes milliseconds rather than thousands of round trips.
-    let dirs: Vec<String> = items.iter().map(|item| format!("{path}/locks/{item}")).collect();
-    let listings = futures::future::join_all(dirs.iter().map(|dir| observer.list_children(dir))).await;
-    let mut lowest = Vec::new();
-    for ((item, dir), listing) in items.iter().zip(&dirs).zip(listings) {
-        let children = match listing {
-            Ok(children) => children,
-            Err(zk_partitioner::zookeeper_client::Error::NoNode) => continue,
-            Err(err) => panic!("listing {dir}: {err}"),
-        };
-        let first = children
-            .iter()
-            .filter_map(|c| c.rsplit_once("__lock__").map(|(_, seq)| (seq.to_string(), c)))
-            .filter(|(seq, _)| seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
-            .min();
-        if let Some((_, node)) = first {
-            lowest.push((item.to_string(), format!("{dir}/{node}")));
-        }
-    }
-    let stats = futures::future::join_all(lowest.iter().map(|(_, node)| observer.check_stat(node))).await;
-    let mut holders = BTreeMap::new();
-    for ((item, node), stat) in lowest.into_iter().zip(stats) {
-        match stat {
-            Ok(Some(stat)) => {
-                holders.insert(item, stat.ephemeral_owner);
-            }
-            // Released between the listing and the stat: no holder right now.
-            Ok(None) => {}
-            Err(err) => panic!("stat {node}: {err}"),
-        }
-    }
+    let holders = read_holders(observer, path, items).await.unwrap_or_else(|err| panic!("reading lock holders: {err}"));
     holders
+        .into_iter()
+        .filter_map(|(item, holder)| match holder {
+            Holder::Session(session) => Some((item, session)),
+            Holder::Free | Holder::Unknown => None,
+        })
+        .collect()
+}
+
+/// Each member's partitioner with the session its locks must belong to, as
+/// [`check_converged`](zk_partitioner::testing::check_converged) takes them.
+pub fn claimants<'a>(members: &[&'a Member]) -> Vec<(&'a SetPartitioner, i64)> {
+    members.iter().map(|member| (&member.partitioner, member.session())).collect()
 }
 
 /// Asserts the partitioners' claims form a disjoint cover of `items` and that each claim is backed by a lock node
-/// owned by the claiming member's session.
+/// owned by the claiming member's session: the kit's [`check_claims`], without the party check, panicking.
 pub async fn assert_disjoint_cover(observer: &Client, path: &str, members: &[&Member], items: &[Item]) {
-    let holders = lock_holders(observer, path, items).await;
-    let mut claimed = BTreeSet::new();
-    for member in members {
-        let snapshot = member.partitioner.snapshot();
-        assert_eq!(snapshot.state, PartitionState::Acquired, "{} is not ACQUIRED", snapshot.member);
-        for item in snapshot.items.iter() {
-            let name = item.to_string();
-            assert!(claimed.insert(name.clone()), "{name} is claimed twice");
-            assert_eq!(
-                holders.get(&name),
-                Some(&member.session()),
-                "{} claims {name} but its lock is held by session {:?}",
-                snapshot.member,
-                holders.get(&name)
-            );
-        }
+    let holders = read_holders(observer, path, items).await.unwrap_or_else(|err| panic!("reading lock holders: {err}"));
+    let claims: Vec<Claim> = members
+        .iter()
+        .map(|member| Claim { party: None, ..Claim::of(&member.partitioner.snapshot(), member.session()) })
+        .collect();
+    if let Err(problem) = check_claims(&claims, Some(&holders), items) {
+        panic!("the claims are not a disjoint cover backed by the locks: {problem}");
     }
-    let all: BTreeSet<String> = items.iter().map(Item::to_string).collect();
-    assert_eq!(claimed, all, "the claims do not cover every item");
 }
 
 /// Items `0..n` as integers, the way kazoo's tests build their sets (`range(n)`).
