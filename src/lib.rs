@@ -211,6 +211,8 @@ mod policy;
 mod publisher;
 mod relay;
 mod requests;
+#[cfg(any(test, feature = "testing"))]
+mod rng;
 mod sabotage;
 mod session;
 #[cfg(test)]

@@ -8,8 +8,8 @@ use super::layout::{self, Header, Kind, SetView, State};
 use super::read::read_raw;
 use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
 use crate::error::is_transient;
-use crate::item::validate_items;
 use crate::error::retry_transient;
+use crate::item::validate_items;
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 

@@ -8,8 +8,8 @@ use super::chunks::{chunks, fits_one_request, paths_of};
 use super::layout::{self, Committed, Kind, SetView, State};
 use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
 use crate::error::is_transient;
-use crate::item::{check_kind_of_set, validate_items};
 use crate::error::retry_transient;
+use crate::item::{check_kind_of_set, validate_items};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 

@@ -42,23 +42,21 @@ use std::time::Duration;
 
 use world::World;
 
+use crate::rng::SplitMix64;
 use crate::sabotage::Sabotage;
 use crate::{Rebalance, SessionPolicy};
 
-/// SplitMix64: small, seedable, the same everywhere.
+/// The simulation's draws: SplitMix64 ([`crate::rng::SplitMix64`], the `testing` kit's), with the helpers the
+/// schedules use.
 #[derive(Clone, Debug)]
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)

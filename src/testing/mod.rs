@@ -75,7 +75,6 @@ mod docker;
 mod ensemble;
 mod image;
 mod proxy;
-mod rng;
 mod safety;
 mod server;
 
@@ -90,11 +89,11 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionId, Sessi
 
 use crate::{SetPartitioner, Snapshot};
 
+pub use crate::rng::SplitMix64;
 pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
 pub use proxy::{FreezingProxy, Proxy, expire};
-pub use rng::SplitMix64;
 pub use safety::{
     Checks, Claim, Holder, SafetyChecker, check_claims, check_converged, check_exclusive, check_stable, read_holders,
     sole_holder,

@@ -1,4 +1,5 @@
-//! A seeded random sequence for reproducible fault schedules.
+//! A seeded random sequence for reproducible fault schedules: the simulation's, and the `testing` kit's
+//! (`zk_partitioner::testing::SplitMix64`).
 
 /// SplitMix64 (Steele, Lea and Flood; the generator `java.util.SplittableRandom` uses): a small seeded random
 /// sequence, the same on every machine, for tests that draw their faults from a seed and must replay them exactly.
