@@ -191,6 +191,7 @@
 
 mod acl;
 mod agreement;
+mod builder;
 mod checkpoint;
 mod connect;
 mod decision;
@@ -224,6 +225,7 @@ pub mod testing;
 mod tls;
 mod zookeeper;
 
+pub use builder::Builder;
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
 pub use describe::{
@@ -234,7 +236,7 @@ pub use item::{Item, check_items};
 pub use item_set::{ItemSet, SharedItems};
 pub use names::{check_identifier, check_path};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
-pub use partitioner::{Builder, SetPartitioner};
+pub use partitioner::SetPartitioner;
 pub use policy::{Rebalance, SessionPolicy};
 pub use state::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
 #[cfg(feature = "tls")]
