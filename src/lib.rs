@@ -209,9 +209,7 @@ mod partition_fn;
 mod partitioner;
 mod party;
 mod policy;
-mod publisher;
 mod relay;
-mod requests;
 mod sabotage;
 mod session;
 #[cfg(test)]
@@ -224,6 +222,10 @@ pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 mod zookeeper;
+
+// The driver's parts at their former paths, for the simulation (and the core's doc links).
+#[allow(unused_imports)]
+pub(crate) use driver::{publish as publisher, requests};
 
 pub use builder::Builder;
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};

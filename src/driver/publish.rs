@@ -1,5 +1,7 @@
 //! Turns the core's publications into the [`Snapshot`] handles read, with their log lines and metrics: the single
 //! place where the published snapshot changes (the driver and the simulation both publish through it).
+//! Beside it, the translations between the client's session states and the core's terms (a session's end, a
+//! failure's cause).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,7 +9,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 use zookeeper_client::SessionState;
 
-use crate::decision::{Cause, Core, Publication, SessionEnd, SetInForce};
+use crate::decision::{Cause, Core, Event, Publication, SessionEnd, SetInForce};
 use crate::layout::Paths;
 use crate::metrics::DriverMetrics;
 use crate::{Error, Snapshot};
@@ -160,5 +162,16 @@ pub(crate) fn session_end(state: SessionState) -> Option<SessionEnd> {
         SessionState::AuthFailed => Some(SessionEnd::AuthFailed),
         state if state.is_terminated() => Some(SessionEnd::Expired),
         _ => None,
+    }
+}
+
+/// The core's view of a session state.
+pub(crate) fn session_event(state: SessionState) -> Event {
+    if let Some(end) = session_end(state) {
+        Event::SessionEnded(end)
+    } else if state == SessionState::Disconnected {
+        Event::Suspended
+    } else {
+        Event::Connected
     }
 }
