@@ -214,8 +214,8 @@ mod sabotage;
 mod session;
 #[cfg(test)]
 mod sim;
+mod snapshot;
 mod startup;
-mod state;
 #[cfg(all(feature = "testing", unix))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
 pub mod testing;
@@ -240,7 +240,7 @@ pub use names::{check_identifier, check_path};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
 pub use partitioner::SetPartitioner;
 pub use policy::{Rebalance, SessionPolicy};
-pub use state::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
+pub use snapshot::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{tls_options, tls_options_with_identity};
