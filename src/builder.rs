@@ -152,8 +152,8 @@ impl Builder {
         self
     }
 
-    /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach [`PartitionState::Acquired`] within
-    /// this time, counted from entering [`PartitionState::Allocating`]. Off by default, as in kazoo; without it, a
+    /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach [`PartitionState::Acquired`](crate::PartitionState::Acquired) within
+    /// this time, counted from entering [`PartitionState::Allocating`](crate::PartitionState::Allocating). Off by default, as in kazoo; without it, a
     /// party that changes more often than `time_boundary` keeps every member allocating.
     ///
     /// # Examples
@@ -167,7 +167,7 @@ impl Builder {
     ///     .build()
     ///     .await?;
     /// if partitioner.wait_for_acquire(Duration::from_secs(180)).await == PartitionState::Failure {
-    ///     assert!(matches!(partitioner.failure(), Some(Error::AllocationTimeout(_))));
+    ///     assert!(matches!(partitioner.snapshot().cause, Some(Error::AllocationTimeout(_))));
     /// }
     /// # Ok(())
     /// # }
@@ -197,7 +197,7 @@ impl Builder {
         self
     }
 
-    /// What happens when the party changes; default [`Rebalance::Eager`] (kazoo's: everyone stops everything).
+    /// What happens when the party changes; default [`Rebalance::Eager`](crate::Rebalance::Eager) (kazoo's: everyone stops everything).
     ///
     /// # Examples
     /// ```no_run
@@ -235,9 +235,9 @@ impl Builder {
     ///
     /// A restart shorter than [`time_boundary`](Builder::time_boundary) is then no party change for the others:
     /// the party they read once it is quiet again has the same names. Under
-    /// [`Rebalance::Incremental`] they keep every item throughout and publish nothing; the restarted member takes
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental) they keep every item throughout and publish nothing; the restarted member takes
     /// back exactly its old items (free since its `finish()`, or since its old session expired after a crash). Under
-    /// [`Rebalance::Eager`] every member still stops everything on the leave and the join (kazoo's rule), and gets
+    /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member still stops everything on the leave and the join (kazoo's rule), and gets
     /// the same items back. Choose `time_boundary` longer than a restart takes, and, for crashes, expect the
     /// restarted process to wait up to the old session's timeout.
     ///
@@ -311,7 +311,7 @@ impl Builder {
     ///
     /// A session that lacks a permission on an existing node fails with [`Error::PermissionDenied`], naming the node
     /// and the permission: at [`build`](Builder::build) (which then leaves no node behind), or as the
-    /// [`Failure`](PartitionState::Failure) cause during allocation; it is never retried.
+    /// [`Failure`](crate::PartitionState::Failure) cause during allocation; it is never retried.
     ///
     /// # Examples
     /// ```no_run
@@ -340,16 +340,16 @@ impl Builder {
         self
     }
 
-    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`]) and follow its changes,
+    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`](crate::ItemSet)) and follow its changes,
     /// instead of a set fixed at build time. Off by default (kazoo's fixed set).
     ///
     /// With it, the builder's items only seed the set: if `<path>/items` does not exist yet, `build()` creates it with
     /// them; if it exists, they are ignored (an empty list is then fine). Anyone may change the set at run time, with
-    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`]. Every member watches it, and a change goes through
+    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`](crate::ItemSet). Every member watches it, and a change goes through
     /// the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary); under
-    /// [`Rebalance::Eager`] every member releases everything and allocates again; under [`Rebalance::Incremental`]
+    /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member releases everything and allocates again; under [`Rebalance::Incremental`](crate::Rebalance::Incremental)
     /// only the items whose owner changes stop (an added item is simply taken by its new owner, a removed item is
-    /// revoked from its owner alone). [`Snapshot::added`] and [`Snapshot::removed`] say what the change did, and a
+    /// revoked from its owner alone). [`Snapshot::added`](crate::Snapshot::added) and [`Snapshot::removed`](crate::Snapshot::removed) say what the change did, and a
     /// removed item's lock directory is deleted once its last contender is gone. Items of a shared set are all
     /// integers or all strings. kazoo members cannot follow a shared set: use it in parties of this crate's members.
     ///

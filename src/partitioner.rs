@@ -17,7 +17,7 @@ use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, Pa
 /// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
 /// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
 /// as [`finish`](SetPartitioner::finish) does. The handle uses the member's session for
-/// [checkpoints](SetPartitioner::save_checkpoint) and the [shared set](SetPartitioner::item_set) only while the task
+/// [checkpoints](SetPartitioner::checkpoint_writer) and the [shared set](SetPartitioner::item_set) only while the task
 /// runs: once it has ended (and deleted the member's nodes, or failed to), the handle no longer keeps the session
 /// open, so a session whose nodes could not be deleted closes with the crate's last clone of the client (keep no
 /// clone of your own for this to happen; a clone you keep is yours to drop).
@@ -37,7 +37,7 @@ use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, Pa
 /// loop {
 ///     let state = changes.borrow_and_update().state;
 ///     match state {
-///         PartitionState::Failure => return Err(partitioner.failure().map_or_else(|| "failed".into(), Into::into)),
+///         PartitionState::Failure => return Err(partitioner.snapshot().cause.map_or_else(|| "failed".into(), Into::into)),
 ///         PartitionState::Release => partitioner.release_set().await?,
 ///         PartitionState::Acquired => {
 ///             for queue in partitioner.items() {
@@ -92,7 +92,7 @@ impl SetPartitioner {
     ///     PartitionState::Allocating => println!("waiting for the party to settle, or for locks"),
     ///     PartitionState::Acquired => println!("processing {:?}", partitioner.items()),
     ///     PartitionState::Release => partitioner.release_set().await?,
-    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.failure()),
+    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.snapshot().cause),
     /// }
     /// # Ok(())
     /// # }
@@ -161,7 +161,7 @@ impl SetPartitioner {
     ///
     /// if partitioner.is_failed() {
     ///     // Terminal: build a new partitioner (on a new client if the session was lost).
-    ///     return Err(partitioner.failure().unwrap_or(Error::Stopped));
+    ///     return Err(partitioner.snapshot().cause.unwrap_or(Error::Stopped));
     /// }
     /// # Ok(())
     /// # }
@@ -172,7 +172,7 @@ impl SetPartitioner {
 
     /// The items this member owns and may process, sorted: empty unless the state is [`PartitionState::Acquired`]
     /// (kazoo hands out the last set in every state; this crate does not), or, under
-    /// [`Rebalance::Incremental`], the items it keeps while the party changes.
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental), the items it keeps while the party changes.
     ///
     /// # Examples
     /// ```no_run
@@ -260,7 +260,10 @@ impl SetPartitioner {
     /// member's lock node for the item and writes `<path>/checkpoints/<item>`: ZooKeeper refuses the write if the
     /// lock node is gone (the item was released, or the member's session ended), so an old owner, paused or late,
     /// can never overwrite a newer owner's checkpoint. The member's name and the item's fencing token are stored
-    /// with the data. Same as `self.checkpoint_writer(item)?.save(data)`; see [`CheckpointWriter::save`].
+    /// with the data.
+    ///
+    /// Deprecated: the same as `self.checkpoint_writer(item)?.save(data)` (see [`CheckpointWriter::save`]), which
+    /// also lets a task keep its writer while it works on the item.
     ///
     /// # Errors
     /// - [`Error::NotHeld`] if `item` is not among [`items`](SetPartitioner::items) now (nothing is sent);
@@ -276,11 +279,12 @@ impl SetPartitioner {
     /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
     /// for item in partitioner.items() {
     ///     // ... process `item` up to offset 42 ...
-    ///     partitioner.save_checkpoint(&item, b"42").await?;
+    ///     partitioner.checkpoint_writer(&item)?.save(b"42").await?;
     /// }
     /// # Ok(())
     /// # }
     /// ```
+    #[deprecated(note = "use checkpoint_writer(item)?.save(data), the same call")]
     pub async fn save_checkpoint(&self, item: &Item, data: &[u8]) -> Result<(), Error> {
         self.checkpoint_writer(item)?.save(data).await
     }
@@ -315,14 +319,14 @@ impl SetPartitioner {
         self.handle.load_checkpoint(item).await
     }
 
-    /// Why the partitioner failed, once it has.
+    /// Why the partitioner failed, once it has: the same as `snapshot().cause`.
     ///
     /// # Examples
     /// ```no_run
     /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
     /// use zk_partitioner::Error;
     ///
-    /// match partitioner.failure() {
+    /// match partitioner.snapshot().cause {
     ///     None => println!("still running"),
     ///     Some(Error::Finished) => println!("finish() was called"),
     ///     Some(Error::SessionLost { .. }) => println!("session lost: reconnect and build a new partitioner"),
@@ -331,12 +335,13 @@ impl SetPartitioner {
     /// # Ok(())
     /// # }
     /// ```
+    #[deprecated(note = "use snapshot().cause, the same value")]
     pub fn failure(&self) -> Option<Error> {
         self.read(|s| s.cause.clone())
     }
 
     /// This member's name in the party: `<identifier>-<sequence>`, or the identifier itself under
-    /// [`Builder::static_membership`].
+    /// [`Builder::static_membership`](crate::Builder::static_membership).
     ///
     /// # Examples
     /// ```no_run
@@ -349,7 +354,7 @@ impl SetPartitioner {
         self.read(|snapshot| snapshot.member.clone())
     }
 
-    /// The shared item set this member follows ([`Builder::shared_item_set`]), on the member's own session; `None`
+    /// The shared item set this member follows ([`Builder::shared_item_set`](crate::Builder::shared_item_set)), on the member's own session; `None`
     /// with a fixed set. Changing it changes every member's set. Once the partitioner's task has ended, its methods
     /// fail with [`Error::Stopped`] (the member's session is released); use an [`ItemSet`] on a client of your own
     /// to change the set from a process that is not a member.
@@ -443,7 +448,7 @@ impl SetPartitioner {
     ///     PartitionState::Acquired => println!("processing {:?}", partitioner.items()),
     ///     PartitionState::Allocating => println!("still allocating after 30 s"),
     ///     PartitionState::Release => partitioner.release_set().await?,
-    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.failure()),
+    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.snapshot().cause),
     /// }
     /// # Ok(())
     /// # }

@@ -35,6 +35,8 @@ pub(crate) struct Settings {
     pub partition_fn: Box<dyn PartitionFn>,
     pub identifier: String,
     pub time_boundary: Duration,
+    /// [`Builder::max_reaction_time`](crate::Builder::max_reaction_time): the pause before retrying a request lost
+    /// with the connection (the core's `retry_delay`; the field keeps the core's name, which the simulation sets).
     pub retry_delay: Duration,
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
