@@ -9,7 +9,7 @@
 //!
 //! Each run has two sessions on the same server, both with a partitioner of its own path (6 items,
 //! `time_boundary` as given): `direct`, a bare zookeeper-client session (`Client::connector().connect(..)`: the
-//! minimal reproduction of the client's back-off), and `relay`, through [`zk_partitioner::connect_with`] and its
+//! minimal reproduction of the client's back-off), and `relay`, through [`zk_partitioner::connect_with_options`] and its
 //! reconnect relay. The server is stopped, kept down for the outage, and started again (`container`: the test kit's
 //! container, `docker stop`/`start`; `process`: ZooKeeper as a plain Java process from Debian's libzookeeper-java,
 //! SIGKILL and a new process on the same port and data; `ensemble`: the test kit's 3-server ensemble, each server in
@@ -225,7 +225,7 @@ async fn run(args: Args) -> Result<(), String> {
     let cluster = server.connect_string();
     let connector = || Client::connector().with_session_timeout(args.session);
     let direct = connector().connect(&cluster).await.map_err(|e| format!("direct session: {e}"))?;
-    let relay = zk_partitioner::connect_with(connector(), &cluster, ConnectOptions::new())
+    let relay = zk_partitioner::connect_with_options(connector(), &cluster, ConnectOptions::new())
         .await
         .map_err(|e| format!("relay session: {e}"))?;
     let items: Vec<Item> = (0..6).map(Item::from).collect();

@@ -47,7 +47,8 @@ use tokio::sync::oneshot;
 use zk_partitioner::testing::Proxy;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
+    ConnectOptions, Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy,
+    SetPartitioner, Snapshot,
 };
 
 #[derive(Clone)]
@@ -235,7 +236,13 @@ async fn member(id: String, connect: String, args: Args, items: Arc<Vec<Item>>, 
     let nanos = Arc::new(AtomicU64::new(0));
     // Detached: dropping the client (a crash) does not close the session; only finish() and the timeout end it.
     let connector = Client::connector().with_session_timeout(args.session_timeout).with_detached();
-    let client = match zk_partitioner::connect_with(connector, &connect, Duration::from_secs(30)).await {
+    let client = match zk_partitioner::connect_with_options(
+        connector,
+        &connect,
+        ConnectOptions::new().connect_timeout(Duration::from_secs(30)),
+    )
+    .await
+    {
         Ok(client) => client,
         Err(err) => {
             print_failure(&id, &err.to_string());

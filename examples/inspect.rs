@@ -23,10 +23,9 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
+use zk_partitioner::describe::{Contender, DescribeOptions, Description, describe_with};
 use zk_partitioner::zookeeper_client::{AddWatchMode, EventType, SessionState};
-use zk_partitioner::{
-    Contender, DescribeOptions, Description, Item, KazooStride, PartitionFn, Rendezvous, describe_with,
-};
+use zk_partitioner::{Item, KazooStride, PartitionFn, Rendezvous};
 
 #[path = "common/connection.rs"]
 mod connection;
@@ -118,7 +117,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             options = options.items(items);
         }
         if let Some(partition_fn) = &partition_fn {
-            options = options.partition_fn(partition_fn.as_ref());
+            options = options.partition_func(partition_fn.as_ref());
         }
         options
     };

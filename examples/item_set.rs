@@ -141,7 +141,7 @@ async fn run(args: &Args, items: Vec<Item>) -> Result<SharedItems, String> {
     let client = args.session.open(args.session_timeout).await?;
     let mut set = ItemSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
     if args.session.auth.is_some() {
-        set = set.with_acls(zk_partitioner::zookeeper_client::Acls::creator_all());
+        set = set.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
     let result = match &args.command {
         Command::Show => set.read().await,

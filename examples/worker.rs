@@ -351,7 +351,11 @@ async fn take_checkpoints(
                 continue;
             }
         };
-        match partitioner.save_checkpoint(item, (before + 1).to_string().as_bytes()).await {
+        let saved = match partitioner.checkpoint_writer(item) {
+            Ok(writer) => writer.save((before + 1).to_string().as_bytes()).await,
+            Err(err) => Err(err),
+        };
+        match saved {
             Ok(()) => {
                 counted.insert(item.clone(), *token);
                 resumed.push((item.clone(), before + 1));

@@ -14,11 +14,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the diagnosis of a failed connect waits for each server to answer a TCP connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How [`connect_with`] opens a session and keeps it connected: the connect timeout, whether to fail fast when no
-/// server can be reached, and the reconnect relay.
+/// How [`connect_with_options`] opens a session and keeps it connected: the connect timeout, whether to fail fast
+/// when no server can be reached, and the reconnect relay.
 ///
-/// A `Duration` converts into the options with that connect timeout, so `connect_with(connector, cluster,
-/// Duration::from_secs(5))` works as it reads.
+/// A connect timeout is always set by name, [`connect_timeout`](ConnectOptions::connect_timeout): a bare `Duration`
+/// given to this crate's connect functions is the session timeout ([`connect`]). (`From<Duration>`, a connect
+/// timeout, remains for the deprecated [`connect_with`].)
 ///
 /// # Examples
 /// ```
@@ -41,6 +42,8 @@ impl Default for ConnectOptions {
     }
 }
 
+/// The options with this connect timeout: kept for the deprecated [`connect_with`]; say
+/// `ConnectOptions::new().connect_timeout(..)` instead.
 impl From<Duration> for ConnectOptions {
     fn from(connect_timeout: Duration) -> ConnectOptions {
         ConnectOptions::new().connect_timeout(connect_timeout)
@@ -109,7 +112,7 @@ impl ConnectOptions {
 /// then fails with the address and the reason for each server: the host name does not resolve, the connection was
 /// refused (nothing listens on that port), it is unreachable (no answer), or it accepted the connection but opened
 /// no session (not a ZooKeeper server, or an ensemble member without a quorum). The session is kept connected
-/// through the [reconnect relay](ConnectOptions::reconnect_relay). [`connect_with`] chooses otherwise.
+/// through the [reconnect relay](ConnectOptions::reconnect_relay). [`connect_with_options`] chooses otherwise.
 ///
 /// Give each partitioner its own session: a member's locks live and die with it.
 ///
@@ -133,11 +136,30 @@ impl ConnectOptions {
 /// # }
 /// ```
 pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client, Error> {
-    connect_with(Client::connector().with_session_timeout(session_timeout), cluster, ConnectOptions::new()).await
+    let connector = Client::connector().with_session_timeout(session_timeout);
+    connect_with_options(connector, cluster, ConnectOptions::new()).await
+}
+
+/// [`connect_with_options`], where a bare `Duration` is the *connect* timeout (in [`connect`] it is the session
+/// timeout): say `ConnectOptions::new().connect_timeout(..)` instead.
+///
+/// # Errors
+/// As [`connect_with_options`].
+///
+/// # Cancel safety
+/// As [`connect_with_options`].
+#[deprecated(note = "use connect_with_options(connector, cluster, options); a bare Duration becomes \
+            ConnectOptions::new().connect_timeout(duration)")]
+pub async fn connect_with(
+    connector: Connector,
+    cluster: &str,
+    options: impl Into<ConnectOptions>,
+) -> Result<Client, Error> {
+    connect_with_options(connector, cluster, options.into()).await
 }
 
 /// [`connect`] with a connector of your own (session timeout, authentication, TLS...) and [`ConnectOptions`] of your
-/// choice, or just a connect timeout (a `Duration` converts into options).
+/// choice.
 ///
 /// The connector is used with `with_fail_eagerly()` (one pass over the servers per attempt), and attempts repeat
 /// until the connect timeout has passed, or until the first pass in which no server could be reached with
@@ -161,17 +183,16 @@ pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client,
 ///     .with_session_timeout(Duration::from_secs(10))
 ///     .with_auth("digest", b"user:password");
 /// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(5)).fail_fast(true);
-/// let client = zk_partitioner::connect_with(connector, "zk1:2181,zk2:2181/apps", options).await?;
+/// let client = zk_partitioner::connect_with_options(connector, "zk1:2181,zk2:2181/apps", options).await?;
 /// # drop(client);
 /// # Ok(())
 /// # }
 /// ```
-pub async fn connect_with(
+pub async fn connect_with_options(
     connector: Connector,
     cluster: &str,
-    options: impl Into<ConnectOptions>,
+    options: ConnectOptions,
 ) -> Result<Client, Error> {
-    let options = options.into();
     let fail = |reason: String| Error::Connect { cluster: cluster.to_string(), reason };
     let (servers, chroot) = parse(cluster)
         .map_err(|what| fail(format!("invalid connect string ({what}); expected host:port[,host:port...][/chroot]")))?;
@@ -387,7 +408,13 @@ mod tests {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
         let started = Instant::now();
         let connector = Client::connector().with_session_timeout(Duration::from_secs(30));
-        let err = connect_with(connector, &format!("127.0.0.1:{port}"), Duration::from_millis(500)).await.unwrap_err();
+        let err = connect_with_options(
+            connector,
+            &format!("127.0.0.1:{port}"),
+            ConnectOptions::new().connect_timeout(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
         let message = err.to_string();
         assert!(
@@ -403,7 +430,7 @@ mod tests {
         let cluster = format!("127.0.0.1:{port},no-such-host.invalid:2181");
         let options = ConnectOptions::new().connect_timeout(Duration::from_secs(60)).fail_fast(true);
         let started = Instant::now();
-        let err = connect_with(Client::connector(), &cluster, options).await.unwrap_err();
+        let err = connect_with_options(Client::connector(), &cluster, options).await.unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
         let message = err.to_string();
         assert!(message.contains("fail-fast: no server can be reached"), "{message}");
@@ -421,15 +448,25 @@ mod tests {
 
     #[tokio::test]
     async fn an_unresolvable_host_is_named() {
-        let err = connect_with(Client::connector(), "no-such-host.invalid:2181", Duration::from_millis(300))
-            .await
-            .unwrap_err();
+        let err = connect_with_options(
+            Client::connector(),
+            "no-such-host.invalid:2181",
+            ConnectOptions::new().connect_timeout(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
         assert!(err.to_string().contains("no-such-host.invalid:2181 cannot be resolved"), "{err}");
     }
 
     #[tokio::test]
     async fn a_malformed_connect_string_fails_at_once() {
-        let err = connect_with(Client::connector(), "", Duration::from_secs(5)).await.unwrap_err();
+        let err = connect_with_options(
+            Client::connector(),
+            "",
+            ConnectOptions::new().connect_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap_err();
         assert!(err.to_string().contains("invalid connect string"), "{err}");
     }
 }

@@ -28,10 +28,11 @@ const DEFAULT_CONCURRENCY: usize = 8;
 /// Options of [`describe_with`]: the expected items and the partition function, both optional.
 ///
 /// ```
-/// use zk_partitioner::{DescribeOptions, Item, KazooStride};
+/// use zk_partitioner::describe::DescribeOptions;
+/// use zk_partitioner::{Item, KazooStride};
 ///
 /// let items: Vec<Item> = (0..100).map(Item::from).collect();
-/// let options = DescribeOptions::new().items(&items).partition_fn(&KazooStride);
+/// let options = DescribeOptions::new().items(&items).partition_func(&KazooStride);
 /// # let _ = options;
 /// ```
 #[derive(Clone, Copy)]
@@ -65,7 +66,7 @@ impl<'a> DescribeOptions<'a> {
     }
 
     /// The items the partitioners divide. Items without a lock directory (never contended) are then listed too, as
-    /// unowned; without this, only items with a lock directory are known. The [share check](Self::partition_fn) uses
+    /// unowned; without this, only items with a lock directory are known. The [share check](Self::partition_func) uses
     /// this set.
     pub fn items(mut self, items: &'a [Item]) -> Self {
         self.items = Some(items);
@@ -79,9 +80,18 @@ impl<'a> DescribeOptions<'a> {
     /// the items inferred from the lock directories' names: all integers if every name is a canonical decimal
     /// integer (kazoo's `str()` of an int), else all strings. Lock directories are never deleted, so once every item
     /// has been allocated once they name the whole set.
-    pub fn partition_fn(mut self, partition_fn: &'a dyn PartitionFn) -> Self {
+    ///
+    /// The same name as [`Builder::partition_func`](crate::Builder::partition_func), which sets the function of a
+    /// member.
+    pub fn partition_func(mut self, partition_fn: &'a dyn PartitionFn) -> Self {
         self.partition_fn = Some(partition_fn);
         self
+    }
+
+    /// The partition function the members use.
+    #[deprecated(note = "use DescribeOptions::partition_func, named as Builder::partition_func")]
+    pub fn partition_fn(self, partition_fn: &'a dyn PartitionFn) -> Self {
+        self.partition_func(partition_fn)
     }
 
     /// About this many read `multi`s (of up to 500 reads each) in flight at once; default 8. At least 1.
@@ -108,7 +118,7 @@ pub struct Description {
     /// Lock nodes (holding or waiting) whose session owns no party node: left by a crashed or buggy client, or
     /// created by hand. An orphan holding an item blocks it until its session ends.
     pub orphans: Vec<Orphan>,
-    /// With a [partition function](DescribeOptions::partition_fn): the items a member holds although its share
+    /// With a [partition function](DescribeOptions::partition_func): the items a member holds although its share
     /// (computed for the party as read) does not include them. Normal for a moment during a rebalance; lasting, it
     /// means the members disagree about the items, the function or the party. `None` without a function.
     pub outside_share: Option<Vec<OutsideShare>>,
@@ -231,11 +241,17 @@ impl Description {
 /// Reads who owns what under the partition `path` (relative to the client's chroot), with default
 /// [options](DescribeOptions): see [`describe_with`].
 ///
+/// # Errors
+/// As [`describe_with`].
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+///
 /// # Examples
 /// ```no_run
 /// # async fn dox() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = zk_partitioner::zookeeper_client::Client::connect("127.0.0.1:2181").await?;
-/// let description = zk_partitioner::describe(&client, "/work_queues").await?;
+/// let description = zk_partitioner::describe::describe(&client, "/work_queues").await?;
 /// for member in &description.members {
 ///     println!("{} (session {}) holds {} items", member.name, member.session, member.items);
 /// }
@@ -246,12 +262,6 @@ impl Description {
 /// # Ok(())
 /// # }
 /// ```
-///
-/// # Errors
-/// As [`describe_with`].
-///
-/// # Cancel safety
-/// Cancel safe: it only reads.
 pub async fn describe(client: &Client, path: &str) -> Result<Description, Error> {
     describe_with(client, path, DescribeOptions::new()).await
 }
@@ -727,7 +737,7 @@ mod tests {
             })
             .collect();
         let stride = crate::KazooStride;
-        let d = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_fn(&stride)).unwrap();
+        let d = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&stride)).unwrap();
         let outside = d.outside_share.unwrap();
         assert_eq!(outside, [OutsideShare { item: "2".into(), holder: "b".into(), share_of: Some("a".into()) }]);
     }
@@ -737,7 +747,7 @@ mod tests {
         let members = vec![member("a", 1)];
         let dirs = vec![("x".to_string(), vec![contender(0, "a", 1)])];
         let boom = |_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("boom") };
-        let result = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_fn(&boom));
+        let result = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&boom));
         assert!(matches!(result, Err(Error::PartitionFn { .. })), "{result:?}");
     }
 

@@ -54,11 +54,8 @@ impl<Z: ZooKeeper> Handle<Z> {
         let snapshot = self.snapshot.borrow();
         let task_gone = self.snapshot.has_changed().is_err();
         if task_gone && snapshot.state != PartitionState::Failure {
-            let mut stopped = Snapshot::initial(snapshot.member.clone());
-            stopped.state = PartitionState::Failure;
-            stopped.generation = snapshot.generation + 1;
-            stopped.members = snapshot.members.clone();
-            stopped.cause = Some(Error::Stopped);
+            let mut stopped = snapshot.clone();
+            stopped.stop(Error::Stopped);
             return read(&stopped);
         }
         read(&snapshot)

@@ -59,7 +59,7 @@
 //!         tokio::select! {
 //!             changed = changes.changed() => { // sleeps until the next transition
 //!                 if changed.is_err() {
-//!                     break Err(partitioner.failure().unwrap_or(Error::Stopped));
+//!                     break Err(partitioner.snapshot().cause.unwrap_or(Error::Stopped));
 //!                 }
 //!             }
 //!             () = &mut shutdown => break Ok(()),
@@ -171,16 +171,16 @@
 //!
 //! # Who owns what, checkpoints, metrics
 //!
-//! - [`describe`] reads a partition path with any client (no membership needed) and returns a [`Description`]: the
+//! - [`describe()`] reads a partition path with any client (no membership needed) and returns a [`Description`]: the
 //!   members, every item's owner with its fencing token and the contenders queued behind it, the unowned items,
 //!   orphaned lock nodes, counts per owner and, given the partition function, the items held outside their holder's
 //!   share. It works on kazoo parties too. `examples/inspect.rs` prints it as a table or as JSON, once or on every
 //!   change.
-//! - Fenced checkpoints: [`SetPartitioner::save_checkpoint`] stores a small blob (at most
+//! - Fenced checkpoints: a [`CheckpointWriter`] ([`SetPartitioner::checkpoint_writer`]) stores a small blob (at most
 //!   [`MAX_CHECKPOINT_SIZE`]) at `<path>/checkpoints/<item>` in one `multi` that ZooKeeper applies only while the
 //!   member's lock node for the item exists, so an old owner, paused or late, can never overwrite the new owner's
 //!   checkpoint. [`SetPartitioner::load_checkpoint`] reads it back with its writer's name and token.
-//!   [`CheckpointWriter`] explains why that one check is enough.
+//!   Its docs explain why that one check is enough.
 //! - [`metrics`]: rebalances by cause, allocation time, items held and revoked, lock waits, session suspensions and
 //!   expiries, recorded through the [`metrics`](https://docs.rs/metrics) facade for whatever exporter the application
 //!   installs. The module documents every name.
@@ -191,10 +191,11 @@
 
 mod acl;
 mod agreement;
+mod builder;
 mod checkpoint;
 mod connect;
 mod decision;
-mod describe;
+pub mod describe;
 mod driver;
 mod error;
 mod handle;
@@ -208,17 +209,15 @@ mod partition_fn;
 mod partitioner;
 mod party;
 mod policy;
-mod publisher;
 mod relay;
-mod requests;
 #[cfg(any(test, feature = "testing"))]
 mod rng;
 mod sabotage;
 mod session;
 #[cfg(test)]
 mod sim;
+mod snapshot;
 mod startup;
-mod state;
 #[cfg(all(feature = "testing", unix))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
 pub mod testing;
@@ -226,19 +225,34 @@ pub mod testing;
 mod tls;
 mod zookeeper;
 
+pub use builder::Builder;
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
-pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with};
-pub use describe::{
-    Contender, DescribeOptions, Description, ItemInfo, MemberInfo, Orphan, OutsideShare, describe, describe_with,
-};
+#[allow(deprecated)]
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with, connect_with_options};
+pub use describe::{DescribeOptions, Description, describe, describe_with};
+/// Moved: [`describe::Contender`].
+#[deprecated(note = "use zk_partitioner::describe::Contender")]
+pub type Contender = describe::Contender;
+/// Moved: [`describe::ItemInfo`].
+#[deprecated(note = "use zk_partitioner::describe::ItemInfo")]
+pub type ItemInfo = describe::ItemInfo;
+/// Moved: [`describe::MemberInfo`].
+#[deprecated(note = "use zk_partitioner::describe::MemberInfo")]
+pub type MemberInfo = describe::MemberInfo;
+/// Moved: [`describe::Orphan`].
+#[deprecated(note = "use zk_partitioner::describe::Orphan")]
+pub type Orphan = describe::Orphan;
+/// Moved: [`describe::OutsideShare`].
+#[deprecated(note = "use zk_partitioner::describe::OutsideShare")]
+pub type OutsideShare = describe::OutsideShare;
 pub use error::Error;
 pub use item::{Item, check_items};
 pub use item_set::{ItemSet, SharedItems};
 pub use names::{check_identifier, check_path};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
-pub use partitioner::{Builder, SetPartitioner};
+pub use partitioner::SetPartitioner;
 pub use policy::{Rebalance, SessionPolicy};
-pub use state::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
+pub use snapshot::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{tls_options, tls_options_with_identity};
@@ -264,5 +278,20 @@ mod tests {
         assert_send_sync::<Error>();
         assert_send_sync::<CheckpointWriter>();
         assert_send_sync::<Description>();
+    }
+
+    /// Renamed items keep compiling for 0.x, each as the item that replaces it.
+    #[test]
+    #[allow(deprecated)]
+    fn deprecated_names_are_their_replacements() {
+        fn same<T>(_: Option<T>, _: Option<T>) {}
+        same::<describe::Contender>(None, None::<Contender>);
+        same::<describe::ItemInfo>(None, None::<ItemInfo>);
+        same::<describe::MemberInfo>(None, None::<MemberInfo>);
+        same::<describe::Orphan>(None, None::<Orphan>);
+        same::<describe::OutsideShare>(None, None::<OutsideShare>);
+        let _ = (SetPartitioner::failure, SetPartitioner::save_checkpoint, ItemSet::with_acls);
+        let _ = DescribeOptions::partition_fn;
+        drop(connect_with(zookeeper_client::Client::connector(), "", std::time::Duration::ZERO)); // never polled
     }
 }

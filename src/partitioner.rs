@@ -1,581 +1,23 @@
-//! The user's handle ([`SetPartitioner`]) and its [`Builder`].
+//! The user's handle, [`SetPartitioner`]: reads of the published snapshot, commands to the member's task,
+//! checkpoints. Its [`Builder`](crate::Builder) is in `builder.rs`, the start-up in `startup.rs`.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::{mpsc, watch};
-use tracing::Instrument;
+use tokio::sync::watch;
 use zookeeper_client::Client;
 
-use crate::acl::NodeAcls;
-use crate::checkpoint::Checkpoints;
-use crate::driver::{self, Driver};
-use crate::error::retry_transient;
 use crate::handle::Handle;
-use crate::item::validate_items;
-use crate::item_set::SharedSet;
-use crate::layout::{self, Paths};
-use crate::names::{check_base_path, check_identifier};
-use crate::party::{self, Membership};
-use crate::publisher::Publisher;
-use crate::session::SessionRef;
-use crate::startup::{self, Settings};
-use crate::{
-    Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, KazooStride, PartitionFn, PartitionState,
-    Rebalance, SessionPolicy, Snapshot,
-};
-
-/// kazoo's default `time_boundary`.
-const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
-/// kazoo's default `max_reaction_time`.
-const DEFAULT_MAX_REACTION_TIME: Duration = Duration::from_secs(1);
-/// The longest `time_boundary`, `max_reaction_time` or `max_allocation_time` accepted: longer is surely a unit
-/// mistake (milliseconds given as seconds).
-const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
-/// Lock requests in flight at once: enough to keep one connection busy, few enough not to flood the server.
-const DEFAULT_WINDOW: usize = 1000;
-
-/// Configures and starts a [`SetPartitioner`]. Made by [`SetPartitioner::builder`].
-///
-/// Every option is checked by [`build`](Builder::build) before anything is written to ZooKeeper.
-#[must_use = "a builder does nothing until build() is awaited"]
-pub struct Builder {
-    client: Client,
-    path: String,
-    items: Vec<Item>,
-    partition_fn: Option<Box<dyn PartitionFn>>,
-    identifier: Option<String>,
-    time_boundary: Duration,
-    max_reaction_time: Duration,
-    max_allocation_time: Option<Duration>,
-    session_policy: SessionPolicy,
-    rebalance: Rebalance,
-    static_membership: bool,
-    max_identity_wait: Option<Duration>,
-    shared_item_set: bool,
-    acls: Option<NodeAcls>,
-}
-
-impl fmt::Debug for Builder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("path", &self.path)
-            .field("items", &self.items.len())
-            .field("custom_partition_fn", &self.partition_fn.is_some())
-            .field("identifier", &self.identifier)
-            .field("time_boundary", &self.time_boundary)
-            .field("max_reaction_time", &self.max_reaction_time)
-            .field("max_allocation_time", &self.max_allocation_time)
-            .field("session_policy", &self.session_policy)
-            .field("rebalance", &self.rebalance)
-            .field("static_membership", &self.static_membership)
-            .field("max_identity_wait", &self.max_identity_wait)
-            .field("shared_item_set", &self.shared_item_set)
-            .field("acls", &self.acls)
-            .finish()
-    }
-}
-
-impl Builder {
-    /// The function deciding which items each member owns; default [`KazooStride`], kazoo's own. Every member of a
-    /// party must use the same one.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{Rendezvous, SetPartitioner};
-    ///
-    /// // Rendezvous hashing moves few items when a member joins or leaves.
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..100)
-    ///     .partition_func(Rendezvous::default())
-    ///     .build()
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn partition_func(mut self, partition_fn: impl PartitionFn) -> Self {
-        self.partition_fn = Some(Box::new(partition_fn));
-        self
-    }
-
-    /// This member's identifier, stored in its party node; default `<hostname>-<pid>`, as kazoo. It need not be
-    /// unique: the member's name adds the party node's sequence number. Under
-    /// [`static_membership`](Builder::static_membership) it is required, must be unique in the party, and is the
-    /// member's name.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::SetPartitioner;
-    ///
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .identifier("ingest-eu-1") // shown in the party node, the lock nodes' data and the logs
-    ///     .build()
-    ///     .await?;
-    /// assert!(partitioner.member().starts_with("ingest-eu-1-"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn identifier(mut self, identifier: impl Into<String>) -> Self {
-        self.identifier = Some(identifier.into());
-        self
-    }
-
-    /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every change
-    /// restarts the wait.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::SetPartitioner;
-    ///
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .time_boundary(Duration::from_secs(5)) // members starting within 5 s of each other divide once
-    ///     .build()
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn time_boundary(mut self, time_boundary: Duration) -> Self {
-        self.time_boundary = time_boundary;
-        self
-    }
-
-    /// kazoo's `max_reaction_time`, default 1 s. kazoo polls contended locks at this period to notice party changes;
-    /// this crate reacts to changes through watches at once, and uses the value as the pause before retrying a
-    /// request that was lost with the connection.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::SetPartitioner;
-    ///
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .max_reaction_time(Duration::from_millis(200))
-    ///     .build()
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_reaction_time(mut self, max_reaction_time: Duration) -> Self {
-        self.max_reaction_time = max_reaction_time;
-        self
-    }
-
-    /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach [`PartitionState::Acquired`] within
-    /// this time, counted from entering [`PartitionState::Allocating`]. Off by default, as in kazoo; without it, a
-    /// party that changes more often than `time_boundary` keeps every member allocating.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::{Error, PartitionState, SetPartitioner};
-    ///
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .max_allocation_time(Duration::from_secs(120))
-    ///     .build()
-    ///     .await?;
-    /// if partitioner.wait_for_acquire(Duration::from_secs(180)).await == PartitionState::Failure {
-    ///     assert!(matches!(partitioner.failure(), Some(Error::AllocationTimeout(_))));
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_allocation_time(mut self, limit: Duration) -> Self {
-        self.max_allocation_time = Some(limit);
-        self
-    }
-
-    /// How a suspended connection is handled; default [`SessionPolicy::Standard`] (kazoo's: release everything).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{SessionPolicy, SetPartitioner};
-    ///
-    /// // A connection stall shorter than the session timeout pauses the worker but moves no item.
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .session_policy(SessionPolicy::SessionAware)
-    ///     .build()
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn session_policy(mut self, policy: SessionPolicy) -> Self {
-        self.session_policy = policy;
-        self
-    }
-
-    /// What happens when the party changes; default [`Rebalance::Eager`] (kazoo's: everyone stops everything).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
-    ///
-    /// // Only the items that move stop (they are in `revoked()` in Release); the others keep being processed.
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..1000)
-    ///     .partition_func(Rendezvous::default())
-    ///     .rebalance(Rebalance::Incremental)
-    ///     .build()
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn rebalance(mut self, rebalance: Rebalance) -> Self {
-        self.rebalance = rebalance;
-        self
-    }
-
-    /// Static membership (Kafka's `group.instance.id`, KIP-345): the member's name in the party is exactly its
-    /// [`identifier`](Builder::identifier), so a process restarted with the same identifier gets the same name back,
-    /// and any stable [`PartitionFn`] gives it the same items. Off by default (kazoo's and this crate's default
-    /// naming, `<identifier>-<sequence>`, gives each process a new name).
-    ///
-    /// With it:
-    /// - the identifier must be given explicitly (there is no `<hostname>-<pid>` default: a pid changes on restart)
-    ///   and must be unique in the party;
-    /// - the party node is `<path>/party/<32 hex>-<identifier>`, ephemeral, exactly kazoo's `ShallowParty` node, so
-    ///   kazoo members read the name as this crate's members do;
-    /// - if another party node already carries the identifier when [`build`](Builder::build) runs (a crashed
-    ///   predecessor whose session has not expired yet, or a live duplicate), `build()` logs it (a `tracing` warning
-    ///   naming the node and its session), watches it, and joins once it is gone; if it outlives
-    ///   [`max_identity_wait`](Builder::max_identity_wait), `build()` fails with [`Error::IdentifierInUse`].
-    ///
-    /// A restart shorter than [`time_boundary`](Builder::time_boundary) is then no party change for the others:
-    /// the party they read once it is quiet again has the same names. Under
-    /// [`Rebalance::Incremental`] they keep every item throughout and publish nothing; the restarted member takes
-    /// back exactly its old items (free since its `finish()`, or since its old session expired after a crash). Under
-    /// [`Rebalance::Eager`] every member still stops everything on the leave and the join (kazoo's rule), and gets
-    /// the same items back. Choose `time_boundary` longer than a restart takes, and, for crashes, expect the
-    /// restarted process to wait up to the old session's timeout.
-    ///
-    /// Reattaching to the old ZooKeeper session after a crash (keeping its lock nodes) is not supported: a crash
-    /// restart waits for the old session to expire.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
-    ///
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2", "q3"])
-    ///     .identifier("worker-3") // e.g. a StatefulSet pod name: unique, and the same after a restart
-    ///     .static_membership(true)
-    ///     .partition_func(Rendezvous::default())
-    ///     .rebalance(Rebalance::Incremental)
-    ///     .time_boundary(Duration::from_secs(15)) // longer than a restart takes
-    ///     .build()
-    ///     .await?;
-    /// assert_eq!(&*partitioner.member(), "worker-3");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn static_membership(mut self, enabled: bool) -> Self {
-        self.static_membership = enabled;
-        self
-    }
-
-    /// Under [`static_membership`](Builder::static_membership), how long [`build`](Builder::build) waits for another
-    /// party node carrying this member's identifier to go before failing with [`Error::IdentifierInUse`].
-    ///
-    /// Default: twice the client's negotiated session timeout (`Client::session_timeout()`), enough for a crashed
-    /// predecessor that used the same session timeout to expire. A predecessor with a longer session timeout needs a
-    /// longer wait. Setting it without static membership is a configuration error.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::{Error, SetPartitioner};
-    ///
-    /// // The previous process of this pod may have crashed with a 30 s session: wait for it up to a minute.
-    /// let built = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .identifier("worker-3")
-    ///     .static_membership(true)
-    ///     .max_identity_wait(Duration::from_secs(60))
-    ///     .build()
-    ///     .await;
-    /// if let Err(Error::IdentifierInUse { node, .. }) = &built {
-    ///     eprintln!("another live process is worker-3 (party node {node})");
-    /// }
-    /// let partitioner = built?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_identity_wait(mut self, limit: Duration) -> Self {
-        self.max_identity_wait = Some(limit);
-        self
-    }
-
-    /// The ACL of every node this partitioner creates: `<path>`, `party`, `locks` and the lock directories if missing,
-    /// its party node and lock contenders, the shared item set's nodes, checkpoints. Default: kazoo's open ACL
-    /// (`world:anyone`, every permission), which lets **any client of the ZooKeeper ensemble** delete a member's
-    /// held lock node (another process can then take the item), add fake members to the party (stalling every
-    /// allocation), or rewrite the shared item set and checkpoints.
-    ///
-    /// On a shared ZooKeeper, authenticate every member's session with the same identity and create nodes
-    /// creator-all: only that identity can then touch them. Nodes that already exist keep their ACL (ZooKeeper sets
-    /// an ACL at creation): create the path with this option from the start, or fix the existing nodes with `setAcl`.
-    ///
-    /// A session that lacks a permission on an existing node fails with [`Error::PermissionDenied`], naming the node
-    /// and the permission: at [`build`](Builder::build) (which then leaves no node behind), or as the
-    /// [`Failure`](PartitionState::Failure) cause during allocation; it is never retried.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox() -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::SetPartitioner;
-    /// use zk_partitioner::zookeeper_client::{Acls, Client};
-    ///
-    /// // Every member authenticates as the same digest user...
-    /// let client = Client::connector()
-    ///     .with_session_timeout(Duration::from_secs(10))
-    ///     .with_auth("digest", b"workers:s3cret")
-    ///     .connect("127.0.0.1:2181")
-    ///     .await
-    ///     .expect("connect");
-    /// // ... and creates every node readable and writable by that user only.
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"])
-    ///     .acls(Acls::creator_all())
-    ///     .build()
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn acls(mut self, acls: zookeeper_client::Acls<'_>) -> Self {
-        self.acls = Some(NodeAcls::new(&acls));
-        self
-    }
-
-    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`]) and follow its changes,
-    /// instead of a set fixed at build time. Off by default (kazoo's fixed set).
-    ///
-    /// With it, the builder's items only seed the set: if `<path>/items` does not exist yet, `build()` creates it with
-    /// them; if it exists, they are ignored (an empty list is then fine). Anyone may change the set at run time, with
-    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`]. Every member watches it, and a change goes through
-    /// the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary); under
-    /// [`Rebalance::Eager`] every member releases everything and allocates again; under [`Rebalance::Incremental`]
-    /// only the items whose owner changes stop (an added item is simply taken by its new owner, a removed item is
-    /// revoked from its owner alone). [`Snapshot::added`] and [`Snapshot::removed`] say what the change did, and a
-    /// removed item's lock directory is deleted once its last contender is gone. Items of a shared set are all
-    /// integers or all strings. kazoo members cannot follow a shared set: use it in parties of this crate's members.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{Item, Rebalance, SetPartitioner};
-    ///
-    /// let partitioner = SetPartitioner::builder(client, "/shards", ["shard-1", "shard-2"])
-    ///     .shared_item_set(true)
-    ///     .rebalance(Rebalance::Incremental)
-    ///     .build()
-    ///     .await?;
-    /// // Any process may change the set; every member follows.
-    /// if let Some(set) = partitioner.item_set() {
-    ///     set.add(["shard-3"]).await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn shared_item_set(mut self, enabled: bool) -> Self {
-        self.shared_item_set = enabled;
-        self
-    }
-
-    /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
-    /// starts the partitioner's background task on the current Tokio runtime.
-    ///
-    /// Under [`static_membership`](Builder::static_membership) it first waits, up to
-    /// [`max_identity_wait`](Builder::max_identity_wait), until no other party node carries the identifier.
-    ///
-    /// # Errors
-    /// - [`Error::InvalidConfig`] or [`Error::InvalidItem`] for bad options, before any request is sent;
-    /// - [`Error::IdentifierInUse`] under static membership, if another party node carries the identifier for longer
-    ///   than `max_identity_wait`;
-    /// - [`Error::ItemSetMissing`] under [`shared_item_set`](Builder::shared_item_set) with no items to seed the set,
-    ///   if the path has none: checked before anything is created, so nothing is left behind;
-    /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if creating the paths or joining fails.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: if the future is dropped after the party node may have been created, a background task deletes
-    /// it (found by its unique prefix), so no phantom member is left holding a share nobody locks. Dropping it while
-    /// a static member waits for its identifier leaves nothing behind.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox() -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::SetPartitioner;
-    ///
-    /// let client = zk_partitioner::connect("127.0.0.1:2181", Duration::from_secs(10)).await?;
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2"]).build().await?;
-    /// # drop(partitioner);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn build(self) -> Result<SetPartitioner, Error> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::config("runtime", "build() must run inside a Tokio runtime"))?;
-        check_base_path(&self.path)?;
-        let identifier = match (self.identifier, self.static_membership) {
-            (Some(identifier), _) => identifier,
-            (None, false) => default_identifier(),
-            (None, true) => {
-                return Err(Error::config(
-                    "identifier",
-                    "static membership needs an explicit identifier, unique in the party and the same across \
-                     restarts (the default <hostname>-<pid> changes with every process)",
-                ));
-            }
-        };
-        check_identifier(&identifier)?;
-        let identity_wait = match (self.max_identity_wait, self.static_membership) {
-            (Some(limit), true) => {
-                check_duration("max_identity_wait", limit)?;
-                limit
-            }
-            (Some(_), false) => {
-                return Err(Error::config("max_identity_wait", "applies only with static_membership(true)"));
-            }
-            (None, _) => default_identity_wait(&self.client),
-        };
-        check_duration("time_boundary", self.time_boundary)?;
-        check_duration("max_reaction_time", self.max_reaction_time)?;
-        if let Some(limit) = self.max_allocation_time {
-            check_duration("max_allocation_time", limit)?;
-        }
-        // A shared set is all of one kind (its node records which, so that members parse it alike).
-        let items = validate_items(self.items, self.partition_fn.is_none() || self.shared_item_set)?;
-        let mut paths = Paths::new(&self.path);
-        if let Some(acls) = self.acls {
-            paths.acls = acls;
-        }
-        let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
-        let client = self.client;
-
-        // The start of our party node's name (its whole name under static membership): ours alone, so a guard can
-        // find and delete the node if this future is dropped before the member's task owns it.
-        let hex = party::random_hex(&client);
-        let join_name = if self.static_membership {
-            layout::static_node(&hex, &identifier)
-        } else {
-            layout::node_prefix(&hex, &identifier)
-        };
-        let guard =
-            JoinGuard { client: client.clone(), party: paths.party.clone(), prefix: join_name.clone(), armed: true };
-        let settings = Settings {
-            path: self.path.clone(),
-            items,
-            partition_fn: Box::new(crate::metrics::Timed { inner: partition_fn, path: self.path.clone() }),
-            identifier,
-            time_boundary: self.time_boundary,
-            retry_delay: self.max_reaction_time,
-            max_allocation_time: self.max_allocation_time,
-            session_policy: self.session_policy,
-            rebalance: self.rebalance,
-            static_membership: self.static_membership,
-            identity_wait,
-            shared_item_set: self.shared_item_set,
-            acls: paths.acls.clone(),
-            window: DEFAULT_WINDOW,
-            batch: crate::locks::LOCK_BATCH,
-            jitter_parties: crate::decision::JitterParties::default(),
-            set_chunk: crate::item_set::CHUNK_OPS,
-        };
-        let session = client.state_watcher();
-        let started = startup::start(&client, settings, &join_name, uuid::Uuid::new_v4().as_u128()).await?;
-
-        // The handle reaches the member's session only while the background task runs (see `session.rs`).
-        let (member_session, release_session) = SessionRef::member(client.clone());
-        let checkpoints = Arc::new(Checkpoints::new(member_session.clone(), &self.path, paths.clone()));
-        let item_set = started.context.set.as_ref().map(|_| {
-            let on_member = SharedSet::new(member_session.clone(), &self.path, paths.acls.clone());
-            Arc::new(ItemSet::from_shared(on_member))
-        });
-        let span = tracing::info_span!("partitioner", path = %self.path, member = %started.membership.name);
-        let (commands, command_rx) = mpsc::unbounded_channel();
-        let (sender, snapshot) = watch::channel(Snapshot::initial(started.membership.name.clone()));
-        let publisher = Publisher::new(Arc::new(sender), &started.paths, tokio::time::Instant::now().into_std());
-        tracing::info!(parent: &span, "joined the party");
-        let startup::Started { core, context, membership, .. } = started;
-        let driver = Driver::new(client, Arc::new(context), core, membership, session, command_rx, publisher);
-        runtime.spawn(driver::supervise(driver, release_session).instrument(span));
-        guard.disarm();
-        Ok(SetPartitioner { handle: Handle::new(commands, snapshot, checkpoints), item_set })
-    }
-}
-
-/// Deletes our party node if `build()` is dropped between sending the join and handing the member to its driver.
-struct JoinGuard {
-    client: Client,
-    party: String,
-    prefix: String,
-    armed: bool,
-}
-
-impl JoinGuard {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for JoinGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let (client, party, prefix) = (self.client.clone(), self.party.clone(), std::mem::take(&mut self.prefix));
-        runtime.spawn(async move {
-            // Requests on one session apply in order: this listing sees the join if it was sent.
-            let Ok(children) = retry_transient(&client, || client.list_children(&party)).await else { return };
-            for child in children.into_iter().filter(|child| child.starts_with(&prefix)) {
-                let membership = Membership::from_node(child);
-                if let Err(err) = party::leave(&client, &Paths::from_party(&party), &membership).await {
-                    tracing::warn!(%err, "could not remove the party node of a cancelled build()");
-                }
-            }
-        });
-    }
-}
-
-fn check_duration(field: &'static str, value: Duration) -> Result<(), Error> {
-    if value.is_zero() {
-        return Err(Error::config(field, "must be greater than zero"));
-    }
-    if value > MAX_DURATION {
-        return Err(Error::config(field, format!("{value:?} is longer than the limit of {MAX_DURATION:?}")));
-    }
-    Ok(())
-}
-
-/// Twice the client's negotiated session timeout (60 s if it reports none): long enough for a crashed predecessor
-/// with the same session timeout to expire, bounded like every other duration.
-fn default_identity_wait(client: &Client) -> Duration {
-    let session = client.session_timeout();
-    let wait = if session.is_zero() { Duration::from_secs(60) } else { session.saturating_mul(2) };
-    wait.min(MAX_DURATION)
-}
-
-/// `<hostname>-<pid>`, kazoo's default (it uses the FQDN; the `hostname` crate gives the host name).
-fn default_identifier() -> String {
-    let host = hostname::get().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into());
-    format!("{host}-{}", std::process::id())
-}
+use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, PartitionState, Snapshot};
 
 /// A member of a party dividing a set of items with the others, kazoo's `SetPartitioner`.
 ///
 /// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
 /// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
 /// as [`finish`](SetPartitioner::finish) does. The handle uses the member's session for
-/// [checkpoints](SetPartitioner::save_checkpoint) and the [shared set](SetPartitioner::item_set) only while the task
+/// [checkpoints](SetPartitioner::checkpoint_writer) and the [shared set](SetPartitioner::item_set) only while the task
 /// runs: once it has ended (and deleted the member's nodes, or failed to), the handle no longer keeps the session
 /// open, so a session whose nodes could not be deleted closes with the crate's last clone of the client (keep no
 /// clone of your own for this to happen; a clone you keep is yours to drop).
@@ -595,7 +37,7 @@ fn default_identifier() -> String {
 /// loop {
 ///     let state = changes.borrow_and_update().state;
 ///     match state {
-///         PartitionState::Failure => return Err(partitioner.failure().map_or_else(|| "failed".into(), Into::into)),
+///         PartitionState::Failure => return Err(partitioner.snapshot().cause.map_or_else(|| "failed".into(), Into::into)),
 ///         PartitionState::Release => partitioner.release_set().await?,
 ///         PartitionState::Acquired => {
 ///             for queue in partitioner.items() {
@@ -629,45 +71,9 @@ impl fmt::Debug for SetPartitioner {
 }
 
 impl SetPartitioner {
-    /// Starts configuring a partitioner of `items` under `path`, on `client`'s session (paths are relative to the
-    /// client's chroot, if any).
-    ///
-    /// Give each member its own client: a member's locks are tied to its session.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox() -> Result<(), zk_partitioner::Error> {
-    /// use std::time::Duration;
-    /// use zk_partitioner::SetPartitioner;
-    ///
-    /// let client = zk_partitioner::connect("127.0.0.1:2181/apps", Duration::from_secs(10)).await?;
-    /// // Integers and strings are items; the lock nodes are /apps/work_queues/locks/0 .. /apps/work_queues/locks/99.
-    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..100).build().await?;
-    /// # drop(partitioner);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn builder<I>(client: Client, path: impl Into<String>, items: I) -> Builder
-    where
-        I: IntoIterator,
-        I::Item: Into<Item>,
-    {
-        Builder {
-            client,
-            path: path.into(),
-            items: items.into_iter().map(Into::into).collect(),
-            partition_fn: None,
-            identifier: None,
-            time_boundary: DEFAULT_TIME_BOUNDARY,
-            max_reaction_time: DEFAULT_MAX_REACTION_TIME,
-            max_allocation_time: None,
-            session_policy: SessionPolicy::Standard,
-            rebalance: Rebalance::Eager,
-            static_membership: false,
-            max_identity_wait: None,
-            shared_item_set: false,
-            acls: None,
-        }
+    /// Wraps a started member's handle (see `startup::launch`). [`SetPartitioner::builder`] is in `builder.rs`.
+    pub(crate) fn new(handle: Handle<Client>, item_set: Option<Arc<ItemSet>>) -> Self {
+        SetPartitioner { handle, item_set }
     }
 
     /// Reads the latest snapshot (a `Failure` with [`Error::Stopped`] once the task is gone without publishing one).
@@ -686,7 +92,7 @@ impl SetPartitioner {
     ///     PartitionState::Allocating => println!("waiting for the party to settle, or for locks"),
     ///     PartitionState::Acquired => println!("processing {:?}", partitioner.items()),
     ///     PartitionState::Release => partitioner.release_set().await?,
-    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.failure()),
+    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.snapshot().cause),
     /// }
     /// # Ok(())
     /// # }
@@ -755,7 +161,7 @@ impl SetPartitioner {
     ///
     /// if partitioner.is_failed() {
     ///     // Terminal: build a new partitioner (on a new client if the session was lost).
-    ///     return Err(partitioner.failure().unwrap_or(Error::Stopped));
+    ///     return Err(partitioner.snapshot().cause.unwrap_or(Error::Stopped));
     /// }
     /// # Ok(())
     /// # }
@@ -766,7 +172,7 @@ impl SetPartitioner {
 
     /// The items this member owns and may process, sorted: empty unless the state is [`PartitionState::Acquired`]
     /// (kazoo hands out the last set in every state; this crate does not), or, under
-    /// [`Rebalance::Incremental`], the items it keeps while the party changes.
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental), the items it keeps while the party changes.
     ///
     /// # Examples
     /// ```no_run
@@ -854,7 +260,10 @@ impl SetPartitioner {
     /// member's lock node for the item and writes `<path>/checkpoints/<item>`: ZooKeeper refuses the write if the
     /// lock node is gone (the item was released, or the member's session ended), so an old owner, paused or late,
     /// can never overwrite a newer owner's checkpoint. The member's name and the item's fencing token are stored
-    /// with the data. Same as `self.checkpoint_writer(item)?.save(data)`; see [`CheckpointWriter::save`].
+    /// with the data.
+    ///
+    /// Deprecated: the same as `self.checkpoint_writer(item)?.save(data)` (see [`CheckpointWriter::save`]), which
+    /// also lets a task keep its writer while it works on the item.
     ///
     /// # Errors
     /// - [`Error::NotHeld`] if `item` is not among [`items`](SetPartitioner::items) now (nothing is sent);
@@ -870,11 +279,12 @@ impl SetPartitioner {
     /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
     /// for item in partitioner.items() {
     ///     // ... process `item` up to offset 42 ...
-    ///     partitioner.save_checkpoint(&item, b"42").await?;
+    ///     partitioner.checkpoint_writer(&item)?.save(b"42").await?;
     /// }
     /// # Ok(())
     /// # }
     /// ```
+    #[deprecated(note = "use checkpoint_writer(item)?.save(data), the same call")]
     pub async fn save_checkpoint(&self, item: &Item, data: &[u8]) -> Result<(), Error> {
         self.checkpoint_writer(item)?.save(data).await
     }
@@ -909,14 +319,14 @@ impl SetPartitioner {
         self.handle.load_checkpoint(item).await
     }
 
-    /// Why the partitioner failed, once it has.
+    /// Why the partitioner failed, once it has: the same as `snapshot().cause`.
     ///
     /// # Examples
     /// ```no_run
     /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
     /// use zk_partitioner::Error;
     ///
-    /// match partitioner.failure() {
+    /// match partitioner.snapshot().cause {
     ///     None => println!("still running"),
     ///     Some(Error::Finished) => println!("finish() was called"),
     ///     Some(Error::SessionLost { .. }) => println!("session lost: reconnect and build a new partitioner"),
@@ -925,12 +335,13 @@ impl SetPartitioner {
     /// # Ok(())
     /// # }
     /// ```
+    #[deprecated(note = "use snapshot().cause, the same value")]
     pub fn failure(&self) -> Option<Error> {
         self.read(|s| s.cause.clone())
     }
 
     /// This member's name in the party: `<identifier>-<sequence>`, or the identifier itself under
-    /// [`Builder::static_membership`].
+    /// [`Builder::static_membership`](crate::Builder::static_membership).
     ///
     /// # Examples
     /// ```no_run
@@ -943,7 +354,7 @@ impl SetPartitioner {
         self.read(|snapshot| snapshot.member.clone())
     }
 
-    /// The shared item set this member follows ([`Builder::shared_item_set`]), on the member's own session; `None`
+    /// The shared item set this member follows ([`Builder::shared_item_set`](crate::Builder::shared_item_set)), on the member's own session; `None`
     /// with a fixed set. Changing it changes every member's set. Once the partitioner's task has ended, its methods
     /// fail with [`Error::Stopped`] (the member's session is released); use an [`ItemSet`] on a client of your own
     /// to change the set from a process that is not a member.
@@ -1037,7 +448,7 @@ impl SetPartitioner {
     ///     PartitionState::Acquired => println!("processing {:?}", partitioner.items()),
     ///     PartitionState::Allocating => println!("still allocating after 30 s"),
     ///     PartitionState::Release => partitioner.release_set().await?,
-    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.failure()),
+    ///     PartitionState::Failure => println!("failed: {:?}", partitioner.snapshot().cause),
     /// }
     /// # Ok(())
     /// # }

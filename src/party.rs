@@ -7,7 +7,7 @@
 //!
 //! A static member (`Builder::static_membership`) joins exactly as kazoo does: its node is `<32 hex>-<identifier>`
 //! (ephemeral, not sequential), so its name is its identifier and a restarted process gets the same name back. It
-//! must be the only node with that name: [`join_static`] waits for any other node carrying it to go first.
+//! must be the only node with that name: [`join`] waits for any other node carrying it to go first.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub(crate) struct Membership {
 
 /// 32 random lowercase hex digits, as Python's `uuid.uuid4().hex` (from the session's randomness, so the simulation
 /// replays them).
-pub(crate) fn random_hex<Z: ZooKeeper>(zk: &Z) -> String {
+fn random_hex<Z: ZooKeeper>(zk: &Z) -> String {
     format!("{:016x}{:016x}", zk.random(), zk.random())
 }
 
@@ -45,31 +45,46 @@ pub(crate) async fn ensure_base<Z: ZooKeeper>(zk: &Z, paths: &Paths) -> Result<(
     Ok(())
 }
 
-/// Joins the party again (the driver's rejoin, after our node disappeared): a dynamic member creates a new ephemeral
-/// sequential node; a static member creates a new `<32 hex>-<identifier>` node, and fails at once with
-/// [`Error::IdentifierInUse`] if another node carries its identifier by then (a process with the same identifier
-/// took its place: it must not join twice).
+/// How a member's party node is made.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Naming {
+    /// Ephemeral sequential, `<name><sequence>`: the name given to [`join`] is the node's prefix (see
+    /// [`node_prefix`]).
+    Sequential,
+    /// A static member's node (`Builder::static_membership`): ephemeral, the name given to [`join`] is the whole
+    /// node (see [`static_node`]). Another node carrying the identifier is waited for up to `wait` (`None`: not at
+    /// all, [`Error::IdentifierInUse`] at once).
+    Static { wait: Option<Duration> },
+}
+
+/// A new name for this member's party node, ours alone (32 random hex digits first): the whole node under static
+/// membership, its prefix otherwise. Chosen before the join so that whoever drops a join can find and delete the node.
+pub(crate) fn fresh_node_name<Z: ZooKeeper>(zk: &Z, identifier: &str, static_membership: bool) -> String {
+    let hex = random_hex(zk);
+    if static_membership { static_node(&hex, identifier) } else { node_prefix(&hex, identifier) }
+}
+
+/// Joins the party with the node `name` (see [`Naming`]): the one join, at start-up (`build()`, which waits for a
+/// static member's predecessor) and when the core joins again after our node disappeared (which does not: a
+/// process with the same identifier took our place, and we must not join twice).
+///
+/// Cancel safe in this sense: `name` is unique, so whoever drops the future can find and delete the node.
 pub(crate) async fn join<Z: ZooKeeper>(
     zk: &Z,
     paths: &Paths,
     identifier: &str,
     data: &str,
-    static_membership: bool,
+    name: &str,
+    naming: Naming,
 ) -> Result<Membership, Error> {
-    if static_membership {
-        join_static(zk, paths, identifier, data, &static_node(&random_hex(zk), identifier), None).await
-    } else {
-        join_with_prefix(zk, paths, data, &node_prefix(&random_hex(zk), identifier)).await
+    match naming {
+        Naming::Sequential => join_with_prefix(zk, paths, data, name).await,
+        Naming::Static { wait } => join_static(zk, paths, identifier, data, name, wait).await,
     }
 }
 
 /// Joins the party with a node named `<prefix><sequence>` (see [`node_prefix`]).
-pub(crate) async fn join_with_prefix<Z: ZooKeeper>(
-    zk: &Z,
-    paths: &Paths,
-    data: &str,
-    prefix: &str,
-) -> Result<Membership, Error> {
+async fn join_with_prefix<Z: ZooKeeper>(zk: &Z, paths: &Paths, data: &str, prefix: &str) -> Result<Membership, Error> {
     let path = format!("{}/{prefix}", paths.party);
     loop {
         match zk.create(&path, data.as_bytes(), Mode::EphemeralSequential, &paths.acls).await {
@@ -100,7 +115,7 @@ pub(crate) async fn join_with_prefix<Z: ZooKeeper>(
 ///
 /// Cancel safe in the same sense as [`join_with_prefix`]: the node's name is unique, so whoever drops the future can
 /// find and delete it.
-pub(crate) async fn join_static<Z: ZooKeeper>(
+async fn join_static<Z: ZooKeeper>(
     zk: &Z,
     paths: &Paths,
     identifier: &str,

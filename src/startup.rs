@@ -1,19 +1,31 @@
-//! What [`build()`](crate::Builder::build) does once the options are valid, on any session: the base paths, the shared
-//! set (created, or read as committed), the member's announcement, the join, and the decision core of the new member.
-//! Written against [`ZooKeeper`], so the simulation starts its members with the same code.
+//! What [`build()`](crate::Builder::build) does once the options are valid. [`start`], on any session: the base
+//! paths, the shared set (created, or read as committed), the member's announcement, the join, and the decision core
+//! of the new member; written against [`ZooKeeper`], so the simulation starts its members with the same code.
+//! [`launch`], on zookeeper-client's `Client`: [`start`] guarded against cancellation, then the wiring of the member's
+//! task (its driver, publisher and supervision) and of the handle.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
+use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
 use crate::agreement::Agreement;
+use crate::checkpoint::Checkpoints;
 use crate::decision::{Core, CoreConfig};
+use crate::driver::publish::Publisher;
+use crate::driver::requests::Context;
+use crate::driver::{self, Driver};
+use crate::error::retry_transient;
+use crate::handle::Handle;
 use crate::item_set::{SharedItems, SharedSet};
 use crate::layout::Paths;
-use crate::party::{self, Membership};
-use crate::requests::Context;
+use crate::party::{self, Membership, Naming};
 use crate::session::SessionRef;
 use crate::zookeeper::ZooKeeper;
-use crate::{Error, Item, PartitionFn, Rebalance, SessionPolicy};
+use crate::{Error, Item, ItemSet, PartitionFn, Rebalance, SessionPolicy, SetPartitioner, Snapshot};
 
 /// A member's validated configuration.
 pub(crate) struct Settings {
@@ -23,6 +35,8 @@ pub(crate) struct Settings {
     pub partition_fn: Box<dyn PartitionFn>,
     pub identifier: String,
     pub time_boundary: Duration,
+    /// [`Builder::max_reaction_time`](crate::Builder::max_reaction_time): the pause before retrying a request lost
+    /// with the connection (the core's `retry_delay`; the field keeps the core's name, which the simulation sets).
     pub retry_delay: Duration,
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
@@ -50,7 +64,7 @@ pub(crate) struct Started {
 }
 
 /// Starts a member on `zk`. `join_name` is its party node's name (under static membership) or the start of it (see
-/// [`layout::node_prefix`]), chosen by the caller so that it can find and delete the node if this is cancelled;
+/// [`party::fresh_node_name`]), chosen by the caller so that it can find and delete the node if this is cancelled;
 /// `nonce` seeds the member's contender prefixes and jitter.
 pub(crate) async fn start<Z: ZooKeeper>(
     zk: &Z,
@@ -86,12 +100,12 @@ pub(crate) async fn start<Z: ZooKeeper>(
     let partition_fn = settings.partition_fn;
     let agreement = Agreement::new(set.is_none().then_some(&items[..]), set_version, &*partition_fn, items.first());
     let node_data = agreement.node_data(&settings.identifier);
-    let membership = if settings.static_membership {
-        let wait = Some(settings.identity_wait);
-        party::join_static(zk, &paths, &settings.identifier, &node_data, join_name, wait).await?
+    let naming = if settings.static_membership {
+        Naming::Static { wait: Some(settings.identity_wait) }
     } else {
-        party::join_with_prefix(zk, &paths, &node_data, join_name).await?
+        Naming::Sequential
     };
+    let membership = party::join(zk, &paths, &settings.identifier, &node_data, join_name, naming).await?;
     let core = Core::new(
         CoreConfig {
             items,
@@ -116,4 +130,77 @@ pub(crate) async fn start<Z: ZooKeeper>(
     );
     let context = Context::new(paths.clone(), settings.identifier, set, settings.static_membership, settings.set_chunk);
     Ok(Started { core, context, membership, paths })
+}
+
+/// Starts a member on `client` (see [`start`]) and its background task on `runtime`, and returns its handle.
+///
+/// Cancel safe: if the future is dropped after the party node may have been created, a background task deletes it
+/// (found by its name, ours alone), so no phantom member is left holding a share nobody locks.
+pub(crate) async fn launch(
+    runtime: &tokio::runtime::Handle,
+    client: Client,
+    settings: Settings,
+) -> Result<SetPartitioner, Error> {
+    let path = settings.path.clone();
+    let mut paths = Paths::new(&path);
+    paths.acls = settings.acls.clone();
+    // The start of our party node's name (its whole name under static membership): ours alone, so a guard can find
+    // and delete the node if this future is dropped before the member's task owns it.
+    let join_name = party::fresh_node_name(&client, &settings.identifier, settings.static_membership);
+    let guard =
+        JoinGuard { client: client.clone(), party: paths.party.clone(), prefix: join_name.clone(), armed: true };
+    let session = client.state_watcher();
+    let started = start(&client, settings, &join_name, uuid::Uuid::new_v4().as_u128()).await?;
+
+    // The handle reaches the member's session only while the background task runs (see `session.rs`).
+    let (member_session, release_session) = SessionRef::member(client.clone());
+    let checkpoints = Arc::new(Checkpoints::new(member_session.clone(), &path, paths.clone()));
+    let item_set = started.context.set.as_ref().map(|_| {
+        let on_member = SharedSet::new(member_session.clone(), &path, paths.acls.clone());
+        Arc::new(ItemSet::from_shared(on_member))
+    });
+    let span = tracing::info_span!("partitioner", path = %path, member = %started.membership.name);
+    let (commands, command_rx) = mpsc::unbounded_channel();
+    let (sender, snapshot) = watch::channel(Snapshot::initial(started.membership.name.clone()));
+    let publisher = Publisher::new(Arc::new(sender), &started.paths, tokio::time::Instant::now().into_std());
+    tracing::info!(parent: &span, "joined the party");
+    let Started { core, context, membership, .. } = started;
+    let driver = Driver::new(client, Arc::new(context), core, membership, session, command_rx, publisher);
+    runtime.spawn(driver::supervise(driver, release_session).instrument(span));
+    guard.disarm();
+    Ok(SetPartitioner::new(Handle::new(commands, snapshot, checkpoints), item_set))
+}
+
+/// Deletes our party node if `build()` is dropped between sending the join and handing the member to its driver.
+struct JoinGuard {
+    client: Client,
+    party: String,
+    prefix: String,
+    armed: bool,
+}
+
+impl JoinGuard {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for JoinGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (client, party, prefix) = (self.client.clone(), self.party.clone(), std::mem::take(&mut self.prefix));
+        runtime.spawn(async move {
+            // Requests on one session apply in order: this listing sees the join if it was sent.
+            let Ok(children) = retry_transient(&client, || client.list_children(&party)).await else { return };
+            for child in children.into_iter().filter(|child| child.starts_with(&prefix)) {
+                let membership = Membership::from_node(child);
+                if let Err(err) = party::leave(&client, &Paths::from_party(&party), &membership).await {
+                    tracing::warn!(%err, "could not remove the party node of a cancelled build()");
+                }
+            }
+        });
+    }
 }

@@ -24,11 +24,13 @@ use crate::Error;
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
 /// use std::time::Duration;
+/// use zk_partitioner::ConnectOptions;
 /// use zk_partitioner::zookeeper_client::Client;
 ///
 /// let tls = zk_partitioner::tls_options("/etc/zookeeper/ca.pem")?;
 /// let connector = Client::connector().with_session_timeout(Duration::from_secs(10)).with_tls(tls);
-/// let client = zk_partitioner::connect_with(connector, "tcp+tls://zk1:2281", Duration::from_secs(10)).await?;
+/// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(10));
+/// let client = zk_partitioner::connect_with_options(connector, "tcp+tls://zk1:2281", options).await?;
 /// # drop(client);
 /// # Ok(())
 /// # }

@@ -29,9 +29,9 @@ async fn a_save_is_one_request_and_loads_back_with_its_writer() {
     assert_eq!(member.partitioner.load_checkpoint(&zero).await, Ok(None));
 
     // when: the first save (it creates the node), then a second one
-    member.partitioner.save_checkpoint(&zero, b"offset=1").await.expect("first save");
+    save_checkpoint(&member.partitioner, &zero, b"offset=1").await.expect("first save");
     proxy.take();
-    member.partitioner.save_checkpoint(&zero, b"offset=2").await.expect("second save");
+    save_checkpoint(&member.partitioner, &zero, b"offset=2").await.expect("second save");
     // then: the second save was exactly one request, a multi
     assert_eq!(proxy.take(), [op::MULTI], "a save is one multi (check + setData)");
 
@@ -48,17 +48,17 @@ async fn a_save_is_one_request_and_loads_back_with_its_writer() {
 
     // when: too large, or an item the member does not hold
     let big = vec![0u8; MAX_CHECKPOINT_SIZE + 1];
-    let too_large = member.partitioner.save_checkpoint(&zero, &big).await;
+    let too_large = save_checkpoint(&member.partitioner, &zero, &big).await;
     assert_eq!(
         too_large,
         Err(Error::CheckpointTooLarge { item: "0".into(), size: MAX_CHECKPOINT_SIZE + 1, limit: MAX_CHECKPOINT_SIZE })
     );
-    let not_held = member.partitioner.save_checkpoint(&Item::from(7), b"x").await;
+    let not_held = save_checkpoint(&member.partitioner, &Item::from(7), b"x").await;
     assert_eq!(not_held, Err(Error::NotHeld { item: "7".into(), path: PATH.into() }));
     // then: clear errors, and nothing was sent
     assert_eq!(proxy.take(), Vec::<i32>::new());
     // while a checkpoint of exactly the limit is fine
-    member.partitioner.save_checkpoint(&zero, &big[1..]).await.expect("a checkpoint at the size limit");
+    save_checkpoint(&member.partitioner, &zero, &big[1..]).await.expect("a checkpoint at the size limit");
     let loaded = member.partitioner.load_checkpoint(&zero).await.unwrap().unwrap();
     assert_eq!(loaded.data.len(), MAX_CHECKPOINT_SIZE);
 }
@@ -75,7 +75,7 @@ async fn concurrent_first_saves_create_the_node_once() {
     let saves = (0..8u8).map(|i| {
         let partitioner = member.partitioner.clone();
         let one = one.clone();
-        async move { partitioner.save_checkpoint(&one, &[i]).await }
+        async move { save_checkpoint(&partitioner, &one, &[i]).await }
     });
     let results = futures::future::join_all(saves).await;
     // then: every save succeeded (the losers of the create updated the node), and one of them is there
@@ -123,7 +123,7 @@ async fn worker_code_running_after_its_member_released_the_item_cannot_save() {
     let moved = b.partitioner.items();
     assert_eq!(moved.len(), 1);
     let moved = &moved[0];
-    b.partitioner.save_checkpoint(moved, b"from b").await.expect("B holds the moved item");
+    save_checkpoint(&b.partitioner, moved, b"from b").await.expect("B holds the moved item");
 
     // then: A's session is alive and well, but A's old writers are refused by ZooKeeper, in one request each: the
     // lock nodes they check are gone (even for the item A took again: that is a new lock node)
@@ -147,7 +147,7 @@ async fn worker_code_running_after_its_member_released_the_item_cannot_save() {
     let moved_index = items.iter().position(|item| item == moved).unwrap();
     assert!(checkpoint.token > a_tokens[moved_index]);
     // and the handle refuses at once what A no longer lists
-    let result = a.partitioner.save_checkpoint(moved, b"x").await;
+    let result = save_checkpoint(&a.partitioner, moved, b"x").await;
     assert!(matches!(result, Err(Error::NotHeld { .. })), "{result:?}");
     // while A's new writer for the item it kept works
     let kept = a.partitioner.items();
@@ -237,7 +237,7 @@ async fn a_paused_owner_cannot_overwrite_the_new_owner() {
     new.wait_items(&ints(1), timing(Duration::from_secs(20))).await;
     let before = new.partitioner.load_checkpoint(&item).await.unwrap().unwrap();
     assert_eq!((before.data.as_slice(), before.token.get()), (&b"old owner, before the pause"[..], old_token));
-    new.partitioner.save_checkpoint(&item, b"new owner").await.expect("the new owner saves");
+    save_checkpoint(&new.partitioner, &item, b"new owner").await.expect("the new owner saves");
     // and the old owner resumes (SIGCONT) and its worker saves at once, with the writer it had before the pause
     signal("-CONT");
     stdin.write_all(b"SAVE\n").await.unwrap();
@@ -282,8 +282,14 @@ async fn items_added_to_a_shared_set_that_sort_first_can_be_checkpointed() {
     assert!(snapshot.items.is_sorted(), "the snapshot lists its items sorted: {:?}", snapshot.items);
     for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
         assert_eq!(member.partitioner.fencing_token(item), Some(*token), "{item}");
-        member.partitioner.save_checkpoint(item, item.to_string().as_bytes()).await.expect("save");
+        save_checkpoint(&member.partitioner, item, item.to_string().as_bytes()).await.expect("save");
         let loaded = member.partitioner.load_checkpoint(item).await.expect("load").expect("a checkpoint");
         assert_eq!((loaded.data, loaded.token), (item.to_string().into_bytes(), *token), "{item}");
     }
+}
+
+/// Saves `data` as `item`'s checkpoint: the writer for the item (which fails if the member does not hold it), then
+/// its fenced save.
+async fn save_checkpoint(partitioner: &SetPartitioner, item: &Item, data: &[u8]) -> Result<(), Error> {
+    partitioner.checkpoint_writer(item)?.save(data).await
 }

@@ -192,14 +192,14 @@ async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
     assert_eq!(d.outside_share, None);
 
     // and with the members' function over their items, nobody holds anything outside its share
-    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().items(items).partition_fn(&KazooStride))
+    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().items(items).partition_func(&KazooStride))
         .await
         .unwrap();
     assert_eq!(d.outside_share, Some(Vec::new()));
     // while a function that gives everything to k1 says which items the others hold
     let k1_takes_all =
         |me: &str, _: &[String], items: &[Item]| -> Vec<Item> { if me == "k1" { items.to_vec() } else { Vec::new() } };
-    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().items(items).partition_fn(&k1_takes_all))
+    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().items(items).partition_func(&k1_takes_all))
         .await
         .unwrap();
     let outside = d.outside_share.unwrap();

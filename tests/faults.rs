@@ -915,7 +915,7 @@ async fn finish_or_drop_during_allocation_leaves_no_node_behind() {
             } else {
                 partitioner.finish().await;
                 // then: finish() returns once everything is gone
-                assert_eq!(partitioner.failure(), Some(Error::Finished), "{what}");
+                assert_eq!(partitioner.snapshot().cause, Some(Error::Finished), "{what}");
                 let left = client.list_ephemerals("/").await.expect("list ephemerals");
                 assert_eq!(left, Vec::<String>::new(), "{what}: nodes of the session right after finish()");
             }
@@ -953,7 +953,7 @@ async fn calls_in_the_wrong_state_have_documented_results() {
 
     // then
     assert_eq!(m0.state(), PartitionState::Failure);
-    assert_eq!(m0.partitioner.failure(), Some(Error::Finished));
+    assert_eq!(m0.partitioner.snapshot().cause, Some(Error::Finished));
     // a third finish() returns at once
     tokio::time::timeout(Duration::from_millis(100), m0.partitioner.finish()).await.expect("finish() after FAILURE");
     // release_set() in FAILURE returns the cause

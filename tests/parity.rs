@@ -38,7 +38,7 @@ async fn party_of_two_then_one_finishes() {
     m0.partitioner.finish().await;
     // then
     assert_eq!(m0.state(), PartitionState::Failure);
-    assert_eq!(m0.partitioner.failure(), Some(Error::Finished));
+    assert_eq!(m0.partitioner.snapshot().cause, Some(Error::Finished));
     m1.wait_state(PartitionState::Release, timing(Duration::from_secs(5))).await;
     m1.partitioner.release_set().await.expect("release_set");
     m1.wait_items(&ints(2), acquire_deadline()).await;
@@ -252,7 +252,7 @@ async fn finish_removes_member_and_lock_nodes() {
     }
     // finish() is idempotent
     member.partitioner.finish().await;
-    assert_eq!(member.partitioner.failure(), Some(Error::Finished));
+    assert_eq!(member.partitioner.snapshot().cause, Some(Error::Finished));
 }
 
 #[tokio::test]

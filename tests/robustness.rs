@@ -108,7 +108,7 @@ async fn a_panic_while_the_connection_is_silent_still_frees_every_item() {
         session_listed(ctx.addr, session).await.is_ok_and(|listed| !listed)
     })
     .await;
-    assert!(matches!(doomed.failure(), Some(Error::Internal { .. })), "{:?}", doomed.failure());
+    assert!(matches!(doomed.snapshot().cause, Some(Error::Internal { .. })), "{:?}", doomed.snapshot().cause);
     assert_eq!(doomed.load_checkpoint(&Item::from(0)).await, Err(Error::Stopped));
 }
 
@@ -136,7 +136,7 @@ fn a_task_gone_with_its_runtime_reads_as_failure() {
     assert_eq!(partitioner.state(), PartitionState::Acquired, "{:?}", partitioner.snapshot());
     drop(inner);
     assert_eq!(partitioner.state(), PartitionState::Failure);
-    assert_eq!(partitioner.failure(), Some(Error::Stopped));
+    assert_eq!(partitioner.snapshot().cause, Some(Error::Stopped));
     assert!(partitioner.items().is_empty(), "a stopped member must list nothing");
     assert!(outer.block_on(partitioner.release_set()).is_err());
     drop(ctx);

@@ -14,7 +14,7 @@ use common::members::{auto_release, ints};
 use common::{OwnedServer, timing, wait_for};
 use zk_partitioner::testing::ServerTls;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Error, PartitionState, SetPartitioner};
+use zk_partitioner::{ConnectOptions, Error, PartitionState, SetPartitioner};
 
 /// Runs `openssl` with `args` in `dir`, panicking with its output if it fails.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -86,7 +86,7 @@ async fn members_connect_over_tls_and_acquire() {
     let items = ints(6);
     let mut members = Vec::new();
     for name in ["a", "b"] {
-        let client = zk_partitioner::connect_with(connector(identity()), &cluster, timing(Duration::from_secs(20)))
+        let client = zk_partitioner::connect_with_options(connector(identity()), &cluster, ConnectOptions::new().connect_timeout(timing(Duration::from_secs(20))))
             .await
             .unwrap_or_else(|err| panic!("member {name} over TLS at {cluster}: {err}"));
         let partitioner = SetPartitioner::builder(client, "/tls", items.clone())
@@ -123,7 +123,7 @@ async fn members_connect_over_tls_and_acquire() {
         ("plain text to the TLS port", Client::connector(), &plain),
     ] {
         let over_tls = cluster.starts_with("tcp+tls://");
-        match zk_partitioner::connect_with(connector, cluster, short).await {
+        match zk_partitioner::connect_with_options(connector, cluster, ConnectOptions::new().connect_timeout(short)).await {
             Err(Error::Connect { reason, .. }) => {
                 assert!(reason.contains("opened no session"), "{what}: {reason}");
                 assert_eq!(reason.contains("over TLS, check"), over_tls, "{what}: {reason}");

@@ -1,6 +1,6 @@
 //! What the core and the code that performs its requests say to each other: events in, operations and publications
 //! out, replies back, and the core's own terms for a failed request, a session's end and a failure's cause. Nothing
-//! here is a ZooKeeper client type: the request path ([`crate::requests`]) translates, and the core decides.
+//! here is a ZooKeeper client type: the request path ([`crate::driver::requests`]) translates, and the core decides.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -81,7 +81,7 @@ impl ItemSet {
     }
 
     /// The former name of [`acls`](ItemSet::acls), the builder's name for the same setting.
-    #[deprecated(since = "0.1.1", note = "use `ItemSet::acls`, as on the Builder")]
+    #[deprecated(note = "use ItemSet::acls, named as Builder::acls")]
     pub fn with_acls(self, acls: zookeeper_client::Acls<'_>) -> Self {
         self.acls(acls)
     }

@@ -2,7 +2,7 @@
 //! in-memory ZooKeeper, under seeded faults, with the invariants checked after every step (FoundationDB's and
 //! TigerBeetle's discipline: one seed replays one run exactly).
 //!
-//! What runs is what ships: each member is the decision core fed by the request path ([`crate::requests`]), the
+//! What runs is what ships: each member is the decision core fed by the request path ([`crate::driver::requests`]), the
 //! publisher and the handle ([`crate::handle`]), started by [`crate::startup`], on a [`SimClient`](net::SimClient) (the
 //! [`ZooKeeper`](crate::zookeeper::ZooKeeper) implementation of [`net`]); admins change the shared set with the
 //! production [`SharedSet`](crate::item_set::SharedSet). Only the driver's `select!` loop is the simulation's own: it picks among the ready sources

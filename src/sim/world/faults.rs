@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use super::{Actor, Cleaning, LOCKS, World, WorldEv};
-use crate::publisher::Publisher;
+use crate::driver::publish::Publisher;
 use crate::sim::net::{ActorId, lock};
 use crate::sim::zk::SessionId;
 

@@ -18,8 +18,8 @@ use crate::decision::{AckId, Action, Core, Event, ReqId};
 use crate::handle::{Command, Handle};
 use crate::layout::Paths;
 use crate::party::Membership;
-use crate::publisher::Publisher;
-use crate::requests::{self, Context, Done};
+use crate::driver::publish::Publisher;
+use crate::driver::requests::{self, Context, Done};
 use crate::session::SessionRef;
 use crate::sim::net::{ActorId, Ev, SimClient, SimWatch, lock};
 use crate::startup::Started;
@@ -283,7 +283,7 @@ impl World {
             }
             Action::Ack(id, result) => {
                 if let Some(ack) = m.release_acks.remove(&id) {
-                    let _ = ack.send(result.map_err(crate::publisher::error_of));
+                    let _ = ack.send(result.map_err(crate::driver::publish::error_of));
                 } else if let Some(ack) = m.finish_acks.remove(&id) {
                     let _ = ack.send(());
                 }
@@ -380,7 +380,7 @@ impl World {
 
 /// The core's view of a session state.
 fn session_event(state: SessionState) -> Event {
-    if let Some(end) = crate::publisher::session_end(state) {
+    if let Some(end) = crate::driver::publish::session_end(state) {
         Event::SessionEnded(end)
     } else if state == SessionState::Disconnected {
         Event::Suspended

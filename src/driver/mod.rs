@@ -1,6 +1,8 @@
 //! The background task that owns a partitioner's ZooKeeper conversation: a thin loop around the decision core.
 //!
-//! It feeds the [`Core`] what happens (session changes, the party watch, request replies, commands, time), performs
+//! The loop is here; [`requests`] turns each operation the core asks for into ZooKeeper requests, [`publish`] each
+//! publication into the snapshot handles read (with its logs and metrics), and `supervise` runs the loop and cleans up
+//! after a panic. It feeds the [`Core`] what happens (session changes, the party watch, request replies, commands, time), performs
 //! the actions the core asks for, in order, and decides nothing itself. Every wait is one `select!` over cancel-safe
 //! sources, so every event reaches the core at once, whatever the core is doing.
 
@@ -16,14 +18,19 @@ use zookeeper_client::{Client, SessionState, StateWatcher};
 
 use crate::Error;
 use crate::decision::{AckId, Action, Core, Event, Op, Reply, ReqId};
-use crate::error::retry_transient;
 use crate::handle::Command;
-use crate::layout::Paths;
 use crate::party::Membership;
-use crate::publisher::Publisher;
-use crate::requests::{self, Context, Done};
-use crate::session::SessionRelease;
-use crate::zookeeper::{WatchEvent, ZooKeeper};
+use crate::zookeeper::WatchEvent;
+
+pub(crate) mod publish;
+pub(crate) mod requests;
+mod supervise;
+
+use publish::Publisher;
+use requests::{Context, Done};
+#[cfg(test)]
+pub(crate) use supervise::delete_our_nodes;
+pub(crate) use supervise::supervise; // the simulation's panic clean-up
 
 /// A watch of the real client.
 type Watch = BoxFuture<'static, WatchEvent>;
@@ -90,7 +97,7 @@ impl Driver {
         let state = self.session.peek_state();
         if state != SessionState::SyncConnected && state != SessionState::ConnectedReadOnly {
             self.publisher.session(state);
-            self.core.handle(session_event(state), now());
+            self.core.handle(publish::session_event(state), now());
         }
         loop {
             while let Some(action) = self.core.poll_action() {
@@ -106,7 +113,7 @@ impl Driver {
             tokio::select! {
                 state = self.session.changed() => {
                     self.publisher.session(state);
-                    self.core.handle(session_event(state), now());
+                    self.core.handle(publish::session_event(state), now());
                 }
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.watches.remove(&done.id);
@@ -126,7 +133,7 @@ impl Driver {
                     let event = match event {
                         WatchEvent::SessionEnded(state) => {
                             self.publisher.session(state);
-                            session_event(state)
+                            publish::session_event(state)
                         }
                         _ => Event::PartyChanged,
                     };
@@ -135,7 +142,7 @@ impl Driver {
                 Some(event) = set_watch => {
                     self.set_watch = None;
                     let event = match event {
-                        WatchEvent::SessionEnded(state) => session_event(state),
+                        WatchEvent::SessionEnded(state) => publish::session_event(state),
                         _ => Event::SetChanged,
                     };
                     self.core.handle(event, now());
@@ -187,7 +194,7 @@ impl Driver {
             Action::Publish(publication) => self.publisher.publish(&self.core, publication, now()),
             Action::Ack(id, result) => {
                 if let Some(ack) = self.release_acks.remove(&id) {
-                    let _ = ack.send(result.map_err(crate::publisher::error_of));
+                    let _ = ack.send(result.map_err(publish::error_of));
                 } else if let Some(ack) = self.finish_acks.remove(&id) {
                     let _ = ack.send(());
                 }
@@ -239,65 +246,4 @@ impl Driver {
 
 fn now() -> std::time::Instant {
     Instant::now().into_std()
-}
-
-/// The core's view of a session state.
-fn session_event(state: SessionState) -> Event {
-    if let Some(end) = crate::publisher::session_end(state) {
-        Event::SessionEnded(end)
-    } else if state == SessionState::Disconnected {
-        Event::Suspended
-    } else {
-        Event::Connected
-    }
-}
-
-/// Runs the driver, and turns a panic into a published `Failure` plus a clean-up: every node of our session under
-/// the partition path (our lock contenders and party node) is deleted, found with `GetEphemerals`, each request sent
-/// again while it is lost with the connection (so until it succeeds or the session ends). However the task ends, it
-/// then releases the handles' hold on the member's session: with no clone left, the session closes, and any node that
-/// could not be deleted goes with it; a member that processes nothing never lingers in the party.
-pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
-    let (client, paths) = (driver.client.clone(), driver.context.paths.clone());
-    let sender = driver.publisher.sender().clone();
-    if let Err(panic) = std::panic::AssertUnwindSafe(driver.run()).catch_unwind().await {
-        let reason = format!("the background task panicked: {}", crate::error::panic_message(&*panic));
-        tracing::error!(%reason, "partitioner failed");
-        Publisher::panicked(&sender, reason);
-        crate::metrics::DriverMetrics::panicked(&paths);
-        delete_our_nodes(&client, &paths).await;
-    }
-    release.release();
-}
-
-/// Deletes every ephemeral node of our session under the partition path (after a panic, when no bookkeeping is left
-/// to trust). One session serves one member of a partition path, so these are all ours. Requests lost with the
-/// connection are sent again; the client fails them for good once the session ends, which ends this too.
-pub(crate) async fn delete_our_nodes<Z: ZooKeeper>(client: &Z, paths: &Paths) {
-    #[cfg(test)]
-    if crate::sabotage::breaks(crate::sabotage::Sabotage::CleanupOnce) {
-        for base in [&paths.locks, &paths.party] {
-            let Ok(nodes) = client.list_ephemerals(base).await else { continue };
-            for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/')))
-            {
-                let _ = client.delete(node, None).await;
-            }
-        }
-        return;
-    }
-    for base in [&paths.locks, &paths.party] {
-        let nodes = match retry_transient(client, || client.list_ephemerals(base)).await {
-            Ok(nodes) => nodes,
-            Err(err) => {
-                tracing::warn!(%err, base, "could not list our nodes after a panic; the session closes with them");
-                continue;
-            }
-        };
-        for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/'))) {
-            match retry_transient(client, || client.delete(node, None)).await {
-                Ok(()) | Err(crate::zookeeper::ZkError::NoNode) => {}
-                Err(err) => tracing::warn!(%err, node, "could not delete a node after a panic"),
-            }
-        }
-    }
 }

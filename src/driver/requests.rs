@@ -194,7 +194,15 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         Op::Join(data) => {
             // `<path>/party` may be gone too (an operator removed it).
             let joined = match party::ensure_base(&zk, paths).await {
-                Ok(()) => party::join(&zk, paths, &ctx.identifier, &data, ctx.static_membership).await,
+                Ok(()) => {
+                    let name = party::fresh_node_name(&zk, &ctx.identifier, ctx.static_membership);
+                    let naming = if ctx.static_membership {
+                        party::Naming::Static { wait: None }
+                    } else {
+                        party::Naming::Sequential
+                    };
+                    party::join(&zk, paths, &ctx.identifier, &data, &name, naming).await
+                }
                 Err(err) => Err(err),
             };
             match joined {

@@ -142,6 +142,29 @@ impl fmt::Display for Disagreement {
     }
 }
 
+/// What one transition sets: a publication of the core, in the handles' terms (see `driver::publish`).
+pub(crate) struct Transition {
+    pub state: PartitionState,
+    pub member: Arc<str>,
+    pub items: Arc<[Item]>,
+    pub tokens: Arc<[FencingToken]>,
+    pub revoked: Arc<[Item]>,
+    pub members: Arc<[String]>,
+    pub cause: Option<Error>,
+    pub suspended: bool,
+    /// The shared set's change, when the set in force differs from the one published last.
+    pub set: Option<SetChange>,
+    pub disagreements: Arc<[Disagreement]>,
+    pub lock_nodes: Arc<[String]>,
+}
+
+/// A new version of the shared set in force: [`Snapshot::set_version`], [`Snapshot::added`], [`Snapshot::removed`].
+pub(crate) struct SetChange {
+    pub version: Option<u64>,
+    pub added: Arc<[Item]>,
+    pub removed: Arc<[Item]>,
+}
+
 impl Snapshot {
     pub(crate) fn initial(member: Arc<str>) -> Self {
         Snapshot {
@@ -160,6 +183,53 @@ impl Snapshot {
             disagreements: Arc::from([]),
             lock_nodes: Arc::from([]),
         }
+    }
+
+    /// The next snapshot after `transition`: the one place, with [`stop`](Snapshot::stop), where a published snapshot
+    /// changes.
+    pub(crate) fn apply(&mut self, transition: Transition) {
+        let Transition {
+            state,
+            member,
+            items,
+            tokens,
+            revoked,
+            members,
+            cause,
+            suspended,
+            set,
+            disagreements,
+            lock_nodes,
+        } = transition;
+        if let Some(SetChange { version, added, removed }) = set {
+            self.set_version = version;
+            self.added = added;
+            self.removed = removed;
+        }
+        self.state = state;
+        self.generation += 1;
+        self.member = member;
+        self.items = items;
+        self.tokens = tokens;
+        self.revoked = revoked;
+        self.members = members;
+        self.cause = cause;
+        self.suspended = suspended;
+        self.disagreements = disagreements;
+        self.lock_nodes = lock_nodes;
+    }
+
+    /// The next snapshot for a task that ended without its core's last word (it panicked, or its runtime shut down):
+    /// `Failure` with `cause`, holding nothing; the member, the party and the set it followed stay as they were.
+    pub(crate) fn stop(&mut self, cause: Error) {
+        self.state = PartitionState::Failure;
+        self.generation += 1;
+        self.items = Arc::from([]);
+        self.tokens = Arc::from([]);
+        self.revoked = Arc::from([]);
+        self.lock_nodes = Arc::from([]);
+        self.cause = Some(cause);
+        self.suspended = false;
     }
 }
 

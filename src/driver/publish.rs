@@ -1,5 +1,7 @@
 //! Turns the core's publications into the [`Snapshot`] handles read, with their log lines and metrics: the single
 //! place where the published snapshot changes (the driver and the simulation both publish through it).
+//! Beside it, the translations between the client's session states and the core's terms (a session's end, a
+//! failure's cause).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,9 +9,10 @@ use std::time::Instant;
 use tokio::sync::watch;
 use zookeeper_client::SessionState;
 
-use crate::decision::{Cause, Core, Publication, SessionEnd, SetInForce};
+use crate::decision::{Cause, Core, Event, Publication, SessionEnd, SetInForce};
 use crate::layout::Paths;
 use crate::metrics::DriverMetrics;
+use crate::snapshot::{SetChange, Transition};
 use crate::{Error, Snapshot};
 
 pub(crate) struct Publisher {
@@ -60,74 +63,77 @@ impl Publisher {
         let revoked_before = self.sender.borrow().revoked.clone();
         let after = (p.state, p.reason, items.len(), &revoked[..]);
         self.metrics.published((before, &revoked_before), after, core.set_len(), now);
-        let published_set = &mut self.published_set;
+        let set = (p.set != self.published_set).then(|| {
+            self.published_set = p.set.clone();
+            SetChange {
+                version: p.set.version,
+                added: core.items_of(&p.set.added),
+                removed: core.items_of(&p.set.removed),
+            }
+        });
+        let transition = Transition {
+            state: p.state,
+            member: p.member,
+            items,
+            tokens,
+            revoked,
+            members: p.members,
+            cause,
+            suspended: p.suspended,
+            set,
+            disagreements: p.disagreements,
+            lock_nodes: p.nodes.into(),
+        };
         self.sender.send_modify(|snapshot| {
-            if p.disagreements != snapshot.disagreements {
-                for disagreement in p.disagreements.iter() {
-                    tracing::warn!(
-                        other = %disagreement.member,
-                        ours = %disagreement.ours,
-                        theirs = %disagreement.theirs,
-                        "{disagreement}: the members may wait forever for each other's locks until one of them is \
-                         reconfigured"
-                    );
-                }
-            }
-            if p.set != *published_set {
-                snapshot.added = core.items_of(&p.set.added);
-                snapshot.removed = core.items_of(&p.set.removed);
-                snapshot.set_version = p.set.version;
-                *published_set = p.set.clone();
-                if !snapshot.added.is_empty() || !snapshot.removed.is_empty() {
-                    tracing::info!(
-                        version = p.set.version,
-                        added = snapshot.added.len(),
-                        removed = snapshot.removed.len(),
-                        "following a new version of the shared item set"
-                    );
-                }
-            }
-            snapshot.disagreements = p.disagreements;
-            tracing::info!(
-                from = %snapshot.state,
-                to = %p.state,
-                generation = snapshot.generation + 1,
-                reason = p.reason.as_str(),
-                items = items.len(),
-                revoked = revoked.len(),
-                "state change"
-            );
-            if let Some(cause) = &cause {
-                if matches!(cause, Error::Finished) {
-                    tracing::info!("partitioner finished: locks released, party left");
-                } else {
-                    tracing::warn!(%cause, "partitioner ended");
-                }
-            }
-            snapshot.state = p.state;
-            snapshot.generation += 1;
-            snapshot.member = p.member;
-            snapshot.items = items;
-            snapshot.tokens = tokens;
-            snapshot.revoked = revoked;
-            snapshot.members = p.members;
-            snapshot.cause = cause;
-            snapshot.suspended = p.suspended;
-            snapshot.lock_nodes = p.nodes.into();
+            log(snapshot, &transition, p.reason.as_str());
+            snapshot.apply(transition);
         });
     }
 
     /// Publishes `Failure` for a task that panicked (its core and publisher are gone with it).
     pub fn panicked(sender: &watch::Sender<Snapshot>, reason: String) {
-        sender.send_modify(|snapshot| {
-            snapshot.state = crate::PartitionState::Failure;
-            snapshot.generation += 1;
-            snapshot.items = Arc::from([]);
-            snapshot.tokens = Arc::from([]);
-            snapshot.revoked = Arc::from([]);
-            snapshot.cause = Some(Error::Internal { reason });
-            snapshot.suspended = false;
-        });
+        sender.send_modify(|snapshot| snapshot.stop(Error::Internal { reason }));
+    }
+}
+
+/// The log lines of `transition` from `before`.
+fn log(before: &Snapshot, transition: &Transition, reason: &str) {
+    if transition.disagreements != before.disagreements {
+        for disagreement in transition.disagreements.iter() {
+            tracing::warn!(
+                other = %disagreement.member,
+                ours = %disagreement.ours,
+                theirs = %disagreement.theirs,
+                "{disagreement}: the members may wait forever for each other's locks until one of them is \
+                 reconfigured"
+            );
+        }
+    }
+    if let Some(set) = &transition.set
+        && (!set.added.is_empty() || !set.removed.is_empty())
+    {
+        tracing::info!(
+            version = set.version,
+            added = set.added.len(),
+            removed = set.removed.len(),
+            "following a new version of the shared item set"
+        );
+    }
+    tracing::info!(
+        from = %before.state,
+        to = %transition.state,
+        generation = before.generation + 1,
+        reason,
+        items = transition.items.len(),
+        revoked = transition.revoked.len(),
+        "state change"
+    );
+    if let Some(cause) = &transition.cause {
+        if matches!(cause, Error::Finished) {
+            tracing::info!("partitioner finished: locks released, party left");
+        } else {
+            tracing::warn!(%cause, "partitioner ended");
+        }
     }
 }
 
@@ -160,5 +166,16 @@ pub(crate) fn session_end(state: SessionState) -> Option<SessionEnd> {
         SessionState::AuthFailed => Some(SessionEnd::AuthFailed),
         state if state.is_terminated() => Some(SessionEnd::Expired),
         _ => None,
+    }
+}
+
+/// The core's view of a session state.
+pub(crate) fn session_event(state: SessionState) -> Event {
+    if let Some(end) = session_end(state) {
+        Event::SessionEnded(end)
+    } else if state == SessionState::Disconnected {
+        Event::Suspended
+    } else {
+        Event::Connected
     }
 }

@@ -1,0 +1,302 @@
+//! The crate's shape, checked: the limits a newcomer relies on to find their way (RELIABILITY.md and the crate docs
+//! describe the map). Reads `src/` as text; no ZooKeeper needed.
+//!
+//! - no file under `src/` is longer than 800 lines, the decision core's `mod.rs` than 600, the driver's loop than 250;
+//! - no module imports one that imports it (top-level modules, and siblings inside one), test-only code aside;
+//! - kazoo's lock-name rule (`__lock__`) is written once, in `src/layout.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One source file: its module path (`decision::locks`; the crate root is ``) and its text, test-only code removed.
+struct Module {
+    file: PathBuf,
+    path: String,
+    lines: usize,
+    code: String,
+}
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn module_path(file: &Path) -> String {
+    let rel = file.strip_prefix(src_dir()).expect("under src").with_extension("");
+    let mut parts: Vec<String> = rel.iter().map(|part| part.to_string_lossy().into_owned()).collect();
+    if parts.last().is_some_and(|last| last == "mod" || last == "lib") {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The text without comments and without the items behind `#[cfg(test)]` (a `mod … { }` block, a `mod …;`, a `use`,
+/// a function): what the library itself is made of.
+fn library_code(text: &str) -> String {
+    let without_comments: String = text
+        .lines()
+        .map(|line| match line.find("//") {
+            // A `//` inside a string (a URL) is rare in code that names modules; good enough here.
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = String::with_capacity(without_comments.len());
+    let mut rest = without_comments.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        rest = skip_item(&rest[at + "#[cfg(test)]".len()..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Skips one item: up to its `;` or through its balanced `{ }` block, whichever comes first.
+fn skip_item(text: &str) -> &str {
+    let mut depth = 0usize;
+    for (at, c) in text.char_indices() {
+        match c {
+            ';' if depth == 0 => return &text[at + 1..],
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return &text[at + 1..];
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
+}
+
+/// The modules declared behind `#[cfg(test)]` (`sim`, `decision::tests`...): test code, left out of the graph.
+fn test_only_modules(modules: &[Module], raw: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut test_only = BTreeSet::new();
+    for module in modules {
+        let text = &raw[&module.path];
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("#[cfg(test)]") {
+            rest = &rest[at + "#[cfg(test)]".len()..];
+            let item = rest.trim_start();
+            let item = item.strip_prefix("pub(crate) ").unwrap_or(item);
+            if let Some(name) = item.strip_prefix("mod ") {
+                let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                let child = if module.path.is_empty() { name } else { format!("{}::{name}", module.path) };
+                test_only.insert(child);
+            }
+        }
+    }
+    test_only
+}
+
+/// Every path named after `crate::` or `super::` in `code`, expanded (`crate::{a, b::{c, d}}` gives `a`, `b::c`,
+/// `b::d`), made absolute.
+fn named_paths(module: &str, code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (anchor, base) in [("crate::", String::new()), ("super::", parent(module).unwrap_or_default())] {
+        let mut rest = code;
+        while let Some(at) = rest.find(anchor) {
+            let before = rest[..at].chars().last();
+            rest = &rest[at + anchor.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue; // e.g. `zk_crate::`
+            }
+            let mut base = base.clone();
+            let mut tail = rest;
+            // `super::super::`
+            while let Some(next) = tail.strip_prefix("super::") {
+                base = parent(&base).unwrap_or_default();
+                tail = next;
+            }
+            tree(&base, tail, &mut found);
+        }
+    }
+    found
+}
+
+fn parent(module: &str) -> Option<String> {
+    if module.is_empty() {
+        return None;
+    }
+    Some(module.rsplit_once("::").map_or(String::new(), |(parent, _)| parent.to_owned()))
+}
+
+fn join(base: &str, name: &str) -> String {
+    if base.is_empty() { name.to_owned() } else { format!("{base}::{name}") }
+}
+
+/// Parses a use-tree at the start of `text` (`a::b`, `a::{b, c::d}`), pushing each full path.
+fn tree<'a>(base: &str, text: &'a str, found: &mut Vec<String>) -> &'a str {
+    let text = text.trim_start();
+    if let Some(mut rest) = text.strip_prefix('{') {
+        loop {
+            rest = rest.trim_start();
+            if let Some(after) = rest.strip_prefix('}') {
+                return after;
+            }
+            if rest.is_empty() {
+                return rest;
+            }
+            rest = tree(base, rest, found);
+            rest = rest.trim_start();
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+    }
+    let name: String = text.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    if name.is_empty() {
+        found.push(base.to_owned());
+        return text;
+    }
+    let path = join(base, &name);
+    let rest = &text[name.len()..];
+    match rest.strip_prefix("::") {
+        Some(rest) => tree(&path, rest, found),
+        None => {
+            found.push(path);
+            rest
+        }
+    }
+}
+
+fn load() -> Vec<(Module, String)> {
+    let mut paths = Vec::new();
+    files(&src_dir(), &mut paths);
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|file| {
+            let raw = std::fs::read_to_string(&file).expect("read source");
+            let module =
+                Module { path: module_path(&file), lines: raw.lines().count(), code: library_code(&raw), file };
+            (module, raw)
+        })
+        .collect()
+}
+
+#[test]
+fn no_file_is_too_long_to_read() {
+    let mut too_long = Vec::new();
+    for (module, _) in load() {
+        let limit = match module.path.as_str() {
+            "decision" => 600,
+            "driver" => 250,
+            _ => 800,
+        };
+        if module.lines > limit {
+            too_long.push(format!("{} has {} lines (at most {limit})", module.file.display(), module.lines));
+        }
+    }
+    assert!(too_long.is_empty(), "split these by concern:\n{}", too_long.join("\n"));
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it() {
+    let loaded = load();
+    let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
+    let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
+    let known: BTreeSet<String> = modules.iter().map(|m| m.path.clone()).collect();
+    let test_only = test_only_modules(&modules, &raw);
+    let is_test = |path: &str| test_only.iter().any(|t| path == t || path.starts_with(&format!("{t}::")));
+    // What the crate root re-exports, and from where (`crate::Item` is `item`'s).
+    let mut reexports: BTreeMap<String, String> = BTreeMap::new();
+    for path in named_paths(
+        "",
+        &modules.iter().find(|m| m.path.is_empty()).expect("lib.rs").code.replace("pub use ", "pub use crate::"),
+    ) {
+        if let Some((module, item)) = path.rsplit_once("::") {
+            reexports.insert(item.to_owned(), module.to_owned());
+        }
+    }
+    let resolve = |path: &str| -> Option<String> {
+        let mut candidate = path.to_owned();
+        loop {
+            if known.contains(&candidate) {
+                return Some(candidate);
+            }
+            if let Some(module) = reexports.get(&candidate) {
+                return Some(module.clone());
+            }
+            candidate = candidate.rsplit_once("::")?.0.to_owned();
+        }
+    };
+    // Imports between distinct top-level modules, and between siblings inside one.
+    let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
+    for module in modules.iter().filter(|m| !m.path.is_empty() && !is_test(&m.path)) {
+        for named in named_paths(&module.path, &module.code) {
+            let Some(target) = resolve(&named) else { continue };
+            if target.is_empty() || is_test(&target) {
+                continue;
+            }
+            let (from_top, to_top) = (top(&module.path), top(&target));
+            if from_top != to_top {
+                edges.insert((from_top.to_owned(), to_top.to_owned()));
+            } else if let (Some(a), Some(b)) =
+                (sibling_under(&module.path, &target), sibling_under(&target, &module.path))
+            {
+                edges.insert((a, b));
+            }
+        }
+    }
+    let circles: Vec<String> = edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("{a} <-> {b}"))
+        .collect();
+    assert!(circles.is_empty(), "modules importing each other:\n{}", circles.join("\n"));
+}
+
+fn top(path: &str) -> &str {
+    path.split("::").next().unwrap_or(path)
+}
+
+/// Where `from` and `to` part ways: `from`'s branch, if neither contains the other (`decision::locks` against
+/// `decision::party::x` gives `decision::locks`).
+fn sibling_under(from: &str, to: &str) -> Option<String> {
+    let (a, b): (Vec<&str>, Vec<&str>) = (from.split("::").collect(), to.split("::").collect());
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    (common < a.len() && common < b.len()).then(|| a[..=common].join("::"))
+}
+
+#[test]
+fn the_lock_name_rule_is_written_once() {
+    let loaded = load();
+    let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
+    let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
+    let test_only = test_only_modules(&modules, &raw);
+    let writers: Vec<String> = modules
+        .into_iter()
+        .filter(|module| !test_only.iter().any(|t| module.path == *t || module.path.starts_with(&format!("{t}::"))))
+        .filter(|module| module.code.contains("__lock__"))
+        .map(|module| module.file.display().to_string())
+        .collect();
+    assert_eq!(
+        writers,
+        [src_dir().join("layout.rs").display().to_string()],
+        "kazoo's `__lock__` rule outside layout.rs"
+    );
+}
+
+#[test]
+fn the_checks_see_what_they_should() {
+    // A check that reads nothing passes for nothing: make sure the parser finds known facts.
+    let mut found =
+        named_paths("decision::locks", "use super::{Core, congestion::Window};\nuse crate::layout::{self, position};");
+    found.sort();
+    assert_eq!(found, ["decision::Core", "decision::congestion::Window", "layout::position", "layout::self"]);
+    let code = library_code("fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\nfn b() {}\n");
+    assert!(!code.contains("crate::x") && code.contains("fn b"), "{code}");
+    let loaded = load();
+    assert!(loaded.iter().any(|(m, _)| m.path == "decision::locks"), "the module paths are read");
+}
