@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::set_global_recorder(recorder).map_err(|err| err.to_string())?;
-    zk_partitioner::metrics::describe();
+    zk_partitioner::metrics::register_descriptions();
 
     let connect = match args.connect {
         Some(connect) => connect,

@@ -220,7 +220,7 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
             .with_http_listener(addr)
             .install()
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-        zk_partitioner::metrics::describe();
+        zk_partitioner::metrics::register_descriptions();
         tracing::info!(%addr, "serving Prometheus metrics");
     }
     let stop = stop_signal();

@@ -453,7 +453,7 @@ impl Builder {
             partition_fn: Box::new(crate::metrics::Timed { inner: partition_fn, path: self.path }),
             identifier,
             time_boundary: self.time_boundary,
-            retry_delay: self.max_reaction_time,
+            max_reaction_time: self.max_reaction_time,
             max_allocation_time: self.max_allocation_time,
             session_policy: self.session_policy,
             rebalance: self.rebalance,

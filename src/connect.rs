@@ -236,7 +236,7 @@ async fn open(
         }
         let diagnoses = diagnose_all(servers).await;
         if diagnoses.iter().all(Option::is_some) {
-            return describe(servers, diagnoses, None, "");
+            return explain_failure(servers, diagnoses, None, "");
         }
         std::future::pending().await
     };
@@ -283,7 +283,10 @@ async fn open(
         ""
     };
     let last = last.map_or_else(|| "none".to_string(), |err| err.to_string());
-    Err(format!("no session within {connect_timeout:?}: {}", describe(servers, diagnoses, Some(&last), tls_hint)))
+    Err(format!(
+        "no session within {connect_timeout:?}: {}",
+        explain_failure(servers, diagnoses, Some(&last), tls_hint)
+    ))
 }
 
 async fn diagnose_all(servers: &[(String, u16)]) -> Vec<Option<String>> {
@@ -291,7 +294,12 @@ async fn diagnose_all(servers: &[(String, u16)]) -> Vec<Option<String>> {
 }
 
 /// One clause per server: what is wrong with it, or that it accepts connections but opened no session.
-fn describe(servers: &[(String, u16)], diagnoses: Vec<Option<String>>, last: Option<&str>, tls_hint: &str) -> String {
+fn explain_failure(
+    servers: &[(String, u16)],
+    diagnoses: Vec<Option<String>>,
+    last: Option<&str>,
+    tls_hint: &str,
+) -> String {
     let last = last.unwrap_or("none");
     servers
         .iter()

@@ -292,6 +292,7 @@ mod tests {
         same::<describe::OutsideShare>(None, None::<OutsideShare>);
         let _ = (SetPartitioner::failure, SetPartitioner::save_checkpoint, ItemSet::with_acls);
         let _ = DescribeOptions::partition_fn;
+        let _ = metrics::describe;
         drop(connect_with(zookeeper_client::Client::connector(), "", std::time::Duration::ZERO)); // never polled
     }
 }

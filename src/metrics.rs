@@ -37,7 +37,7 @@
 //!
 //! // Install the recorder or exporter of your choice first (metrics-exporter-prometheus, metrics-util's
 //! // DebuggingRecorder as in examples/metrics.rs, ...), through the `metrics` crate; then:
-//! metrics::describe(); // units and help texts (without a recorder: nothing happens)
+//! metrics::register_descriptions(); // units and help texts (without a recorder: nothing happens)
 //! assert!(metrics::NAMES.contains(&metrics::REBALANCES));
 //! ```
 
@@ -107,8 +107,15 @@ pub const STATES: [&str; 4] = ["ALLOCATING", "ACQUIRED", "RELEASE", "FAILURE"];
 /// The values of [`REBALANCES`]' `cause` label.
 pub const CAUSES: [&str; 6] = ["party_changed", "item_set_changed", "connection", "lock_lost", "release_set", "other"];
 
-/// Registers every metric's unit and help text with the installed recorder (optional; exporters show them).
+/// The former name of [`register_descriptions`] (the crate root's [`describe`](crate::describe()) reads a
+/// partition path, which is another thing).
+#[deprecated(note = "use zk_partitioner::metrics::register_descriptions")]
 pub fn describe() {
+    register_descriptions();
+}
+
+/// Registers every metric's unit and help text with the installed recorder (optional; exporters show them).
+pub fn register_descriptions() {
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(REBALANCES, Unit::Count, "Times the member stopped being ACQUIRED, by cause");
     describe_histogram!(ALLOCATION_SECONDS, Unit::Seconds, "Time from entering ALLOCATING to ACQUIRED");

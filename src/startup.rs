@@ -36,8 +36,8 @@ pub(crate) struct Settings {
     pub identifier: String,
     pub time_boundary: Duration,
     /// [`Builder::max_reaction_time`](crate::Builder::max_reaction_time): the pause before retrying a request lost
-    /// with the connection (the core's `retry_delay`; the field keeps the core's name, which the simulation sets).
-    pub retry_delay: Duration,
+    /// with the connection.
+    pub max_reaction_time: Duration,
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
     pub rebalance: Rebalance,
@@ -113,7 +113,7 @@ pub(crate) async fn start<Z: ZooKeeper>(
             agreement,
             partition_fn,
             time_boundary: settings.time_boundary,
-            retry_delay: settings.retry_delay,
+            max_reaction_time: settings.max_reaction_time,
             max_allocation_time: settings.max_allocation_time,
             session_policy: settings.session_policy,
             rebalance: settings.rebalance,

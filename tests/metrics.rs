@@ -92,7 +92,7 @@ async fn a_partitioner_records_its_metrics() {
     let recorder = DebuggingRecorder::new();
     let totals = Totals { snapshotter: recorder.snapshotter(), seen: Mutex::default() };
     metrics::set_global_recorder(recorder).expect("the only recorder of this test binary");
-    names::describe();
+    names::register_descriptions();
 
     // given: a lock held by hand, so the first member's contender for item 3 must wait behind it
     let ctx = Ctx::new().await;

@@ -86,9 +86,13 @@ async fn members_connect_over_tls_and_acquire() {
     let items = ints(6);
     let mut members = Vec::new();
     for name in ["a", "b"] {
-        let client = zk_partitioner::connect_with_options(connector(identity()), &cluster, ConnectOptions::new().connect_timeout(timing(Duration::from_secs(20))))
-            .await
-            .unwrap_or_else(|err| panic!("member {name} over TLS at {cluster}: {err}"));
+        let client = zk_partitioner::connect_with_options(
+            connector(identity()),
+            &cluster,
+            ConnectOptions::new().connect_timeout(timing(Duration::from_secs(20))),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("member {name} over TLS at {cluster}: {err}"));
         let partitioner = SetPartitioner::builder(client, "/tls", items.clone())
             .identifier(name)
             .time_boundary(Duration::from_millis(500))
@@ -123,7 +127,9 @@ async fn members_connect_over_tls_and_acquire() {
         ("plain text to the TLS port", Client::connector(), &plain),
     ] {
         let over_tls = cluster.starts_with("tcp+tls://");
-        match zk_partitioner::connect_with_options(connector, cluster, ConnectOptions::new().connect_timeout(short)).await {
+        match zk_partitioner::connect_with_options(connector, cluster, ConnectOptions::new().connect_timeout(short))
+            .await
+        {
             Err(Error::Connect { reason, .. }) => {
                 assert!(reason.contains("opened no session"), "{what}: {reason}");
                 assert_eq!(reason.contains("over TLS, check"), over_tls, "{what}: {reason}");

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use super::congestion::Window;
-use super::{AckId, Action, Contender, Core, Op, Pending, ReqError, ReqId};
+use super::{AckId, Action, Core, Op, OurNode, Pending, ReqError, ReqId};
 use crate::layout::{self, Position, position, sequence};
 use crate::sabotage::{Sabotage, breaks};
 
@@ -151,7 +151,7 @@ impl Core {
             }
             Err(ReqError::Fatal(err)) => self.fail(err),
             Err(_) => {
-                let at = self.now + self.cfg.retry_delay;
+                let at = self.now + self.cfg.max_reaction_time;
                 for item in items {
                     if self.step_is(item, Step::MakingDir(id)) {
                         self.set_step(item, Step::Delayed(at, Retry::MakeDir));
@@ -192,7 +192,7 @@ impl Core {
             }
             Err(ReqError::Transient) => {
                 // The create may or may not have happened: a listing tells (our prefix is unique).
-                let at = self.now + self.cfg.retry_delay;
+                let at = self.now + self.cfg.max_reaction_time;
                 for item in items {
                     if self.step_is(item, Step::Creating(id)) {
                         self.set_step(item, Step::Delayed(at, Retry::List));
@@ -220,7 +220,7 @@ impl Core {
             Ok(results) => results,
             Err(ReqError::Fatal(err)) => return self.fail(err),
             Err(_) => {
-                let at = self.now + self.cfg.retry_delay;
+                let at = self.now + self.cfg.max_reaction_time;
                 for item in items {
                     if self.step_is(item, Step::Listing(id)) {
                         self.set_step(item, Step::Delayed(at, Retry::List));
@@ -250,7 +250,7 @@ impl Core {
                     dirs.push(item);
                 }
                 Err(ReqError::Transient) => {
-                    let at = self.now + self.cfg.retry_delay;
+                    let at = self.now + self.cfg.max_reaction_time;
                     self.set_step(item, Step::Delayed(at, Retry::List));
                 }
                 Err(ReqError::Fatal(err)) => return self.fail(err),
@@ -339,8 +339,7 @@ impl Core {
     /// Deletes nodes of ours in an item's directory that its lock does not track (see [`Core::on_children`]). Sent as
     /// a release that keeps every tracked lock, so it waits like any release before anything new is contended.
     pub(super) fn delete_strays(&mut self, item: usize, prefix: String, strays: Vec<String>) {
-        let nodes =
-            strays.into_iter().map(|node| Contender { item, prefix: prefix.clone(), node: Some(node) }).collect();
+        let nodes = strays.into_iter().map(|node| OurNode { item, prefix: prefix.clone(), node: Some(node) }).collect();
         let keep = self.locks.entries.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
         let window = self.locks.window.size();
         let id = self.request(Op::Release { nodes, keep, window }, Pending::Release(Vec::new()));
@@ -355,7 +354,7 @@ impl Core {
             Ok(()) => self.send_lists(vec![item]),
             Err(ReqError::Fatal(err)) => self.fail(err),
             Err(_) => {
-                let at = self.now + self.cfg.retry_delay;
+                let at = self.now + self.cfg.max_reaction_time;
                 self.set_step(item, Step::Delayed(at, Retry::List));
             }
         }
@@ -621,7 +620,7 @@ impl Core {
             if let Some(lock) = self.locks.entries.remove(&item)
                 && lock.created
             {
-                nodes.push(Contender { item, prefix: lock.prefix, node: lock.node });
+                nodes.push(OurNode { item, prefix: lock.prefix, node: lock.node });
             }
         }
         if !nodes.is_empty() {

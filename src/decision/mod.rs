@@ -103,7 +103,7 @@ use timers::{Timer, Timers};
 use worker::{Owed, Shown};
 
 pub(crate) use protocol::{
-    AckId, Action, Cause, Code, Contender, Event, Failed, Op, PartyRead, Publication, Reason, Reply, ReqError, ReqId,
+    AckId, Action, Cause, Code, Event, Failed, Op, OurNode, PartyRead, Publication, Reason, Reply, ReqError, ReqId,
     SessionEnd, SetInForce,
 };
 
@@ -125,8 +125,10 @@ pub(crate) struct CoreConfig {
     pub party_node: String,
     pub partition_fn: Box<dyn PartitionFn>,
     pub time_boundary: Duration,
-    /// The pause before retrying a request lost with the connection.
-    pub retry_delay: Duration,
+    /// The pause before retrying a request lost with the connection ([`Builder::max_reaction_time`]).
+    ///
+    /// [`Builder::max_reaction_time`]: crate::Builder::max_reaction_time
+    pub max_reaction_time: Duration,
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
     pub rebalance: Rebalance,
@@ -409,7 +411,7 @@ impl Core {
     }
 
     fn back_off(&mut self) {
-        self.timers.set(Timer::Backoff, Some(self.now + self.cfg.retry_delay));
+        self.timers.set(Timer::Backoff, Some(self.now + self.cfg.max_reaction_time));
     }
 
     fn request(&mut self, op: Op, pending: Pending) -> ReqId {

@@ -67,7 +67,7 @@ pub(crate) enum Op {
     Watch { item: usize, node: String },
     /// Delete these contenders (found by prefix when the node is unknown), then sweep any node of our session under
     /// `<path>/locks` that no tracked contender (`keep`, by prefix) accounts for; at most `window` deletes in flight.
-    Release { nodes: Vec<Contender>, keep: Vec<(usize, String)>, window: usize },
+    Release { nodes: Vec<OurNode>, keep: Vec<(usize, String)>, window: usize },
     /// `sync`, then check that each node still exists and belongs to our session.
     Verify(Vec<(usize, String)>),
     /// Leave the party: delete our party node.
@@ -85,9 +85,10 @@ pub(crate) enum Op {
     WatchHeld { item: usize, node: String },
 }
 
-/// One contender node to delete.
+/// One of our contender nodes, to delete: found by its prefix when its name is unknown (a create whose reply was
+/// lost).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Contender {
+pub(crate) struct OurNode {
     pub item: usize,
     pub prefix: String,
     pub node: Option<String>,

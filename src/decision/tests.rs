@@ -31,7 +31,7 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
         shared_set: None,
         partition_fn: Box::new(KazooStride),
         time_boundary: TB,
-        retry_delay: Duration::from_millis(10),
+        max_reaction_time: Duration::from_millis(10),
         max_allocation_time: limit,
         session_policy: policy,
         rebalance,
@@ -580,7 +580,7 @@ fn a_late_landing_create_of_ours_is_deleted_not_waited_for() {
     let (release, Op::Release { nodes, keep, .. }) = s.request("delete", |op| matches!(op, Op::Release { .. })) else {
         unreachable!()
     };
-    assert_eq!(nodes, [Contender { item: 0, prefix: prefix.clone(), node: Some(late.clone()) }]);
+    assert_eq!(nodes, [OurNode { item: 0, prefix: prefix.clone(), node: Some(late.clone()) }]);
     assert_eq!(keep, [(0, prefix)], "our tracked node is kept");
     let (watch, Op::Watch { node, .. }) = s.request("watch", |op| matches!(op, Op::Watch { .. })) else {
         unreachable!()

@@ -173,7 +173,7 @@ impl Ensemble {
             let modes = futures::future::join_all(self.ids().map(|id| self.mode(id))).await;
             match modes.iter().position(|mode| mode.as_deref() == Ok("leader")) {
                 Some(index) => Ok(index + 1),
-                None => Err(describe(&modes)),
+                None => Err(summarize(&modes)),
             }
         })
         .await
@@ -244,7 +244,7 @@ impl Ensemble {
             "the ensemble on network {} did not serve within {deadline:?}: {}; see `docker logs <container>` \
              (removed with the ensemble; last lines below){logs}",
             self.network,
-            describe(&last)
+            summarize(&last)
         );
     }
 }
@@ -255,7 +255,7 @@ impl Cluster for Ensemble {
     }
 }
 
-fn describe(modes: &[Result<String, String>]) -> String {
+fn summarize(modes: &[Result<String, String>]) -> String {
     modes
         .iter()
         .enumerate()

@@ -38,7 +38,7 @@ impl World {
             partition_fn,
             identifier: ident.clone(),
             time_boundary: plan.time_boundary,
-            retry_delay: Duration::from_millis(100),
+            max_reaction_time: Duration::from_millis(100),
             max_allocation_time: plan.max_allocation_time,
             session_policy: plan.combo.policy,
             rebalance: plan.combo.rebalance,
