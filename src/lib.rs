@@ -95,6 +95,26 @@
 //! }
 //! ```
 //!
+//! # A map of the source
+//!
+//! For a newcomer, one concept per module (the README's "How it is built" says more):
+//!
+//! - `decision/`: every decision, without I/O: a sans-IO `Core` fed events and the time, answering with actions. Its
+//!   module docs give the whole behaviour as one table; one file per concern (locks, party, shared set, suspension,
+//!   rebalance, what is published, the end, timers).
+//! - `driver/`: the one background task per partitioner: performs the core's actions (`requests`), publishes
+//!   snapshots (`publish`), turns a panic into `Failure` (`supervise`). It decides nothing.
+//! - `layout`: the znode layout as pure rules (paths, lock names, member names); `party` and `locks` put it on the
+//!   wire.
+//! - `builder` ([`Builder`]: validate, then start through `startup`), `partitioner` (the [`SetPartitioner`]
+//!   handle), `snapshot` ([`Snapshot`] and its one writer).
+//! - `item_set/` ([`ItemSet`]: the shared set and its atomic updates), `partition_fn` ([`PartitionFn`]),
+//!   `agreement` (what members announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
+//! - `connect` and `relay` (sessions that survive a server restart), `zookeeper` (the client as a trait the
+//!   simulation implements too), `error`, `names`, `item`, `acl`, `policy`, `tls`.
+//! - Test code: `sim/` (the deterministic simulation of the very code above), `sabotage` (its one hook for breaking
+//!   a rule on purpose), `testing` (feature `testing`: a kit for your own integration tests).
+//!
 //! # States
 //!
 //! See [`PartitionState`]: `Allocating` → `Acquired` → `Release` → (`release_set()`) → `Allocating`, and the terminal
