@@ -456,25 +456,19 @@ mod tests {
 
     #[tokio::test]
     async fn an_unresolvable_host_is_named() {
-        let err = connect_with_options(
-            Client::connector(),
-            "no-such-host.invalid:2181",
-            ConnectOptions::new().connect_timeout(Duration::from_millis(300)),
-        )
-        .await
-        .unwrap_err();
+        let err = connect_within("no-such-host.invalid:2181", Duration::from_millis(300)).await;
         assert!(err.to_string().contains("no-such-host.invalid:2181 cannot be resolved"), "{err}");
     }
 
     #[tokio::test]
     async fn a_malformed_connect_string_fails_at_once() {
-        let err = connect_with_options(
-            Client::connector(),
-            "",
-            ConnectOptions::new().connect_timeout(Duration::from_secs(5)),
-        )
-        .await
-        .unwrap_err();
+        let err = connect_within("", Duration::from_secs(5)).await;
         assert!(err.to_string().contains("invalid connect string"), "{err}");
+    }
+
+    /// The error of a connection to `cluster` that gives up after `connect_timeout`.
+    async fn connect_within(cluster: &str, connect_timeout: Duration) -> Error {
+        let options = ConnectOptions::new().connect_timeout(connect_timeout);
+        connect_with_options(Client::connector(), cluster, options).await.unwrap_err()
     }
 }

@@ -174,11 +174,7 @@ impl ItemSet {
     /// lost with the connection is sent again; items it finds already gone then count as removed.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which removes
-    /// the items or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too
-    /// large for one request be left under way under this session's ephemeral lease: readers keep the set before it
-    /// until the lease goes with the session, and the next writer or the party's first member then undoes it, or
-    /// finishes it if it was committed ([more](ItemSet#cancel-safety)).
+    /// As [`add`](ItemSet::add#cancel-safety): a dropped call still removes the items or fails.
     pub async fn remove<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -194,11 +190,7 @@ impl ItemSet {
     /// As [`add`](ItemSet::add), plus [`Error::EmptyItemSet`] for no items.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which replaces
-    /// the set or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too
-    /// large for one request be left under way under this session's ephemeral lease: readers keep the set before it
-    /// until the lease goes with the session, and the next writer or the party's first member then undoes it, or
-    /// finishes it if it was committed ([more](ItemSet#cancel-safety)).
+    /// As [`add`](ItemSet::add#cancel-safety): a dropped call still replaces the set or fails.
     pub async fn replace<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -217,11 +209,7 @@ impl ItemSet {
     /// [`replace`](ItemSet::replace).
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which replaces
-    /// the set, or fails if its version moved on, exactly as if it had been awaited. Only if that task is stopped
-    /// part-way can an update too large for one request be left under way under this session's ephemeral lease: readers
-    /// keep the set before it until the lease goes with the session, and the next writer or the party's first member
-    /// then undoes it, or finishes it if it was committed ([more](ItemSet#cancel-safety)).
+    /// As [`add`](ItemSet::add#cancel-safety): a dropped call still replaces the set, or fails if its version moved on.
     pub async fn replace_if<I>(&self, version: u64, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
