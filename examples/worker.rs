@@ -15,16 +15,17 @@
 //! crashed and its session has not expired yet), it waits for it to go, up to `--max-identity-wait` (default: twice
 //! the session timeout), and exits 1 if it outlives that.
 //!
-//! Prints every state change on stdout, one JSON object per line with `--json`: `ts`, `state`, `member`, `session`
-//! (the ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`, in decimal like the other tools),
-//! `generation`, `items` (the items it may process now: those held when ACQUIRED, and under `--rebalance incremental`
-//! the kept ones while the party changes), `revoked` (the items to stop, in RELEASE), `suspended` (true while a
-//! session-aware member waits for its connection), `cause` on FAILURE, and `finished: true` on the last line of a clean exit (the partitioner's state
-//! is then FAILURE with cause `partitioner finished`: `finish()` was called, every lock and the party node are gone).
-//! Also, when they apply: `set_version`, `added` and `removed` (`--shared-set`: the version of the shared set the
-//! assignment follows and what its latest change did), `disagreements` (other members announcing another item set or
-//! partition function: the party may stall until one side is reconfigured), and `checkpoints` (`--checkpoints`: for
-//! each item taken now, how many owners have taken it, read from and written to its fenced checkpoint).
+//! Prints every state change on stdout, one JSON object per line with `--json`: `ts`, `state`, `member`, `session` (the
+//! ZooKeeper session id, as ZooKeeper stores it in `ephemeralOwner`, in decimal like the other tools), `generation`,
+//! `items` (the items it may process now: those held when ACQUIRED, and under `--rebalance incremental` the kept ones
+//! while the party changes), `revoked` (the items to stop, in RELEASE), `suspended` (true while a session-aware member
+//! waits for its connection), `cause` on FAILURE, and `finished: true` on the last line of a clean exit (the
+//! partitioner's state is then FAILURE with cause `partitioner finished`: `finish()` was called, every lock and the
+//! party node are gone). Also, when they apply: `set_version`, `added` and `removed` (`--shared-set`: the version of
+//! the shared set the assignment follows and what its latest change did), `disagreements` (other members announcing
+//! another item set or partition function: the party may stall until one side is reconfigured), and `checkpoints`
+//! (`--checkpoints`: for each item taken now, how many owners have taken it, read from and written to its fenced
+//! checkpoint).
 //!
 //! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
 //! when it does not exist yet. Change it with the admin command: `cargo run --example item_set -- --connect .. --path

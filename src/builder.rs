@@ -152,8 +152,9 @@ impl Builder {
         self
     }
 
-    /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach [`PartitionState::Acquired`](crate::PartitionState::Acquired) within
-    /// this time, counted from entering [`PartitionState::Allocating`](crate::PartitionState::Allocating). Off by default, as in kazoo; without it, a
+    /// Fail (with [`Error::AllocationTimeout`]) if an allocation does not reach
+    /// [`PartitionState::Acquired`](crate::PartitionState::Acquired) within this time, counted from entering
+    /// [`PartitionState::Allocating`](crate::PartitionState::Allocating). Off by default, as in kazoo; without it, a
     /// party that changes more often than `time_boundary` keeps every member allocating.
     ///
     /// # Examples
@@ -197,7 +198,8 @@ impl Builder {
         self
     }
 
-    /// What happens when the party changes; default [`Rebalance::Eager`](crate::Rebalance::Eager) (kazoo's: everyone stops everything).
+    /// What happens when the party changes; default [`Rebalance::Eager`](crate::Rebalance::Eager) (kazoo's: everyone
+    /// stops everything).
     ///
     /// # Examples
     /// ```no_run
@@ -233,13 +235,13 @@ impl Builder {
     ///   naming the node and its session), watches it, and joins once it is gone; if it outlives
     ///   [`max_identity_wait`](Builder::max_identity_wait), `build()` fails with [`Error::IdentifierInUse`].
     ///
-    /// A restart shorter than [`time_boundary`](Builder::time_boundary) is then no party change for the others:
-    /// the party they read once it is quiet again has the same names. Under
-    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental) they keep every item throughout and publish nothing; the restarted member takes
-    /// back exactly its old items (free since its `finish()`, or since its old session expired after a crash). Under
-    /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member still stops everything on the leave and the join (kazoo's rule), and gets
-    /// the same items back. Choose `time_boundary` longer than a restart takes, and, for crashes, expect the
-    /// restarted process to wait up to the old session's timeout.
+    /// A restart shorter than [`time_boundary`](Builder::time_boundary) is then no party change for the others: the
+    /// party they read once it is quiet again has the same names. Under
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental) they keep every item throughout and publish nothing;
+    /// the restarted member takes back exactly its old items (free since its `finish()`, or since its old session
+    /// expired after a crash). Under [`Rebalance::Eager`](crate::Rebalance::Eager) every member still stops everything
+    /// on the leave and the join (kazoo's rule), and gets the same items back. Choose `time_boundary` longer than a
+    /// restart takes, and, for crashes, expect the restarted process to wait up to the old session's timeout.
     ///
     /// Reattaching to the old ZooKeeper session after a crash (keeping its lock nodes) is not supported: a crash
     /// restart waits for the old session to expire.
@@ -340,18 +342,20 @@ impl Builder {
         self
     }
 
-    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`](crate::ItemSet)) and follow its changes,
-    /// instead of a set fixed at build time. Off by default (kazoo's fixed set).
+    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`](crate::ItemSet)) and
+    /// follow its changes, instead of a set fixed at build time. Off by default (kazoo's fixed set).
     ///
     /// With it, the builder's items only seed the set: if `<path>/items` does not exist yet, `build()` creates it with
     /// them; if it exists, they are ignored (an empty list is then fine). Anyone may change the set at run time, with
-    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`](crate::ItemSet). Every member watches it, and a change goes through
-    /// the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary); under
-    /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member releases everything and allocates again; under [`Rebalance::Incremental`](crate::Rebalance::Incremental)
-    /// only the items whose owner changes stop (an added item is simply taken by its new owner, a removed item is
-    /// revoked from its owner alone). [`Snapshot::added`](crate::Snapshot::added) and [`Snapshot::removed`](crate::Snapshot::removed) say what the change did, and a
-    /// removed item's lock directory is deleted once its last contender is gone. Items of a shared set are all
-    /// integers or all strings. kazoo members cannot follow a shared set: use it in parties of this crate's members.
+    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`](crate::ItemSet). Every member watches it, and a change
+    /// goes through the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary); under
+    /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member releases everything and allocates again; under
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental) only the items whose owner changes stop (an added item
+    /// is simply taken by its new owner, a removed item is revoked from its owner alone).
+    /// [`Snapshot::added`](crate::Snapshot::added) and [`Snapshot::removed`](crate::Snapshot::removed) say what the
+    /// change did, and a removed item's lock directory is deleted once its last contender is gone. Items of a shared
+    /// set are all integers or all strings. kazoo members cannot follow a shared set: use it in parties of this crate's
+    /// members.
     ///
     /// # Examples
     /// ```no_run

@@ -3,8 +3,8 @@
 //!
 //! [`describe`] reads `<path>/party` and `<path>/locks` with any client, as an outsider: no membership, no write. It
 //! works on parties of this crate's members, kazoo's members, or both, because it reads kazoo's layout (see the crate
-//! docs): a member is a party node `<32 hex>-<name>` whose data starts with its identifier; an item's contenders are the
-//! `<32 hex>__lock__<sequence>` nodes in `<path>/locks/<item>`, and the lowest sequence holds the lock (kazoo's
+//! docs): a member is a party node `<32 hex>-<name>` whose data starts with its identifier; an item's contenders are
+//! the `<32 hex>__lock__<sequence>` nodes in `<path>/locks/<item>`, and the lowest sequence holds the lock (kazoo's
 //! ordering, the same rule the partitioners use). A contender belongs to the member whose party node has the same
 //! session; this crate's members also write their name into their lock nodes, kazoo's write nothing.
 

@@ -108,8 +108,8 @@
 //!   wire.
 //! - `builder` ([`Builder`]: validate, then start through `startup`), `partitioner` (the [`SetPartitioner`]
 //!   handle), `snapshot` ([`Snapshot`] and its one writer).
-//! - `item_set/` ([`ItemSet`]: the shared set and its atomic updates), `partition_fn` ([`PartitionFn`]),
-//!   `agreement` (what members announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
+//! - `item_set/` ([`ItemSet`]: the shared set and its atomic updates), `partition_fn` ([`PartitionFn`]), `agreement`
+//!   (what members announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
 //! - `connect` and `relay` (sessions that survive a server restart), `zookeeper` (the client as a trait the
 //!   simulation implements too), `error`, `names`, `item`, `acl`, `policy`, `tls`.
 //! - Test code: `sim/` (the deterministic simulation of the very code above), `sabotage` (its one hook for breaking
@@ -147,28 +147,27 @@
 //!
 //! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
 //! members, the identifier for kazoo's and for this crate's [static members](Builder::static_membership) (whose
-//! restarts, with the same identifier, are then no party change). Children of `<path>/party` that do not start with 32 lowercase hex digits and
-//! a dash are not member nodes and are ignored (kazoo would count them and leave their share unowned). The crate never
-//! deletes `<path>`, `party`, `locks` or the lock directories of a fixed set: kazoo peers rely on them (with a shared
-//! set, the directories of removed items are deleted once free).
+//! restarts, with the same identifier, are then no party change). Children of `<path>/party` that do not start with 32
+//! lowercase hex digits and a dash are not member nodes and are ignored (kazoo would count them and leave their share
+//! unowned). The crate never deletes `<path>`, `party`, `locks` or the lock directories of a fixed set: kazoo peers
+//! rely on them (with a shared set, the directories of removed items are deleted once free).
 //!
-//! After the identifier, a member's party node data carries a line announcing its configuration:
-//! `zkp/1 set=<digest> fn=<fingerprint>` (`set=shared@<version>` with the shared set: the version the member
-//! follows). Members compare the others' lines with their own and report a difference at once in
-//! [`Snapshot::disagreements`] (a rolling deploy that changed the item list would otherwise stall silently; a member on
-//! another version of the shared set is reported until it catches up). kazoo reads party node names only; its members announce nothing and are not
-//! checked.
+//! After the identifier, a member's party node data carries a line announcing its configuration: `zkp/1 set=<digest>
+//! fn=<fingerprint>` (`set=shared@<version>` with the shared set: the version the member follows). Members compare the
+//! others' lines with their own and report a difference at once in [`Snapshot::disagreements`] (a rolling deploy that
+//! changed the item list would otherwise stall silently; a member on another version of the shared set is reported
+//! until it catches up). kazoo reads party node names only; its members announce nothing and are not checked.
 //!
 //! # Guarantees
 //!
 //! - **Safety**: an item's lock is the lowest contender node in its directory, an ephemeral node of one session, so two
-//!   live sessions never hold the same item; a member lists an item as processable only while it holds the item's
-//!   lock, and stops listing everything as soon as its connection is suspended. Before deleting a lock it stops
-//!   listing the item. Each held lock node is watched: if someone else deletes it (an operator, a tool), the member
-//!   stops listing the item as soon as ZooKeeper tells it (one watch notification; for a lock just taken, when its
-//!   watch is registered: once the lock work has been quiet for `time_boundary`, and at the latest 2 ×
-//!   `time_boundary` after the lock was taken), then takes it again by the normal rules. Between the deletion and that notification another process may already take the item: the
-//!   [`FencingToken`] is what protects the data in that window.
+//!   live sessions never hold the same item; a member lists an item as processable only while it holds the item's lock,
+//!   and stops listing everything as soon as its connection is suspended. Before deleting a lock it stops listing the
+//!   item. Each held lock node is watched: if someone else deletes it (an operator, a tool), the member stops listing
+//!   the item as soon as ZooKeeper tells it (one watch notification; for a lock just taken, when its watch is
+//!   registered: once the lock work has been quiet for `time_boundary`, and at the latest 2 × `time_boundary` after the
+//!   lock was taken), then takes it again by the normal rules. Between the deletion and that notification another
+//!   process may already take the item: the [`FencingToken`] is what protects the data in that window.
 //! - **Liveness**: once the party is stable for `time_boundary` and every member has released what it no longer owns,
 //!   every member reaches `Acquired` and every item has an owner (if every member uses the same items and partition
 //!   function).

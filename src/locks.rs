@@ -27,10 +27,10 @@ pub(crate) const WRITE_BATCH: usize = 100;
 
 /// Lock operations per `multi` in an allocation: 500 for sets of up to 25,000 items, [`WRITE_BATCH`] above. A lone
 /// member's warm allocation then needs a fifth of the requests: 5,000 locks on a warm path took 59-63 ms at 100 per
-/// `multi` and 53-55 ms at 500 as a bare client (BENCHMARKS.md, "The floor of the warm allocation"). The server's memory stays below the
-/// 100,000-item case's: at 500 per `multi` the last 500 transactions can hold 250,000 operations (about 70 MB, by
-/// the 100,000-item measurement above: 500 per `multi` kept about 55 MB more than 100), beside a data tree a quarter
-/// of the 100,000-item one, where that case holds 161-181 MB after a collection.
+/// `multi` and 53-55 ms at 500 as a bare client (BENCHMARKS.md, "The floor of the warm allocation"). The server's
+/// memory stays below the 100,000-item case's: at 500 per `multi` the last 500 transactions can hold 250,000 operations
+/// (about 70 MB, by the 100,000-item measurement above: 500 per `multi` kept about 55 MB more than 100), beside a data
+/// tree a quarter of the 100,000-item one, where that case holds 161-181 MB after a collection.
 pub(crate) const LOCK_BATCH: crate::decision::Batch =
     crate::decision::Batch { small: 500, small_set: 25_000, large: WRITE_BATCH };
 

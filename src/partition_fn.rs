@@ -198,8 +198,8 @@ impl std::fmt::Debug for Rendezvous {
 }
 
 impl Rendezvous {
-    /// A function whose members hold at most `load_factor × items / members` items each (but at least the average). Smaller factors balance
-    /// more tightly and move more items on a change; `load_factor` is clamped to at least 1.0.
+    /// A function whose members hold at most `load_factor × items / members` items each (but at least the average).
+    /// Smaller factors balance more tightly and move more items on a change; `load_factor` is clamped to at least 1.0.
     pub fn with_load_factor(load_factor: f64) -> Self {
         let load_factor = if load_factor.is_finite() { load_factor.max(1.0) } else { 1.0 };
         Rendezvous { load_factor, ranking: Mutex::new(None) }

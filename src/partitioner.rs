@@ -354,10 +354,10 @@ impl SetPartitioner {
         self.read(|snapshot| snapshot.member.clone())
     }
 
-    /// The shared item set this member follows ([`Builder::shared_item_set`](crate::Builder::shared_item_set)), on the member's own session; `None`
-    /// with a fixed set. Changing it changes every member's set. Once the partitioner's task has ended, its methods
-    /// fail with [`Error::Stopped`] (the member's session is released); use an [`ItemSet`] on a client of your own
-    /// to change the set from a process that is not a member.
+    /// The shared item set this member follows ([`Builder::shared_item_set`](crate::Builder::shared_item_set)), on the
+    /// member's own session; `None` with a fixed set. Changing it changes every member's set. Once the partitioner's
+    /// task has ended, its methods fail with [`Error::Stopped`] (the member's session is released); use an [`ItemSet`]
+    /// on a client of your own to change the set from a process that is not a member.
     pub fn item_set(&self) -> Option<&ItemSet> {
         self.item_set.as_deref()
     }

@@ -1,9 +1,10 @@
 //! Party membership: one ephemeral node per member under `<path>/party`.
 //!
 //! A member's node is `<32 lowercase hex>-<identifier>-<10-digit sequence>` (ephemeral sequential), its data the
-//! identifier, then a line announcing its item set and partition function (see `agreement`). kazoo's `ShallowParty` names a member by the text after the first `-` of its node, so this member's
-//! name is `<identifier>-<sequence>` (unique even when identifiers repeat) and a kazoo member's name is its
-//! identifier. The random hex prefix lets a member recognise its own node after a create whose reply was lost.
+//! identifier, then a line announcing its item set and partition function (see `agreement`). kazoo's `ShallowParty`
+//! names a member by the text after the first `-` of its node, so this member's name is `<identifier>-<sequence>`
+//! (unique even when identifiers repeat) and a kazoo member's name is its identifier. The random hex prefix lets a
+//! member recognise its own node after a create whose reply was lost.
 //!
 //! A static member (`Builder::static_membership`) joins exactly as kazoo does: its node is `<32 hex>-<identifier>`
 //! (ephemeral, not sequential), so its name is its identifier and a restarted process gets the same name back. It

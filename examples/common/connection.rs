@@ -40,8 +40,9 @@ pub struct SessionArgs {
 }
 
 impl SessionArgs {
-    /// Opens a session with `session_timeout` through `zk_partitioner::connect_with_options`: the error is the library's, as
-    /// is (`cannot connect to ZooKeeper at <connect string>: ...` with a reason per server, or the missing chroot).
+    /// Opens a session with `session_timeout` through `zk_partitioner::connect_with_options`: the error is the
+    /// library's, as is (`cannot connect to ZooKeeper at <connect string>: ...` with a reason per server, or the
+    /// missing chroot).
     pub async fn open(&self, session_timeout: Duration) -> Result<Client, String> {
         let mut connector = Client::connector().with_session_timeout(session_timeout);
         if let Some((scheme, credentials)) = &self.auth {

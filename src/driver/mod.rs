@@ -2,9 +2,9 @@
 //!
 //! The loop is here; [`requests`] turns each operation the core asks for into ZooKeeper requests, [`publish`] each
 //! publication into the snapshot handles read (with its logs and metrics), and `supervise` runs the loop and cleans up
-//! after a panic. It feeds the [`Core`] what happens (session changes, the party watch, request replies, commands, time), performs
-//! the actions the core asks for, in order, and decides nothing itself. Every wait is one `select!` over cancel-safe
-//! sources, so every event reaches the core at once, whatever the core is doing.
+//! after a panic. It feeds the [`Core`] what happens (session changes, the party watch, request replies, commands,
+//! time), performs the actions the core asks for, in order, and decides nothing itself. Every wait is one `select!`
+//! over cancel-safe sources, so every event reaches the core at once, whatever the core is doing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
