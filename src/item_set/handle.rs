@@ -174,7 +174,7 @@ impl ItemSet {
     /// lost with the connection is sent again; items it finds already gone then count as removed.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add#cancel-safety): a dropped call still removes the items or fails.
+    /// As [`add`](ItemSet::add): a dropped call still removes the items or fails.
     pub async fn remove<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -190,7 +190,7 @@ impl ItemSet {
     /// As [`add`](ItemSet::add), plus [`Error::EmptyItemSet`] for no items.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add#cancel-safety): a dropped call still replaces the set or fails.
+    /// As [`add`](ItemSet::add): a dropped call still replaces the set or fails.
     pub async fn replace<I>(&self, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
@@ -209,7 +209,7 @@ impl ItemSet {
     /// [`replace`](ItemSet::replace).
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add#cancel-safety): a dropped call still replaces the set, or fails if its version moved on.
+    /// As [`add`](ItemSet::add): a dropped call still replaces the set, or fails if its version moved on.
     pub async fn replace_if<I>(&self, version: u64, items: I) -> Result<SharedItems, Error>
     where
         I: IntoIterator,
