@@ -74,8 +74,9 @@ impl Timers {
         self.get(timer).is_some_and(|at| at <= now)
     }
 
-    /// Arms a stored timer (or clears it, given `None`).
+    /// Arms a stored timer (or clears it, given `None`). A timer read from the state has nothing to arm.
     pub fn set(&mut self, timer: Timer, at: Option<Instant>) {
+        debug_assert!(timer.slot().is_some(), "{timer:?} is read from the state, not stored");
         if let Some(slot) = timer.slot() {
             self.0[slot] = at;
         }
