@@ -33,6 +33,24 @@ pub enum Error {
         reason: String,
     },
 
+    /// A weight is malformed or out of range ([`Weight`](crate::Weight)).
+    #[error("invalid weight {weight}: {reason}")]
+    InvalidWeight {
+        /// The weight as given (quoted, and cut if long).
+        weight: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A member capacity is out of range ([`Builder::capacity`](crate::Builder::capacity)).
+    #[error("invalid capacity {capacity}: a capacity is 1 to {max}")]
+    InvalidCapacity {
+        /// The capacity as given.
+        capacity: u32,
+        /// The largest capacity.
+        max: u32,
+    },
+
     /// ZooKeeper refused a request for lack of permission (`NoAuth`): the node's ACL does not grant this session's
     /// authentication the permission the request needs. Never retried: authenticate the session (e.g.
     /// `Connector::with_auth`) as the identity the nodes were created for, or fix the ACL (see

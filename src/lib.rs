@@ -242,6 +242,7 @@ mod startup;
 pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
+mod weight;
 mod zookeeper;
 
 pub use builder::Builder;
@@ -268,9 +269,12 @@ pub use error::Error;
 pub use item::{Item, check_items};
 pub use item_set::{ItemSet, SharedItems};
 pub use names::{check_identifier, check_path};
-pub use partition_fn::{KazooStride, PartitionFn, Rendezvous};
+pub use partition_fn::{KazooStride, PartitionFn, Rendezvous, Weighted, WeightedRendezvous};
 pub use partitioner::SetPartitioner;
 pub use policy::{Rebalance, SessionPolicy};
+pub use weight::{
+    DEFAULT_DIMENSION, DimensionLoad, Load, MAX_CAPACITY, MAX_DIMENSIONS, MAX_WEIGHT, Weight, Weights, capacity_limit,
+};
 pub use snapshot::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]

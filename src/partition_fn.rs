@@ -5,7 +5,9 @@ use std::sync::Mutex;
 use crate::Item;
 
 mod ranking;
+mod weighted;
 use ranking::Ranking;
+pub use weighted::WeightedRendezvous;
 
 /// Decides which items a member owns, given every member of the party.
 ///
@@ -47,6 +49,65 @@ pub trait PartitionFn: Send + Sync + 'static {
     /// it.
     fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
         let _ = (me, members, items);
+    }
+
+    /// For a function that divides by weight and capacity ([`WeightedRendezvous`]): the most weight it lets a
+    /// member carry in any dimension, as a multiple of the member's ideal share
+    /// ([`capacity_limit`](crate::capacity_limit) computes the limit). `None` (the default): the function ignores
+    /// weights and capacities.
+    ///
+    /// A function that says `Some` is called through [`partition_weighted`](PartitionFn::partition_weighted), and
+    /// the partitioner waits until it has read every member's announced capacity before deciding; a member whose
+    /// load passes this bound is reported [`Load::over_capacity`](crate::Load::over_capacity).
+    fn load_bound(&self) -> Option<f64> {
+        None
+    }
+
+    /// Returns the items `input.me` owns, knowing the items' weights and the members' capacities. The partitioner
+    /// always calls this one; the default calls [`partition`](PartitionFn::partition), which ignores them.
+    fn partition_weighted(&self, input: &Weighted<'_>) -> Vec<Item> {
+        self.partition(input.me, input.members, input.items)
+    }
+
+    /// [`prepare`](PartitionFn::prepare) with weights and capacities; the default calls `prepare`.
+    fn prepare_weighted(&self, input: &Weighted<'_>) {
+        self.prepare(input.me, input.members, input.items)
+    }
+}
+
+/// The inputs of [`PartitionFn::partition_weighted`]: those of [`PartitionFn::partition`], with every member's
+/// capacity and every item's weight.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Weighted<'a> {
+    /// This member's name.
+    pub me: &'a str,
+    /// Every member's name, sorted by code point, this member included.
+    pub members: &'a [String],
+    /// Each member's capacity, in the order of `members` (1 for a member that announces none, e.g. a kazoo member).
+    pub capacities: &'a [u32],
+    /// The whole set, sorted and without duplicates.
+    pub items: &'a [Item],
+    /// The items' weights, in the order of `items`.
+    pub weights: &'a crate::Weights,
+}
+
+impl<'a> Weighted<'a> {
+    /// The inputs for `me` among `members` (with their `capacities`) over `items` (with their `weights`).
+    ///
+    /// # Panics
+    ///
+    /// When `capacities` or `weights` do not match `members` or `items` in length.
+    pub fn new(
+        me: &'a str,
+        members: &'a [String],
+        capacities: &'a [u32],
+        items: &'a [Item],
+        weights: &'a crate::Weights,
+    ) -> Self {
+        assert_eq!(members.len(), capacities.len(), "one capacity per member");
+        assert_eq!(items.len(), weights.len(), "one weight per item");
+        Weighted { me, members, capacities, items, weights }
     }
 }
 
