@@ -9,6 +9,7 @@
 //! ```text
 //! zkp/1 set=<16 hex> fn=<16 hex>       (a fixed set: a digest of the set)
 //! zkp/1 set=shared@<version> fn=<16 hex>  (the shared set in ZooKeeper, at the version the member follows)
+//! zkp/1 set=... fn=... cap=<n>           (a member of capacity n ≠ 1, see `Builder::capacity`)
 //! ```
 //!
 //! and compares its own line with every other member's. A member on the shared set writes its line again whenever it
@@ -20,8 +21,13 @@
 //! `set` is 64-bit FNV-1a over each item's kind (`i` or `s`), its lock node name and a `0x00` byte, in sorted order.
 //! `fn` fingerprints the partition function by what it does: the function's answers for a fixed probe party of
 //! three members over a fixed probe set of 48 items (integers or strings, the kind of the member's set), hashed the
-//! same way. Two deterministic functions that answer the probe differently certainly disagree; two that answer it
-//! alike may still differ on other inputs (the check finds disagreements, it does not prove agreement).
+//! same way (a weighted function, one with a [`load_bound`](crate::PartitionFn::load_bound), answers it with probe
+//! capacities 1, 2, 3 and item weights 1 to 5, so that two load bounds tell apart). Two deterministic functions that
+//! answer the probe differently certainly disagree; two that answer it alike may still differ on other inputs (the
+//! check finds disagreements, it does not prove agreement).
+//!
+//! `cap` is not compared: members may differ in size. It is what weighted functions divide by, so every member
+//! reads it (absent or unreadable: 1, as for a kazoo member).
 
 use std::fmt;
 
@@ -50,6 +56,8 @@ pub(crate) struct Agreement {
     pub set: SetSource,
     /// `None` when the function panicked on the probe (it is then not compared).
     pub function: Option<u64>,
+    /// The member's capacity (1 unless it says otherwise).
+    pub capacity: u32,
 }
 
 impl Agreement {
@@ -64,7 +72,7 @@ impl Agreement {
             Some(items) => SetSource::Fixed(set_digest(items)),
             None => SetSource::Shared(shared_version),
         };
-        Agreement { set, function: function_fingerprint(function, kind_hint) }
+        Agreement { set, function: function_fingerprint(function, kind_hint), capacity: 1 }
     }
 
     /// Parses the agreement line out of a party node's data (`None` for a kazoo member or anything unrecognized).
@@ -75,7 +83,7 @@ impl Agreement {
         if words.next()? != MARKER {
             return None;
         }
-        let (mut set, mut function) = (None, None);
+        let (mut set, mut function, mut capacity) = (None, None, 1);
         for word in words {
             match word.split_once('=') {
                 Some(("set", "shared")) => set = Some(SetSource::Shared(None)),
@@ -85,10 +93,13 @@ impl Agreement {
                 Some(("set", hex)) => set = Some(SetSource::Fixed(u64::from_str_radix(hex, 16).ok()?)),
                 Some(("fn", "?")) => function = Some(None),
                 Some(("fn", hex)) => function = Some(Some(u64::from_str_radix(hex, 16).ok()?)),
+                Some(("cap", n)) => {
+                    capacity = n.parse().ok().filter(|c| (1..=crate::MAX_CAPACITY).contains(c)).unwrap_or(1)
+                }
                 _ => {} // a later version's field
             }
         }
-        Some(Agreement { set: set?, function: function? })
+        Some(Agreement { set: set?, function: function?, capacity })
     }
 
     /// The party node's data: the identifier (what kazoo writes), then this line.
@@ -123,9 +134,13 @@ impl fmt::Display for Agreement {
             SetSource::Shared(Some(version)) => write!(f, " set=shared@{version}")?,
         }
         match self.function {
-            Some(fingerprint) => write!(f, " fn={fingerprint:016x}"),
-            None => f.write_str(" fn=?"),
+            Some(fingerprint) => write!(f, " fn={fingerprint:016x}")?,
+            None => f.write_str(" fn=?")?,
         }
+        if self.capacity != 1 {
+            write!(f, " cap={}", self.capacity)?;
+        }
+        Ok(())
     }
 }
 
@@ -170,10 +185,19 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
         _ => (0..PROBE_ITEMS).map(Item::Int).collect(),
     };
     let members: Vec<String> = PROBE_MEMBERS.iter().map(|m| m.to_string()).collect();
+    let weighted = function.load_bound().is_some();
+    let capacities: Vec<u32> = if weighted { vec![1, 2, 3] } else { vec![1; members.len()] };
+    let weights = if weighted {
+        let weights = items.iter().zip(0u64..).map(|(item, i)| (item.clone(), crate::Weight::new(i % 5 + 1))).collect();
+        crate::Weights::of(&items, &weights)
+    } else {
+        crate::Weights::uniform(items.len())
+    };
     let probe = || {
         let mut hash = Fnv::new();
         for me in &members {
-            let mut share = function.partition(me, &members, &items);
+            let input = crate::Weighted::new(me, &members, &capacities, &items, &weights);
+            let mut share = function.partition_weighted(&input);
             share.sort();
             hash.write(me.as_bytes());
             hash.write(&[1]);

@@ -41,6 +41,7 @@ pub struct Builder {
     static_membership: bool,
     max_identity_wait: Option<Duration>,
     shared_item_set: bool,
+    capacity: u32,
     acls: Option<NodeAcls>,
 }
 
@@ -59,6 +60,7 @@ impl fmt::Debug for Builder {
             .field("static_membership", &self.static_membership)
             .field("max_identity_wait", &self.max_identity_wait)
             .field("shared_item_set", &self.shared_item_set)
+            .field("capacity", &self.capacity)
             .field("acls", &self.acls)
             .finish()
     }
@@ -217,6 +219,33 @@ impl Builder {
     /// ```
     pub fn rebalance(mut self, rebalance: Rebalance) -> Self {
         self.rebalance = rebalance;
+        self
+    }
+
+    /// This member's capacity: its size relative to the other members' (default 1; 1 to
+    /// [`MAX_CAPACITY`](crate::MAX_CAPACITY)). A weighted partition function
+    /// ([`WeightedRendezvous`](crate::WeightedRendezvous)) gives a member of capacity 4 four times the weight of a
+    /// member of capacity 1; the others ignore it. It is announced in the member's party node, where every member
+    /// reads it; a member that announces none (a kazoo member) counts as capacity 1.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{SetPartitioner, WeightedRendezvous};
+    ///
+    /// // An 8-core machine among 2-core ones.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", Vec::<String>::new())
+    ///     .shared_item_set(true)
+    ///     .partition_func(WeightedRendezvous::default())
+    ///     .capacity(4)
+    ///     .build()
+    ///     .await?;
+    /// # drop(partitioner);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn capacity(mut self, capacity: u32) -> Self {
+        self.capacity = capacity;
         self
     }
 
@@ -444,6 +473,7 @@ impl Builder {
             (None, _) => default_identity_wait(&self.client),
         };
         check_duration("time_boundary", self.time_boundary)?;
+        let capacity = crate::weight::check_capacity(self.capacity)?;
         check_duration("max_reaction_time", self.max_reaction_time)?;
         if let Some(limit) = self.max_allocation_time {
             check_duration("max_allocation_time", limit)?;
@@ -464,6 +494,7 @@ impl Builder {
             static_membership: self.static_membership,
             identity_wait,
             shared_item_set: self.shared_item_set,
+            capacity,
             acls: self.acls.unwrap_or_default(),
             window: DEFAULT_WINDOW,
             batch: crate::locks::LOCK_BATCH,
@@ -536,6 +567,7 @@ impl SetPartitioner {
             static_membership: false,
             max_identity_wait: None,
             shared_item_set: false,
+            capacity: 1,
             acls: None,
         }
     }

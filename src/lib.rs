@@ -272,13 +272,13 @@ pub use names::{check_identifier, check_path};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous, Weighted, WeightedRendezvous};
 pub use partitioner::SetPartitioner;
 pub use policy::{Rebalance, SessionPolicy};
-pub use weight::{
-    DEFAULT_DIMENSION, DimensionLoad, Load, MAX_CAPACITY, MAX_DIMENSIONS, MAX_WEIGHT, Weight, Weights, capacity_limit,
-};
 pub use snapshot::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{tls_options, tls_options_with_identity};
+pub use weight::{
+    DEFAULT_DIMENSION, DimensionLoad, Load, MAX_CAPACITY, MAX_DIMENSIONS, MAX_WEIGHT, Weight, Weights, capacity_limit,
+};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;

@@ -148,6 +148,22 @@ impl crate::PartitionFn for Timed {
     fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
         self.inner.prepare(me, members, items);
     }
+
+    fn load_bound(&self) -> Option<f64> {
+        self.inner.load_bound()
+    }
+
+    fn partition_weighted(&self, input: &crate::Weighted<'_>) -> Vec<Item> {
+        let started = Instant::now();
+        let mine = self.inner.partition_weighted(input);
+        ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
+            .record(started.elapsed().as_secs_f64());
+        mine
+    }
+
+    fn prepare_weighted(&self, input: &crate::Weighted<'_>) {
+        self.inner.prepare_weighted(input);
+    }
 }
 
 /// What the driver records, and the little state that needs (the allocation clock, the last session state).

@@ -97,8 +97,13 @@ pub struct Snapshot {
     pub removed: Arc<[Item]>,
     /// Members of the party that announce a different item set or partition function: while this is not empty, the
     /// members may compute overlapping shares and wait forever for each other's locks. Reported at the first party
-    /// read that shows it, in every state; kazoo members announce nothing and are never listed.
+    /// read that shows it, in every state. Kazoo members announce nothing: they are listed
+    /// ([`DisagreementKind::Unannounced`]) only when this member's function does not answer as kazoo's does.
     pub disagreements: Arc<[Disagreement]>,
+    /// This member's load under the current assignment: its capacity, the weight of its share in each dimension
+    /// against its ideal share, and whether it is over what the partition function's load bound allows (an item too
+    /// large for any member's room). `None` until the first allocation.
+    pub load: Option<Arc<crate::Load>>,
     /// Our lock node's name (in the item's lock directory) for each item in [`items`](Snapshot::items), in the same
     /// order: what a checkpoint save checks.
     pub(crate) lock_nodes: Arc<[String]>,
@@ -115,6 +120,11 @@ pub enum DisagreementKind {
     /// It follows another version of the shared item set: it has not caught up with a change (or lost its watch).
     /// Reported once it has been on another version for `time_boundary` after this member followed a change.
     ItemSetVersion,
+    /// It announces nothing: a kazoo member (or a build of this crate from before announcements), which computes
+    /// kazoo's function ([`KazooStride`](crate::KazooStride)), while this member's function answers differently (a
+    /// [`Rendezvous`](crate::Rendezvous), or any weighted function): they would wait for each other's locks. A
+    /// party with kazoo members must use `KazooStride`, which ignores weights and capacities.
+    Unannounced,
 }
 
 /// A member of the party whose configuration disagrees with this member's (see [`Snapshot::disagreements`]).
@@ -137,6 +147,7 @@ impl fmt::Display for Disagreement {
             DisagreementKind::ItemSet => "item set",
             DisagreementKind::PartitionFn => "partition function",
             DisagreementKind::ItemSetVersion => "version of the shared item set",
+            DisagreementKind::Unannounced => "partition function, or none this crate can check",
         };
         write!(f, "member {} uses a different {what} ({} here, {} there)", self.member, self.ours, self.theirs)
     }
@@ -155,6 +166,7 @@ pub(crate) struct Transition {
     /// The shared set's change, when the set in force differs from the one published last.
     pub set: Option<SetChange>,
     pub disagreements: Arc<[Disagreement]>,
+    pub load: Option<Arc<crate::Load>>,
     pub lock_nodes: Arc<[String]>,
 }
 
@@ -181,6 +193,7 @@ impl Snapshot {
             added: Arc::from([]),
             removed: Arc::from([]),
             disagreements: Arc::from([]),
+            load: None,
             lock_nodes: Arc::from([]),
         }
     }
@@ -199,6 +212,7 @@ impl Snapshot {
             suspended,
             set,
             disagreements,
+            load,
             lock_nodes,
         } = transition;
         if let Some(SetChange { version, added, removed }) = set {
@@ -216,6 +230,7 @@ impl Snapshot {
         self.cause = cause;
         self.suspended = suspended;
         self.disagreements = disagreements;
+        self.load = load;
         self.lock_nodes = lock_nodes;
     }
 

@@ -45,6 +45,8 @@ pub(crate) struct Settings {
     /// Under static membership, how long to wait for another node carrying the identifier to go.
     pub identity_wait: Duration,
     pub shared_item_set: bool,
+    /// This member's capacity, announced in its party node ([`Builder::capacity`](crate::Builder::capacity)).
+    pub capacity: u32,
     pub acls: NodeAcls,
     /// Lock operations in flight at most, and per `multi`.
     pub window: usize,
@@ -88,17 +90,20 @@ pub(crate) async fn start<Z: ZooKeeper>(
     };
     party::ensure_base(zk, &paths).await?;
     let lock_dirs_exist = crate::locks::any_dir(zk, &paths).await?;
-    let (items, set, set_version) = if let Some(set) = set {
+    let (items, weights, set, set_version) = if let Some(set) = set {
         let read = match followed {
             Some(read) => read,
             None => nonempty(&set, set.create_if_missing(settings.items).await?.0)?,
         };
-        (read.items, Some(set.paths().clone()), Some(read.version))
+        (read.items, read.weights, Some(set.paths().clone()), Some(read.version))
     } else {
-        (settings.items, None, None)
+        (settings.items, Default::default(), None, None)
     };
     let partition_fn = settings.partition_fn;
-    let agreement = Agreement::new(set.is_none().then_some(&items[..]), set_version, &*partition_fn, items.first());
+    let mut agreement = Agreement::new(set.is_none().then_some(&items[..]), set_version, &*partition_fn, items.first());
+    agreement.capacity = settings.capacity;
+    let kazoo = Agreement::new(None, None, &crate::KazooStride, items.first());
+    let kazoo_compatible = agreement.function.is_none() || agreement.function == kazoo.function;
     let node_data = agreement.node_data(&settings.identifier);
     let naming = if settings.static_membership {
         Naming::Static { wait: Some(settings.identity_wait) }
@@ -109,8 +114,10 @@ pub(crate) async fn start<Z: ZooKeeper>(
     let core = Core::new(
         CoreConfig {
             items,
+            weights,
             shared_set: set_version,
             agreement,
+            kazoo_compatible,
             partition_fn,
             time_boundary: settings.time_boundary,
             max_reaction_time: settings.max_reaction_time,

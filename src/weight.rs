@@ -138,7 +138,11 @@ fn check_dimension(name: &str) -> Result<(), String> {
     let valid = (1..=32).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if valid { Ok(()) } else { Err("is not a dimension name (1 to 32 of a-z, 0-9 and _, starting with a letter)".into()) }
+    if valid {
+        Ok(())
+    } else {
+        Err("is not a dimension name (1 to 32 of a-z, 0-9 and _, starting with a letter)".into())
+    }
 }
 
 /// Checks a member's capacity ([`Builder::capacity`](crate::Builder::capacity)): 1 to [`MAX_CAPACITY`].
@@ -337,8 +341,20 @@ mod tests {
         }
         assert_eq!("cpu=3,bytes=100".parse::<Weight>().ok(), Weight::named([("bytes", 100), ("cpu", 3)]).ok());
         for garbage in [
-            "", "-1", "+1", "1.5", "1000000000001", "cpu", "cpu=", "=3", "Cpu=1", "1cpu=1", "cpu=1,cpu=2", "cpu=1,",
-            "a=1,b=1,c=1,d=1,e=1,f=1,g=1,h=1,i=1", "cpu=1;bytes=2",
+            "",
+            "-1",
+            "+1",
+            "1.5",
+            "1000000000001",
+            "cpu",
+            "cpu=",
+            "=3",
+            "Cpu=1",
+            "1cpu=1",
+            "cpu=1,cpu=2",
+            "cpu=1,",
+            "a=1,b=1,c=1,d=1,e=1,f=1,g=1,h=1,i=1",
+            "cpu=1;bytes=2",
         ] {
             assert!(garbage.parse::<Weight>().is_err(), "{garbage:?}");
         }

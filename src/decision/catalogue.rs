@@ -8,10 +8,10 @@
 //! Indexing below cannot go out of bounds: every index the core holds was handed out by this catalogue, indexes are
 //! never taken back, and `in_set` grows with `items`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::Item;
+use crate::{Item, Weight, Weights};
 
 /// Items by index, and the set in force.
 #[derive(Debug)]
@@ -32,6 +32,10 @@ pub(super) struct Catalogue {
     /// Each index's position among every item ever known, in item order; empty while index order is item order
     /// (a fixed set, and a shared set until an item is added that sorts before a known one).
     rank: Vec<usize>,
+    /// The weights the shared set names (of items in force; the others weigh 1) ...
+    named: BTreeMap<Item, Weight>,
+    /// ... and the table they make over `sorted`, what a weighted partition function reads.
+    weights: Weights,
 }
 
 /// What a change of the set did, as indexes.
@@ -48,12 +52,29 @@ impl SetChange {
 }
 
 impl Catalogue {
-    /// A catalogue holding `items` (sorted, without duplicates) as the set in force.
-    pub fn new(items: Vec<Item>, version: Option<u64>) -> Self {
+    /// A catalogue holding `items` (sorted, without duplicates) with their `named` weights as the set in force.
+    pub fn new(items: Vec<Item>, version: Option<u64>, named: BTreeMap<Item, Weight>) -> Self {
         let index = items.iter().cloned().zip(0..).collect();
         let count = items.len();
         let (set, in_set) = ((0..count).collect(), vec![true; count]);
-        Catalogue { sorted: items.clone(), items, index, set, in_set, version, generation: 0, rank: Vec::new() }
+        let weights = Weights::of(&items, &named);
+        Catalogue {
+            sorted: items.clone(),
+            items,
+            index,
+            set,
+            in_set,
+            version,
+            generation: 0,
+            rank: Vec::new(),
+            named,
+            weights,
+        }
+    }
+
+    /// The weights of the set in force, in the order of [`sorted`](Catalogue::sorted).
+    pub fn weights(&self) -> &Weights {
+        &self.weights
     }
 
     /// The item with this index (every index the core uses came from this catalogue).
@@ -94,12 +115,18 @@ impl Catalogue {
         &self.set
     }
 
-    /// Makes `items` (sorted, without duplicates) the set in force, at `version`, and says what changed. New items get
-    /// new indexes; removed ones keep theirs.
-    pub fn replace(&mut self, items: Vec<Item>, version: u64) -> SetChange {
+    /// Makes `items` (sorted, without duplicates) with their `named` weights the set in force, at `version`, and says
+    /// what changed: the items (new items get new indexes; removed ones keep theirs), and whether any weight did.
+    pub fn replace(&mut self, items: Vec<Item>, version: u64, named: BTreeMap<Item, Weight>) -> (SetChange, bool) {
         self.version = Some(version);
+        let reweighed = named != self.named;
         if items == self.sorted {
-            return SetChange::default();
+            if reweighed {
+                self.weights = Weights::of(&self.sorted, &named);
+                self.named = named;
+                self.generation += 1;
+            }
+            return (SetChange::default(), reweighed);
         }
         let mut change = SetChange::default();
         let mut set = Vec::with_capacity(items.len());
@@ -133,10 +160,12 @@ impl Catalogue {
             }
         }
         self.generation += 1;
+        self.weights = Weights::of(&items, &named);
+        self.named = named;
         self.sorted = items;
         self.set = set;
         self.in_set = in_set;
-        change
+        (change, reweighed)
     }
 
     /// The difference between the set in force and an earlier one (`before`, indexes).
@@ -176,8 +205,8 @@ mod tests {
 
     #[test]
     fn indexes_are_stable_across_changes() {
-        let mut catalogue = Catalogue::new(items(&["b", "d"]), Some(0));
-        let change = catalogue.replace(items(&["a", "b", "c"]), 1);
+        let mut catalogue = Catalogue::new(items(&["b", "d"]), Some(0), BTreeMap::new());
+        let (change, _) = catalogue.replace(items(&["a", "b", "c"]), 1, BTreeMap::new());
         assert_eq!(change, SetChange { added: vec![2, 3], removed: vec![1] });
         assert_eq!(catalogue.item(2), &Item::from("a"));
         assert_eq!(catalogue.set(), [2, 0, 3]);
@@ -185,11 +214,25 @@ mod tests {
         assert!(!catalogue.contains(1));
         assert_eq!(catalogue.index_in_set(&Item::from("d")), None);
         // "d" comes back under its old index.
-        let change = catalogue.replace(items(&["d"]), 2);
+        let (change, _) = catalogue.replace(items(&["d"]), 2, BTreeMap::new());
         assert_eq!(change, SetChange { added: vec![1], removed: vec![2, 0, 3] });
         assert_eq!(catalogue.len(), 4);
         assert_eq!(catalogue.change_since(&[2, 0, 3]), change);
-        assert!(catalogue.replace(items(&["d"]), 3).is_empty());
+        assert!(catalogue.replace(items(&["d"]), 3, BTreeMap::new()).0.is_empty());
         assert_eq!(catalogue.version(), Some(3));
+    }
+
+    #[test]
+    fn weights_follow_the_set_and_a_reweighing_is_a_change() {
+        let heavy = BTreeMap::from([(Item::from("b"), Weight::new(5))]);
+        let mut catalogue = Catalogue::new(items(&["a", "b"]), Some(0), heavy.clone());
+        assert_eq!((catalogue.weights().item(0), catalogue.weights().item(1)), (&[1][..], &[5][..]));
+        let generation = catalogue.generation();
+        let (change, reweighed) = catalogue.replace(items(&["a", "b"]), 1, BTreeMap::new());
+        assert!(change.is_empty() && reweighed && catalogue.generation() > generation);
+        assert!(catalogue.weights().is_uniform());
+        let (change, reweighed) = catalogue.replace(items(&["b", "c"]), 2, heavy);
+        assert!(!change.is_empty() && reweighed);
+        assert_eq!((catalogue.weights().item(0), catalogue.weights().item(1)), (&[5][..], &[1][..]));
     }
 }

@@ -109,16 +109,23 @@ pub(crate) use protocol::{
 
 use crate::agreement::Agreement;
 use crate::item_set::layout::Unfinished;
-use crate::{Disagreement, Item, PartitionFn, PartitionState, Rebalance, SessionPolicy};
+use crate::{Disagreement, Item, Load, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
 
 /// Everything the core decides from, fixed at build time.
 pub(crate) struct CoreConfig {
     /// The whole set, sorted and validated (with a shared set: the set as read at build time).
     pub items: Vec<Item>,
+    /// The weights the shared set named at build time (the other items weigh 1).
+    pub weights: BTreeMap<Item, Weight>,
     /// The shared set's version when `items` was read; `None` for a fixed set.
     pub shared_set: Option<u64>,
     /// What this member announces in its party node (compared with every other member's).
     pub agreement: Agreement,
+    /// Whether our partition function answers the probe as kazoo's does: a member that announces nothing (a kazoo
+    /// member) is then taken to agree; else it is reported ([`DisagreementKind::Unannounced`]).
+    ///
+    /// [`DisagreementKind::Unannounced`]: crate::DisagreementKind::Unannounced
+    pub kazoo_compatible: bool,
     /// This member's identifier (its party node's data starts with it).
     pub identifier: String,
     /// Our party node's name (under `<path>/party`).
@@ -194,6 +201,8 @@ pub(crate) struct Core {
     members: Arc<[String]>,
     /// Our share under the latest stable party; `None` while the party settles.
     target: Option<BTreeSet<usize>>,
+    /// Our load under that share (weights against capacity).
+    load: Option<Arc<Load>>,
     /// Members announcing another set or function (as of the latest party read).
     disagreements: Arc<[Disagreement]>,
     /// The children of `<path>/party` as last read (member nodes and others).
@@ -245,7 +254,8 @@ impl Core {
     pub fn new(mut cfg: CoreConfig, me: Arc<str>, nonce: u128, now: Instant) -> Self {
         let count = cfg.items.len();
         let shared = cfg.shared_set.is_some();
-        let catalogue = Catalogue::new(std::mem::take(&mut cfg.items), cfg.shared_set);
+        let weights = std::mem::take(&mut cfg.weights);
+        let catalogue = Catalogue::new(std::mem::take(&mut cfg.items), cfg.shared_set, weights);
         // The jitter's seed: the random bits the contender prefixes are made from.
         let debounce = Debounce::new(cfg.time_boundary, cfg.jitter_parties, now, (nonce >> 64) as u64 ^ nonce as u64);
         let window = Window::new(cfg.batch.small.min(cfg.batch.large), cfg.window);
@@ -264,6 +274,7 @@ impl Core {
             joining: None,
             members: Arc::from([]),
             target: None,
+            load: None,
             disagreements: Arc::from([]),
             party_nodes: Vec::new(),
             announcements: BTreeMap::new(),
@@ -285,6 +296,7 @@ impl Core {
                 members: Arc::from([]),
                 set: SetInForce::default(),
                 disagreements: Arc::from([]),
+                load: None,
             },
             owed: None,
             release_acks: Vec::new(),
@@ -454,6 +466,7 @@ impl Core {
             && self.set_fresh
             && self.connected
             && self.debounce.ready(self.now)
+            && self.capacities().is_some()
         {
             if !self.in_party {
                 self.rejoin();
@@ -480,6 +493,10 @@ impl Core {
         }
         if self.shared() && may_send && self.set_read.is_none() && !self.set_fresh {
             self.set_read = Some(self.request(Op::ReadSet, Pending::ReadSet));
+        }
+        // A weighted function waits for every member's capacity: a failed read of the announcements is sent again.
+        if may_send && self.party_fresh && self.capacities().is_none() {
+            self.read_announcements(false);
         }
     }
 

@@ -2,17 +2,17 @@
 //! reveal), stray nodes of our own, the quiet period's early work ([`PartitionFn::prepare`](crate::PartitionFn))
 //! and the share the partition function gives us.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::timers::Timer;
 use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError};
-use crate::Disagreement;
 use crate::agreement::Agreement;
 use crate::layout;
 use crate::partition_fn::guarded;
 use crate::sabotage::{Sabotage, breaks};
+use crate::{Disagreement, Load, Weighted};
 
 impl Core {
     /// Someone (an operator, or a bug elsewhere) removed our party node: join again, which changes the party.
@@ -33,7 +33,8 @@ impl Core {
 
     /// The quiet period has lasted `time_boundary`: our share under the party as it stands becomes the target.
     pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
-        let target = self.assignment(&self.latest_party)?;
+        let (target, load) = self.assignment(&self.latest_party)?;
+        self.load = Some(Arc::new(load));
         self.members = self.latest_party.clone().into();
         self.target = Some(target);
         self.locks.want_is_target = false;
@@ -160,16 +161,17 @@ impl Core {
         let found: Arc<[Disagreement]> = self
             .announcements
             .iter()
-            .filter_map(|(node, theirs)| Some((layout::member_name(node)?, (*theirs)?)))
+            .filter_map(|(node, theirs)| Some((layout::member_name(node)?, *theirs)))
             .filter(|(member, _)| **member != *self.me)
             .filter_map(|(member, theirs)| {
-                let kind = ours.compare(&theirs)?;
-                Some(Disagreement {
-                    member: member.to_owned(),
-                    kind,
-                    ours: ours.to_string(),
-                    theirs: theirs.to_string(),
-                })
+                // A member that announces nothing computes kazoo's function (a kazoo member) or says nothing about
+                // its own (an older build): it agrees only if ours answers as kazoo's does.
+                let (kind, theirs) = match theirs {
+                    Some(theirs) => (ours.compare(&theirs)?, theirs.to_string()),
+                    None if self.cfg.kazoo_compatible => return None,
+                    None => (crate::DisagreementKind::Unannounced, "nothing (a kazoo member?)".to_owned()),
+                };
+                Some(Disagreement { member: member.to_owned(), kind, ours: ours.to_string(), theirs })
             })
             .collect();
         let lagging = found.iter().any(|d| d.kind == crate::DisagreementKind::ItemSetVersion);
@@ -192,16 +194,45 @@ impl Core {
     /// Lets the partition function work ahead on the party as it stands. Its result is not used: a panic is left for
     /// the deciding call, which reports it as a `Failure` if it panics too.
     pub(super) fn prepare(&self) {
-        let items = self.catalogue.sorted();
-        let _ = guarded(|| self.cfg.partition_fn.prepare(&self.me, &self.latest_party, items));
+        let (items, weights) = (self.catalogue.sorted(), self.catalogue.weights());
+        // Capacities not all read yet: the deciding call waits for them; the work ahead assumes 1.
+        let capacities = self.capacities().unwrap_or_else(|| vec![1; self.latest_party.len()]);
+        let input = Weighted::new(&self.me, &self.latest_party, &capacities, items, weights);
+        let _ = guarded(|| self.cfg.partition_fn.prepare_weighted(&input));
     }
 
-    /// Our share under the partition function, as indexes into the sorted item list.
-    pub(super) fn assignment(&self, members: &[String]) -> Result<BTreeSet<usize>, Cause> {
-        let items = self.catalogue.sorted();
+    /// Every member's capacity, in the order of the party, once known: always for a function that ignores them (all
+    /// 1), else once every member's announcement was read (a member that announces none counts as 1).
+    pub(super) fn capacities(&self) -> Option<Vec<u32>> {
+        if self.cfg.partition_fn.load_bound().is_none() {
+            return Some(vec![1; self.latest_party.len()]);
+        }
+        let nodes: HashMap<&str, &String> =
+            self.party_nodes.iter().filter_map(|node| Some((layout::member_name(node)?, node))).collect();
+        self.latest_party
+            .iter()
+            .map(|member| {
+                if **member == *self.me {
+                    return Some(self.cfg.agreement.capacity);
+                }
+                let node = nodes.get(member.as_str())?;
+                Some(self.announcements.get(*node)?.map_or(1, |theirs| theirs.capacity))
+            })
+            .collect()
+    }
+
+    /// Our share under the partition function, as indexes into the sorted item list, and our load under it.
+    pub(super) fn assignment(&self, members: &[String]) -> Result<(BTreeSet<usize>, Load), Cause> {
+        let (items, weights) = (self.catalogue.sorted(), self.catalogue.weights());
+        let capacities = self.capacities().unwrap_or_else(|| vec![1; members.len()]);
+        let input = Weighted::new(&self.me, members, &capacities, items, weights);
         // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
-        let call = || self.cfg.partition_fn.partition(&self.me, members, items);
+        let call = || self.cfg.partition_fn.partition_weighted(&input);
         let mine = guarded(call).map_err(Cause::PartitionFn)?;
+        let positions: Vec<usize> = mine.iter().filter_map(|item| items.binary_search(item).ok()).collect();
+        let ours = members.iter().position(|m| **m == *self.me).map_or(1, |at| capacities[at]);
+        let total: u64 = capacities.iter().map(|&c| u64::from(c)).sum();
+        let load = Load::of(positions, weights, ours, total, self.cfg.partition_fn.load_bound());
         let mut assigned = BTreeSet::new();
         for item in mine {
             let index = self.catalogue.index_in_set(&item).ok_or_else(|| {
@@ -214,6 +245,6 @@ impl Core {
                 return Err(Cause::PartitionFn("returned an item more than once".into()));
             }
         }
-        Ok(assigned)
+        Ok((assigned, load))
     }
 }

@@ -233,7 +233,7 @@ pub(crate) enum Action {
 }
 
 /// A snapshot to publish (the driver adds the generation).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Publication {
     pub state: PartitionState,
     pub member: Arc<str>,
@@ -250,6 +250,8 @@ pub(crate) struct Publication {
     /// The shared set's version and latest change the assignment follows.
     pub set: SetInForce,
     pub disagreements: Arc<[Disagreement]>,
+    /// Our load under the assignment in force.
+    pub load: Option<Arc<crate::Load>>,
     pub reason: Reason,
 }
 

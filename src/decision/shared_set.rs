@@ -41,9 +41,9 @@ impl Core {
                     return;
                 }
                 // Compared by items: a child created by hand changes the set, not the version.
-                let change = self.catalogue.replace(committed.items, committed.version);
+                let (change, reweighed) = self.catalogue.replace(committed.items, committed.version, committed.weights);
                 self.locks.dirs_known.resize(self.catalogue.len(), false);
-                if !change.is_empty() {
+                if !change.is_empty() || reweighed {
                     self.debounce.changed(self.now, self.latest_party.len());
                     self.locks.want_is_target = false;
                     self.on_inputs_changed(Reason::ItemSetChanged);

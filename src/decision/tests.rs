@@ -25,6 +25,8 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
     let items: Vec<Item> = (0..items as i64).map(Item::from).collect();
     CoreConfig {
         agreement: Agreement::new(Some(&items), None, &KazooStride, None),
+        kazoo_compatible: true,
+        weights: Default::default(),
         identifier: "a".into(),
         party_node: node_of("a-0000000000"),
         items,
@@ -55,12 +57,13 @@ fn node_of(member: &str) -> String {
 /// A read of a shared set in force at `version` with `items` (integers or strings), nothing under way.
 fn set_read(items: &[Item], version: u64) -> crate::item_set::layout::RawRead {
     use crate::item_set::layout::{Header, Kind, RawRead, State};
-    let header = Header { kind: Kind::of(items), version, state: State::Ready, log: Vec::new() };
+    let header = Header { kind: Kind::of(items), version, state: State::Ready, log: Vec::new(), weights: None };
     RawRead {
         header: Some((header.render().into_bytes(), version as i32)),
         children: items.iter().map(Item::node_name).collect(),
         change: None,
         lease: None,
+        weights: None,
     }
 }
 
@@ -698,7 +701,8 @@ const TAG: &str = "00000000000000a1";
 fn unfinished_read(items: &[Item], version: u64, tag: &str, lease: bool) -> crate::item_set::layout::RawRead {
     use crate::item_set::layout::{Header, Kind, State};
     let mut read = set_read(items, version);
-    let header = Header { kind: Kind::of(items), version, state: State::Staging(tag.into()), log: Vec::new() };
+    let header =
+        Header { kind: Kind::of(items), version, state: State::Staging(tag.into()), log: Vec::new(), weights: None };
     read.header = Some((header.render().into_bytes(), version as i32 + 1));
     read.lease = Some(lease);
     read

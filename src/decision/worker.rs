@@ -18,7 +18,7 @@ pub(super) enum Owed {
 }
 
 /// What was published last.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Shown {
     pub(super) state: PartitionState,
     pub(super) listed: BTreeSet<usize>,
@@ -28,6 +28,7 @@ pub(super) struct Shown {
     pub(super) members: Arc<[String]>,
     pub(super) set: SetInForce,
     pub(super) disagreements: Arc<[Disagreement]>,
+    pub(super) load: Option<Arc<crate::Load>>,
 }
 
 impl Core {
@@ -116,6 +117,7 @@ impl Core {
             members: self.members.clone(),
             set: self.set_in_force.clone(),
             disagreements: self.disagreements.clone(),
+            load: self.load.clone(),
         };
         if shown == self.shown && cause.is_none() {
             return;
@@ -142,6 +144,7 @@ impl Core {
             suspended,
             set: self.set_in_force.clone(),
             disagreements: self.disagreements.clone(),
+            load: self.load.clone(),
             reason,
         }));
         self.shown = shown;

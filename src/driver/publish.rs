@@ -82,6 +82,7 @@ impl Publisher {
             suspended: p.suspended,
             set,
             disagreements: p.disagreements,
+            load: p.load,
             lock_nodes: p.nodes.into(),
         };
         self.sender.send_modify(|snapshot| {

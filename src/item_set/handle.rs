@@ -218,4 +218,55 @@ impl ItemSet {
         let (inner, items): (_, Vec<Item>) = (self.inner.clone(), items.into_iter().map(Into::into).collect());
         self.detached(async move { inner.replace(Some(version), items).await }).await
     }
+
+    /// Gives each listed item its weight, all at once: one new version of the set, which every member follows like
+    /// any other change ([`Weight`](crate::Weight); a weighted partition function such as
+    /// [`WeightedRendezvous`](crate::WeightedRendezvous) divides by it). Items not listed keep theirs; an item without
+    /// a weight weighs 1. A removed item loses its weight.
+    ///
+    /// The weights are a table beside the items (`<path>/item-weights/<tag>`), written whole before one conditional
+    /// write of the set's node puts it in force, so a reader sees every weight of this call or none.
+    ///
+    /// ```no_run
+    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::Weight;
+    ///
+    /// set.set_weights([("queue-1", Weight::new(40)), ("queue-2", "cpu=2,bytes=100".parse()?)]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidItem`] for an item not in the set, and the errors of [`read`](ItemSet::read). Nothing is
+    /// changed when it fails.
+    ///
+    /// # Cancel safety
+    /// As [`add`](ItemSet::add): a dropped call still sets the weights or fails. A table whose writer stopped before
+    /// its commit is deleted by the next weight change.
+    pub async fn set_weights<I, T>(&self, weights: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator<Item = (T, crate::Weight)>,
+        T: Into<Item>,
+    {
+        let changes: Vec<(Item, Option<crate::Weight>)> =
+            weights.into_iter().map(|(item, weight)| (item.into(), Some(weight))).collect();
+        let inner = self.inner.clone();
+        self.detached(async move { inner.change_weights(changes).await }).await
+    }
+
+    /// Gives `items` back the default weight of 1, all at once (as [`set_weights`](ItemSet::set_weights)).
+    ///
+    /// # Errors
+    /// As [`set_weights`](ItemSet::set_weights).
+    ///
+    /// # Cancel safety
+    /// As [`add`](ItemSet::add).
+    pub async fn reset_weights<I>(&self, items: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let changes: Vec<(Item, Option<crate::Weight>)> = items.into_iter().map(|item| (item.into(), None)).collect();
+        let inner = self.inner.clone();
+        self.detached(async move { inner.change_weights(changes).await }).await
+    }
 }

@@ -7,10 +7,15 @@
 //! <path>/item-changes/<tag>/add/<item>     a staged change's additions       (large updates only)
 //! <path>/item-changes/<tag>/remove/<item>  its removals
 //! <path>/item-writers/<tag>         ephemeral: the lease of the writer of change <tag>
+//! <path>/item-weights/<tag>/<k>     persistent, data = `<item>\t<weight>\n`...: chunk k of a weight table
 //! ```
 //!
 //! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
-//! [log=<token>,...]`. `version` is the committed version: it counts the updates in force. The set in force is:
+//! [log=<token>,...] [weights=<tag>.<chunks>]`. `version` is the committed version: it counts the updates in force.
+//! `weights` names the weight table in force: the items it lists weigh what it says, the others 1 (no `weights`: all
+//! weigh 1). A table is written whole under a fresh tag before a header write names it, and deleted only once the
+//! header names another, so a reader that finds a table missing read a header that has since moved on (torn).
+//! The set in force is:
 //!
 //! | state | the set in force | what is under way |
 //! |---|---|---|
@@ -33,11 +38,11 @@
 //! one finished, by the next writer or by the party's first member. `log` lists the tokens of the latest updates in
 //! force (at most [`LOG`]), so a writer whose reply was lost with the connection finds out whether its update landed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::Item;
 use crate::error::shown;
+use crate::{Item, Weight};
 
 /// The first words of the header.
 pub(crate) const MAGIC: &str = "zk-partitioner item set v2";
@@ -109,7 +114,19 @@ pub(crate) struct Header {
     pub state: State,
     /// Tokens of the latest updates in force, oldest first.
     pub log: Vec<String>,
+    /// The weight table in force, if any.
+    pub weights: Option<TableRef>,
 }
+
+/// A weight table: its tag and how many chunk nodes it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TableRef {
+    pub tag: String,
+    pub chunks: usize,
+}
+
+/// The most chunk nodes a weight table may have (the header says how many; more is garbage).
+pub(crate) const MAX_CHUNKS: usize = 4096;
 
 impl Header {
     pub fn parse(data: &[u8]) -> Result<Header, String> {
@@ -121,6 +138,7 @@ impl Header {
             return Err(format!("its data {} does not start with {MAGIC:?} (not written by this crate?)", shown(text)));
         };
         let (mut kind, mut version, mut state, mut change, mut log) = (None, None, None, None, Vec::new());
+        let mut weights = None;
         for word in rest.split_whitespace() {
             match word.split_once('=') {
                 Some(("kind", "int")) => kind = Some(Kind::Int),
@@ -131,6 +149,7 @@ impl Header {
                 Some(("log", tokens)) if tokens.split(',').all(is_tag) => {
                     log = tokens.split(',').map(str::to_owned).collect();
                 }
+                Some(("weights", table)) if TableRef::parse(table).is_some() => weights = TableRef::parse(table),
                 _ => return Err(format!("its data has an unknown or malformed field {}", shown(word))),
             }
         }
@@ -146,7 +165,7 @@ impl Header {
             ("absent", None) => State::Absent,
             (state, change) => return Err(format!("its state {} with change {change:?} is not one", shown(state))),
         };
-        Ok(Header { kind, version, state, log })
+        Ok(Header { kind, version, state, log, weights })
     }
 
     pub fn render(&self) -> String {
@@ -158,6 +177,9 @@ impl Header {
         if !self.log.is_empty() {
             text.push_str(&format!(" log={}", self.log.join(",")));
         }
+        if let Some(table) = &self.weights {
+            text.push_str(&format!(" weights={}.{}", table.tag, table.chunks));
+        }
         text
     }
 
@@ -167,7 +189,7 @@ impl Header {
         log.push(token.to_owned());
         let excess = log.len().saturating_sub(LOG);
         log.drain(..excess);
-        Header { kind, version: self.version + 1, state, log }
+        Header { kind, version: self.version + 1, state, log, weights: self.weights.clone() }
     }
 
     /// The same version in another state (the log unchanged).
@@ -178,6 +200,14 @@ impl Header {
     /// Whether the update that wrote `token` is in force.
     pub fn landed(&self, token: &str) -> bool {
         self.log.iter().any(|t| t == token)
+    }
+}
+
+impl TableRef {
+    fn parse(text: &str) -> Option<TableRef> {
+        let (tag, chunks) = text.split_once('.')?;
+        let chunks = chunks.parse().ok().filter(|n| (1..=MAX_CHUNKS).contains(n))?;
+        is_tag(tag).then(|| TableRef { tag: tag.to_owned(), chunks })
     }
 }
 
@@ -202,6 +232,8 @@ pub(crate) struct SetPaths {
     pub changes: String,
     /// `<path>/item-writers`.
     pub writers: String,
+    /// `<path>/item-weights`: the weight tables.
+    pub weights: String,
 }
 
 impl SetPaths {
@@ -211,7 +243,18 @@ impl SetPaths {
             node: format!("{base}/items"),
             changes: format!("{base}/item-changes"),
             writers: format!("{base}/item-writers"),
+            weights: format!("{base}/item-weights"),
         }
+    }
+
+    /// A weight table's node.
+    pub fn table(&self, tag: &str) -> String {
+        format!("{}/{tag}", self.weights)
+    }
+
+    /// Chunk `k` of a weight table.
+    pub fn table_chunk(&self, tag: &str, k: usize) -> String {
+        format!("{}/{tag}/{k}", self.weights)
     }
 
     /// The base set's child for an item name.
@@ -247,6 +290,8 @@ pub(crate) struct RawRead {
     pub change: Option<(Vec<String>, Vec<String>)>,
     /// For a header with a change under way: whether its writer's lease exists, if it was read along.
     pub lease: Option<bool>,
+    /// For a header that names a weight table: its chunks' data, in order, if they were all read (after the rest).
+    pub weights: Option<Vec<Vec<u8>>>,
 }
 
 /// What a read says.
@@ -274,6 +319,8 @@ pub(crate) struct Committed {
     /// The header's znode data version (what a conditional write of the header expects).
     pub header_version: i32,
     pub unfinished: Option<Unfinished>,
+    /// The weights of the items that have one (the others weigh 1), of items in the set only.
+    pub weights: BTreeMap<Item, Weight>,
 }
 
 /// An update under way, or abandoned.
@@ -320,7 +367,10 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         Err(reason) => return SetView::Unreadable(reason),
     };
     let (lists, lease) = wants(&header);
-    if lists.is_some() && read.change.is_none() || lease.is_some() && read.lease.is_none() {
+    if lists.is_some() && read.change.is_none()
+        || lease.is_some() && read.lease.is_none()
+        || header.weights.as_ref().is_some_and(|t| read.weights.as_ref().is_none_or(|w| w.len() != t.chunks))
+    {
         return SetView::Torn;
     }
     let unfinished = header.state.change().map(|_| Unfinished { state: header.state.clone(), lease: read.lease });
@@ -346,7 +396,63 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         }
     }
     let (items, skipped) = parse_names(header.kind, names);
-    SetView::Committed(Committed { items, version: header.version, skipped, header, header_version, unfinished })
+    let weights = match read.weights.as_deref().map(|chunks| parse_table(chunks, header.kind, &items)) {
+        None => BTreeMap::new(),
+        Some(Ok(weights)) => weights,
+        Some(Err(reason)) => return SetView::Unreadable(format!("its weight table: {reason}")),
+    };
+    SetView::Committed(Committed {
+        items,
+        version: header.version,
+        skipped,
+        header,
+        header_version,
+        unfinished,
+        weights,
+    })
+}
+
+/// The most bytes of one chunk of a weight table.
+pub(crate) const TABLE_CHUNK_BYTES: usize = 64 * 1024;
+
+/// The weight table's chunks rendered from `weights`: `<item>\t<weight>\n` lines, at most `per_chunk` lines and
+/// [`TABLE_CHUNK_BYTES`] each (a line is never split), at least one chunk (empty when there are no weights).
+pub(crate) fn render_table(weights: &BTreeMap<Item, Weight>, per_chunk: usize) -> Vec<Vec<u8>> {
+    let mut chunks: Vec<Vec<u8>> = vec![Vec::new()];
+    let mut lines = 0;
+    for (item, weight) in weights {
+        let line = format!("{}\t{weight}\n", item.node_name());
+        let last = chunks.last().map_or(0, Vec::len);
+        if lines > 0 && (lines >= per_chunk.max(1) || last + line.len() > TABLE_CHUNK_BYTES) {
+            chunks.push(Vec::new());
+            lines = 0;
+        }
+        if let Some(chunk) = chunks.last_mut() {
+            chunk.extend_from_slice(line.as_bytes());
+        }
+        lines += 1;
+    }
+    chunks
+}
+
+/// The weights a table's chunks give the items of `items` (sorted); lines of items not in the set are skipped.
+pub(crate) fn parse_table(chunks: &[Vec<u8>], kind: Kind, items: &[Item]) -> Result<BTreeMap<Item, Weight>, String> {
+    let mut weights = BTreeMap::new();
+    for (k, chunk) in chunks.iter().enumerate() {
+        let text = std::str::from_utf8(chunk).map_err(|_| format!("chunk {k} is not UTF-8"))?;
+        for line in text.lines() {
+            let (name, weight) =
+                line.split_once('\t').ok_or_else(|| format!("chunk {k} has a line without a tab: {}", shown(line)))?;
+            let weight: Weight = weight.parse().map_err(|err| format!("chunk {k}: {err}"))?;
+            let (mut parsed, _) = parse_names(kind, [name.to_owned()]);
+            if let Some(item) = parsed.pop()
+                && items.binary_search(&item).is_ok()
+            {
+                weights.insert(item, weight);
+            }
+        }
+    }
+    Ok(weights)
 }
 
 /// Item names as items of `kind`, sorted; names that are not such items come back apart.
@@ -371,7 +477,7 @@ mod tests {
     use super::*;
 
     fn header(state: State) -> Header {
-        Header { kind: Kind::Int, version: 3, state, log: vec!["00000000000000aa".into()] }
+        Header { kind: Kind::Int, version: 3, state, log: vec!["00000000000000aa".into()], weights: None }
     }
 
     fn read(header: &Header, children: &[&str]) -> RawRead {
@@ -380,6 +486,7 @@ mod tests {
             children: children.iter().map(|c| c.to_string()).collect(),
             change: None,
             lease: None,
+            weights: None,
         }
     }
 
@@ -453,6 +560,48 @@ mod tests {
             interpret(RawRead { header: Some((b"junk".to_vec(), 0)), ..read(&h, &[]) }),
             SetView::Unreadable(_)
         ));
+    }
+
+    #[test]
+    fn weight_tables_round_trip_and_a_missing_chunk_is_a_torn_read() {
+        let mut h = header(State::Ready);
+        h.weights = Some(TableRef { tag: "00000000000000cc".into(), chunks: 2 });
+        assert_eq!(Header::parse(h.render().as_bytes()), Ok(h.clone()));
+        assert!(h.render().ends_with(" weights=00000000000000cc.2"), "{}", h.render());
+        assert_eq!(
+            h.next(Kind::Int, State::Ready, "00000000000000dd").weights,
+            h.weights,
+            "carried to the next version"
+        );
+        for garbage in ["weights=xyz.1", "weights=00000000000000cc", "weights=00000000000000cc.0"] {
+            let text = format!("{MAGIC} kind=int version=1 state=ready {garbage}");
+            assert!(Header::parse(text.as_bytes()).is_err(), "{garbage}");
+        }
+        let weights = BTreeMap::from([
+            (Item::from(1), Weight::new(5)),
+            (Item::from(2), Weight::named([("cpu", 2), ("bytes", 9)]).unwrap()),
+            (Item::from(3), Weight::new(0)),
+        ]);
+        let chunks = render_table(&weights, 2);
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[0], b"1\t5\n2\tbytes=9,cpu=2\n");
+        let items: Vec<Item> = (1..=3).map(Item::from).collect();
+        assert_eq!(parse_table(&chunks, Kind::Int, &items), Ok(weights.clone()));
+        // Weights of items not in the set are not the set's.
+        assert_eq!(parse_table(&chunks, Kind::Int, &items[..1]).map(|w| w.len()), Ok(1));
+        assert!(parse_table(&[b"1 5\n".to_vec()], Kind::Int, &items).is_err());
+        assert!(parse_table(&[b"1\tlots\n".to_vec()], Kind::Int, &items).is_err());
+        assert_eq!(render_table(&BTreeMap::new(), 10), vec![Vec::<u8>::new()]);
+        // Read along: the set with its weights; a chunk short: torn.
+        let mut r = read(&h, &["1", "2", "3"]);
+        assert_eq!(interpret(r.clone()), SetView::Torn);
+        r.weights = Some(chunks[..1].to_vec());
+        assert_eq!(interpret(r.clone()), SetView::Torn);
+        r.weights = Some(chunks);
+        let SetView::Committed(c) = interpret(r.clone()) else { panic!() };
+        assert_eq!(c.weights, weights);
+        r.weights = Some(vec![b"junk".to_vec(), Vec::new()]);
+        assert!(matches!(interpret(r), SetView::Unreadable(_)));
     }
 
     #[test]

@@ -47,6 +47,7 @@ mod handle;
 mod read;
 mod recovery;
 mod update;
+mod weights;
 mod writes;
 
 pub(crate) use chunks::CHUNK_OPS;

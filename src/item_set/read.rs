@@ -5,7 +5,9 @@ use super::layout::{self, Committed, Header, RawRead, SetPaths, SetView};
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::error::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
-use crate::{Error, Item};
+use std::collections::BTreeMap;
+
+use crate::{Error, Item, Weight};
 
 /// The shared set as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +23,9 @@ pub struct SharedItems {
     /// Children of `<path>/items` that are not items of the set's kind (written by hand): ignored by members, deleted
     /// by the next update.
     pub skipped: Vec<String>,
+    /// The weights of the items that have one ([`ItemSet::set_weights`](crate::ItemSet::set_weights)); every other
+    /// item weighs 1.
+    pub weights: BTreeMap<Item, Weight>,
 }
 
 impl SharedItems {
@@ -30,6 +35,7 @@ impl SharedItems {
             version: committed.version,
             updating: committed.unfinished.is_some(),
             skipped: committed.skipped,
+            weights: committed.weights,
         }
     }
 }
@@ -65,7 +71,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 }
 
 /// One consistent read of the set's nodes: the header and the base set in one read `multi`, and when the header asks
-/// for more (a change's lists, a writer's lease) a second `multi` with everything again. `header_hint` (the header as
+/// for more (a change's lists, a writer's lease) a second `multi` with everything again; then the weight table the
+/// header names, if any (a table is never changed, only replaced: one that is gone reads as torn). `header_hint` (the header as
 /// just read with a watch) saves the first `multi` when it already says what to read.
 pub(crate) async fn read_raw<Z: ZooKeeper>(
     zk: &Z,
@@ -116,7 +123,7 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
             None
         };
         let lease_alive = lease_path.is_some().then(|| matches!(results.next(), Some(ReadResult::Data(..))));
-        let read = RawRead { header, children, change, lease: lease_alive };
+        let mut read = RawRead { header, children, change, lease: lease_alive, weights: None };
         // Enough for what this header asks?
         let needs = read.header.as_ref().and_then(|(data, _)| Header::parse(data).ok()).map(|header| {
             let (lists, lease) = layout::wants(&header);
@@ -129,7 +136,40 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
             }
             // Whole, or (the header changed at every pass) the last read: short of what its header asks, it reads
             // as torn, and the reader reads again.
-            _ => return Ok(read),
+            _ => {
+                read.weights = read_table(zk, paths, read.header.as_ref()).await?;
+                return Ok(read);
+            }
         }
     }
 }
+
+/// The chunks of the weight table `header` names, in read `multi`s of at most [`TABLE_READ`] chunks; `None` when it
+/// names none, or when a chunk is gone (the header has moved on since: the read is torn).
+async fn read_table<Z: ZooKeeper>(
+    zk: &Z,
+    paths: &SetPaths,
+    header: Option<&(Vec<u8>, i32)>,
+) -> Result<Option<Vec<Vec<u8>>>, ZkError> {
+    let Some(table) = header.and_then(|(data, _)| Header::parse(data).ok()).and_then(|h| h.weights) else {
+        return Ok(None);
+    };
+    let chunk_paths: Vec<String> = (0..table.chunks).map(|k| paths.table_chunk(&table.tag, k)).collect();
+    let mut chunks = Vec::with_capacity(table.chunks);
+    for group in chunk_paths.chunks(TABLE_READ) {
+        let ops: Vec<ReadOp<'_>> = group.iter().map(|path| ReadOp::Data(path)).collect();
+        for result in zk.multi_read(&ops).await? {
+            match result {
+                ReadResult::Data(data, _) => chunks.push(data),
+                ReadResult::Failed(ZkError::NoNode) => return Ok(None),
+                ReadResult::Failed(err) => return Err(err),
+                _ => return Err(ZkError::UnexpectedError("a weight chunk read answered something else".into())),
+            }
+        }
+    }
+    Ok(Some(chunks))
+}
+
+/// Chunks per read `multi` of a weight table: with chunks of at most [`layout::TABLE_CHUNK_BYTES`], a reply stays far
+/// below ZooKeeper's 1 MB packet limit.
+const TABLE_READ: usize = 8;

@@ -2,16 +2,16 @@
 //! difference, in one conditional `multi` when it fits, else staged under the writer's lease, committed, then
 //! applied.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunks::{chunks, fits_one_request, paths_of};
-use super::layout::{self, Committed, Kind, SetView, State};
+use super::layout::{self, Committed, Kind, SetView, State, TableRef};
 use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
 use crate::error::is_transient;
 use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
-use crate::{Error, Item};
+use crate::{Error, Item, Weight};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn add(&self, added: Vec<Item>) -> Result<SharedItems, Error> {
@@ -139,17 +139,42 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             if adds.is_empty() && removes.is_empty() && kind == current.header.kind && current.skipped.is_empty() {
                 return Ok(SharedItems::of(current));
             }
+            // Removed items lose their weight (re-added, they weigh 1): a table without them goes in force along.
+            let weights: BTreeMap<Item, Weight> = current
+                .weights
+                .iter()
+                .filter(|(item, _)| after.contains(item))
+                .map(|(i, w)| (i.clone(), w.clone()))
+                .collect();
+            let pruned = if weights.len() == current.weights.len() {
+                None
+            } else {
+                match self.prune_weights(&zk, &weights).await {
+                    Ok(pruned) => Some(pruned),
+                    Err(Ok(_)) => continue,
+                    Err(Err(err)) => return Err(err),
+                }
+            };
+            // The table the committed version names: the pruned one, else the one in force.
+            let table = match &pruned {
+                Some((_, table)) => table.clone(),
+                None => current.header.weights.clone(),
+            };
             let written = if fits_one_request(&self.paths, self.chunk, &adds, &removes) {
-                self.write_small(&zk, &current, kind, &adds, &removes, &token).await
+                self.write_small(&zk, &current, kind, &adds, &removes, &token, table).await
             } else {
                 let tag = layout::token(zk.random());
                 own.push(tag.clone());
-                self.write_large(&zk, &current, kind, &adds, &removes, &token, &tag).await
+                self.write_large(&zk, &current, kind, (&adds, &removes, table), &token, &tag).await
             };
+            if let Some((tag, _)) = pruned {
+                let old = current.header.weights.clone();
+                self.after_pruning(&zk, written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))), &tag, old).await;
+            }
             match written {
                 Ok(()) => {
                     let version = current.version + 1;
-                    return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new() });
+                    return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new(), weights });
                 }
                 Err(Ok(Retry::Moved)) if expected.is_some() && !*uncertain => {
                     return Err(Error::ItemSetConflict {
@@ -165,7 +190,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         Err(self.too_busy())
     }
 
-    /// One `multi`: the header's next version, conditional on the one read, with every create and delete.
+    /// One `multi`: the header's next version (naming weight `table`), conditional on the one read, with every create
+    /// and delete.
+    #[allow(clippy::too_many_arguments)]
     async fn write_small(
         &self,
         zk: &Z,
@@ -174,8 +201,11 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         adds: &[String],
         removes: &[String],
         token: &str,
+        table: Option<TableRef>,
     ) -> Result<(), Result<Retry, Error>> {
-        let header = current.header.next(kind, State::Ready, token).render();
+        let mut header = current.header.next(kind, State::Ready, token);
+        header.weights = table;
+        let header = header.render();
         let (created, deleted) = (paths_of(&self.paths.node, adds), paths_of(&self.paths.node, removes));
         let mut ops = vec![WriteOp::SetData {
             path: &self.paths.node,
@@ -188,15 +218,14 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     }
 
     /// A staged update: intent (under our lease), staging, commit, apply, finish (see the `item_set` module docs).
-    /// `token` goes into the header's log; `tag` names this attempt's change and lease.
-    #[allow(clippy::too_many_arguments)]
+    /// `token` goes into the header's log; `tag` names this attempt's change and lease. The weight `table` goes in
+    /// force with the commit (the intent keeps the one in force, so that an undone update leaves it).
     async fn write_large(
         &self,
         zk: &Z,
         current: &Committed,
         kind: Kind,
-        adds: &[String],
-        removes: &[String],
+        (adds, removes, table): (&[String], &[String], Option<TableRef>),
         token: &str,
         tag: &str,
     ) -> Result<(), Result<Retry, Error>> {
@@ -221,7 +250,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         ];
         // A lost intent may have landed: the next read then finds our own `staging`, and undoes it.
         let outcome = match self.commit(zk, &ops).await {
-            Ok(()) => self.stage_and_commit(zk, current, kind, (adds, removes), token, tag).await,
+            Ok(()) => self.stage_and_commit(zk, current, kind, (adds, removes, table), token, tag).await,
             Err(err) => Err(err),
         };
         // Whatever happened, our lease goes before we return: while it lives nobody finishes or undoes a change of
@@ -236,7 +265,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         zk: &Z,
         current: &Committed,
         kind: Kind,
-        (adds, removes): (&[String], &[String]),
+        (adds, removes, table): (&[String], &[String], Option<TableRef>),
         token: &str,
         tag: &str,
     ) -> Result<(), Result<Retry, Error>> {
@@ -244,7 +273,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         // 2. Staging, each request checking that the header is still our intent (nobody undid it).
         self.stage(zk, tag, staged_version, adds, removes).await?;
         // 3. The commit: from `staging` to `applying`, one conditional write; every reader now sees the change.
-        let applying = current.header.next(kind, State::Applying(tag.to_owned()), token).render();
+        let mut applying = current.header.next(kind, State::Applying(tag.to_owned()), token);
+        applying.weights = table;
+        let applying = applying.render();
         let ops =
             [WriteOp::SetData { path: &self.paths.node, data: applying.as_bytes(), version: Some(staged_version) }];
         // A lost reply: the next read tells whether it landed (our token in the header's log).

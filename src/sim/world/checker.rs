@@ -80,8 +80,16 @@ impl World {
             .as_ref()
             .and_then(|h| h.state.change())
             .map(|tag| net.zk.exists(&format!("{PATH}/item-writers/{tag}")).is_some());
-        let read =
-            RawRead { header: Some((data.clone(), version)), children: net.zk.children_of(ITEMS), change, lease };
+        let weights = header.as_ref().and_then(|h| h.weights.as_ref()).and_then(|table| {
+            (0..table.chunks).map(|k| net.zk.data_of(&format!("{PATH}/item-weights/{}/{k}", table.tag))).collect()
+        });
+        let read = RawRead {
+            header: Some((data.clone(), version)),
+            children: net.zk.children_of(ITEMS),
+            change,
+            lease,
+            weights,
+        };
         drop(net);
         self.header_seen = Some(data);
         if let Some(header) = &header {

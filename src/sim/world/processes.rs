@@ -45,6 +45,7 @@ impl World {
             static_membership: plan.static_membership,
             identity_wait: plan.session * 2,
             shared_item_set: plan.shared_set,
+            capacity: 1,
             acls: NodeAcls::default(),
             // Small, so batching and the window are exercised with few items.
             window: 6,
