@@ -259,7 +259,9 @@ pub fn capacity_limit(total: u64, capacity: u32, total_capacity: u64, bound: f64
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Load {
-    /// The member's capacity (1 for a member that announces none).
+    /// The member's capacity, as the partition function divides by it: 1 for a member that announces none, and for
+    /// every member under a function that ignores capacities (one without a
+    /// [`load_bound`](crate::PartitionFn::load_bound)).
     pub capacity: u32,
     /// Per dimension of the set's weights, by name.
     pub dimensions: Vec<DimensionLoad>,

@@ -109,6 +109,9 @@ pub(crate) struct Plan {
     pub operator_deletes: bool,
     /// Members jitter their debounce waits as a large party's do.
     pub large_party_jitter: bool,
+    /// Members have capacities 1 to 3 (by slot), the rendezvous combinations divide by weight
+    /// ([`WeightedRendezvous`](crate::WeightedRendezvous)), and admins of a shared set change weights too.
+    pub weighted: bool,
     pub sabotage: Sabotage,
 }
 
@@ -129,6 +132,7 @@ impl Plan {
             operator_deletes: rng.below(3) == 0,
             // Drawn last: the fields above stay what they were for every seed.
             large_party_jitter: rng.below(2) == 0,
+            weighted: rng.below(3) == 0,
         }
     }
 }
@@ -140,6 +144,8 @@ pub(crate) struct Outcome {
     pub faults: usize,
     pub static_membership: bool,
     pub shared_set: bool,
+    /// Capacities and weights (see [`Plan::weighted`]).
+    pub weighted: bool,
     /// Set changes admins made (committed).
     pub set_changes: usize,
     /// Checkpoints saved through the handles.

@@ -58,6 +58,7 @@ struct Tally {
     passed: usize,
     static_runs: usize,
     shared_runs: usize,
+    weighted_runs: usize,
     set_changes: usize,
     saves: usize,
     steps: u64,
@@ -74,6 +75,7 @@ fn tally(c: usize, combo: Combo, seeds: Vec<u64>) -> Tally {
         tally.faults += outcome.faults;
         tally.static_runs += usize::from(outcome.static_membership);
         tally.shared_runs += usize::from(outcome.shared_set);
+        tally.weighted_runs += usize::from(outcome.weighted);
         tally.set_changes += outcome.set_changes;
         tally.saves += outcome.saves;
         match outcome.violation {
@@ -115,20 +117,21 @@ fn every_combination_survives_seeded_faults() {
     let tallies: Vec<(Combo, Tally)> =
         threads.into_iter().map(|t| t.join().expect("a simulation thread panicked")).collect();
     eprintln!(
-        "| combination | runs passed | of them static | with a shared set | set changes | checkpoints saved | steps | \
-         faults | median recovery | worst recovery |"
+        "| combination | runs passed | of them static | with a shared set | weighted | set changes | checkpoints saved | \
+         steps | faults | median recovery | worst recovery |"
     );
-    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let (mut steps, mut runs_passed, mut failures) = (0u64, 0usize, Vec::new());
     for (combo, t) in &tallies {
         let median = t.recoveries.get(t.recoveries.len() / 2).copied().unwrap_or_default();
         let worst = t.recoveries.last().copied().unwrap_or_default();
         eprintln!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {median:.2?} | {worst:.2?} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {median:.2?} | {worst:.2?} |",
             combo_name(*combo),
             t.passed,
             t.static_runs,
             t.shared_runs,
+            t.weighted_runs,
             t.set_changes,
             t.saves,
             t.steps,

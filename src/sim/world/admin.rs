@@ -31,6 +31,14 @@ impl World {
         match &result {
             Ok(read) => {
                 self.note(format!("a{actor} admin {what}: version {} = {:?}", read.version, read.items));
+                if let Some(weights) = self.committed_weights.get(&read.version)
+                    && *weights != read.weights
+                {
+                    self.violate(format!(
+                        "admin {what} reports version {} weighing {:?}, but that version weighs {weights:?}",
+                        read.version, read.weights
+                    ));
+                }
                 let names: BTreeSet<String> = read.items.iter().map(Item::node_name).collect();
                 match self.committed.get(&read.version) {
                     Some(stored) if *stored != names => self.violate(format!(
@@ -78,7 +86,8 @@ impl World {
             .map(|(_, names)| names.iter().filter_map(|n| n.parse().ok()).collect())
             .unwrap_or_default();
         let count = 1 + self.rng().below(5) as usize;
-        let kind = self.rng().below(4);
+        // Weighted runs also change weights (a fifth kind: other runs draw as they always did).
+        let kind = self.rng().below(if self.plan.weighted { 5 } else { 4 });
         let Actor::Admin(admin) = &mut self.actors[actor] else { return };
         let set = admin.set.clone();
         let (what, future): (String, BoxFuture<'static, Result<crate::SharedItems, Error>>) = match kind {
@@ -94,6 +103,19 @@ impl World {
                 drop(rng);
                 let items: Vec<Item> = removed.iter().copied().map(Item::from).collect();
                 (format!("remove {removed:?}"), async move { set.remove(items).await }.boxed())
+            }
+            4 if !current.is_empty() => {
+                let mut rng = lock(&self.net);
+                let mut changes = Vec::new();
+                for _ in 0..count.min(3) {
+                    let item = Item::from(current[rng.rng.below(current.len() as u64) as usize]);
+                    // Now and then back to 1; else 0 to 9 (a zero weight, and items heavier than a share, included).
+                    let weight = (rng.rng.below(4) != 0).then(|| crate::Weight::new(rng.rng.below(10)));
+                    changes.push((item, weight));
+                }
+                drop(rng);
+                let what = format!("weigh {changes:?}");
+                (what, async move { set.change_weights(changes).await }.boxed())
             }
             1 if !current.is_empty() => {
                 // A compare-and-set from the version read: keep most, add some.

@@ -96,6 +96,19 @@ impl World {
             self.landed.extend(header.log.iter().cloned());
         }
         if let SetView::Committed(committed) = layout::interpret(read) {
+            match self.committed_weights.get(&committed.version) {
+                Some(stored) if *stored != committed.weights => {
+                    let stored = stored.clone();
+                    self.violate(format!(
+                        "version {} of the shared set weighed {stored:?} and now weighs {:?}",
+                        committed.version, committed.weights
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.committed_weights.insert(committed.version, committed.weights.clone());
+                }
+            }
             let names: BTreeSet<String> = committed.items.iter().map(Item::node_name).collect();
             match self.committed.get(&committed.version) {
                 Some(stored) if *stored != names => {
@@ -261,6 +274,37 @@ impl World {
         }
         if (0..self.actors.len()).any(|a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_some())) {
             return Err("an admin's change is under way".into());
+        }
+        self.loads_follow_the_weights(&members)
+    }
+
+    /// Every member reports its own capacity, and a load that is the committed weight of what it lists.
+    fn loads_follow_the_weights(&self, members: &[ActorId]) -> Result<(), String> {
+        let (items, weights): (Vec<Item>, BTreeMap<Item, crate::Weight>) = if self.plan.shared_set {
+            let Some((&version, names)) = self.committed.last_key_value() else { return Ok(()) };
+            let mut items: Vec<Item> = names.iter().filter_map(|n| n.parse::<i64>().ok()).map(Item::from).collect();
+            items.sort();
+            (items, self.committed_weights.get(&version).cloned().unwrap_or_default())
+        } else {
+            (self.fixed.clone(), BTreeMap::new())
+        };
+        let table = crate::Weights::of(&items, &weights);
+        for &actor in members {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            // A function that ignores capacities divides as if every member had capacity 1.
+            let weighted = self.plan.weighted && self.plan.combo.rendezvous;
+            let capacity = if weighted { super::processes::capacity_of(m.slot) } else { 1 };
+            let snapshot = m.handle.read(Snapshot::clone);
+            let Some(load) = snapshot.load.as_deref() else {
+                return Err(format!("{} is ACQUIRED without a load", snapshot.member));
+            };
+            let positions = snapshot.items.iter().filter_map(|item| items.binary_search(item).ok());
+            let expected = crate::Load::of(positions, &table, capacity, 1, None);
+            let reported: Vec<(&str, u64)> = load.dimensions.iter().map(|d| (&*d.dimension, d.assigned)).collect();
+            let held: Vec<(&str, u64)> = expected.dimensions.iter().map(|d| (&*d.dimension, d.assigned)).collect();
+            if load.capacity != capacity || reported != held {
+                return Err(format!("{} reports a load of {load}, but it holds {held:?}", snapshot.member));
+            }
         }
         Ok(())
     }

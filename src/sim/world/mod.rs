@@ -125,6 +125,8 @@ pub(super) struct World {
     fixed: Vec<Item>,
     /// Every committed version of the shared set, with its items' names.
     committed: BTreeMap<u64, BTreeSet<String>>,
+    /// Every committed version's weights (of the items that have one).
+    committed_weights: BTreeMap<u64, BTreeMap<Item, crate::Weight>>,
     /// Every token in a committed header's log.
     landed: BTreeSet<String>,
     /// The header's data as last seen (to notice a change).
@@ -189,6 +191,7 @@ impl World {
             stalled: Duration::ZERO,
             fixed,
             committed: BTreeMap::new(),
+            committed_weights: BTreeMap::new(),
             landed: BTreeSet::new(),
             header_seen: None,
             next_value,
@@ -309,6 +312,7 @@ impl World {
             faults: self.plan.faults,
             static_membership: self.plan.static_membership,
             shared_set: self.plan.shared_set,
+            weighted: self.plan.weighted,
             set_changes: self.committed.len().saturating_sub(1),
             saves: self.saves,
             recovery: Duration::ZERO,

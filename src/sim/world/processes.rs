@@ -13,7 +13,12 @@ use crate::sabotage::Sabotage;
 use crate::sim::net::{ActorId, SimClient, lock};
 use crate::sim::zk::SessionId;
 use crate::startup::{self, Settings};
-use crate::{KazooStride, Rendezvous};
+use crate::{KazooStride, Rendezvous, WeightedRendezvous};
+
+/// The capacity of the member in `slot` in a weighted run (a replacement keeps its slot's).
+pub(super) fn capacity_of(slot: usize) -> u32 {
+    1 + (slot % 3) as u32
+}
 
 impl World {
     /// A new member, under static membership with a new identifier.
@@ -30,8 +35,11 @@ impl World {
         let zk = SimClient::new(self.net.clone(), session);
         let plan = &self.plan;
         let ident = if plan.static_membership { format!("s{slot}") } else { format!("m{actor}") };
-        let partition_fn: Box<dyn crate::PartitionFn> =
-            if plan.combo.rendezvous { Box::new(Rendezvous::default()) } else { Box::new(KazooStride) };
+        let partition_fn: Box<dyn crate::PartitionFn> = match (plan.combo.rendezvous, plan.weighted) {
+            (true, true) => Box::new(WeightedRendezvous::default()),
+            (true, false) => Box::new(Rendezvous::default()),
+            (false, _) => Box::new(KazooStride),
+        };
         let settings = Settings {
             path: PATH.to_owned(),
             items: self.fixed.clone(),
@@ -45,7 +53,7 @@ impl World {
             static_membership: plan.static_membership,
             identity_wait: plan.session * 2,
             shared_item_set: plan.shared_set,
-            capacity: 1,
+            capacity: if plan.weighted { capacity_of(slot) } else { 1 },
             acls: NodeAcls::default(),
             // Small, so batching and the window are exercised with few items.
             window: 6,
