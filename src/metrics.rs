@@ -30,8 +30,9 @@
 //!
 //! The load gauges ([`CAPACITY`] to [`OVER_CAPACITY`]) follow the member's load under its assignment
 //! ([`Snapshot::load`](crate::Snapshot::load)), set at every publication that has one, so from the first assignment
-//! on. An item without a weight weighs 1 in the dimension `weight` ([`DEFAULT_DIMENSION`](crate::DEFAULT_DIMENSION));
-//! when a weight change drops a dimension, its series are set to 0.
+//! on. The dimensions are those the items' weights name (an item without a weight weighs 1 in each), or `weight`
+//! ([`DEFAULT_DIMENSION`](crate::DEFAULT_DIMENSION)) when they name none; when a weight change drops a dimension,
+//! its series are set to 0.
 //!
 //! The gauges are set at every transition and when the member starts (`ALLOCATING`, nothing held), and the session
 //! counters are registered at 0 then, so that a rate or an increase sees their first event. With them, alerts can
@@ -101,7 +102,7 @@ pub const ITEMS: &str = "zk_partitioner_items";
 /// one that ignores capacities. Label `path`.
 pub const CAPACITY: &str = "zk_partitioner_capacity";
 /// Gauge: the weight of the member's share under its assignment, per dimension of the items' weights
-/// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned)). Labels `path`, `dimension` (the dimension's name;
+/// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned)). Labels `path`, `dimension` (the dimension's name:
 /// `weight` for weights given as one number, and for a set without weights, where it counts the items).
 pub const ASSIGNED_WEIGHT: &str = "zk_partitioner_assigned_weight";
 /// Gauge: the member's ideal share of each dimension: the dimension's total × its capacity / the party's total
