@@ -5,11 +5,16 @@
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --json
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --watch
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d --partition stride
+//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --shared-set --partition weighted
 //! ```
 //!
 //! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner
 //! and contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`,
-//! the items a member holds outside its share. `--json` prints the same as one JSON document; `--watch` prints again
+//! the items a member holds outside its share. Each member's capacity is the one it announces (1 for a kazoo member).
+//! With the set known (`--items`, or `--shared-set`, which reads the shared set with its weights), it also prints
+//! each member's load: with `--partition`, the weight of its share per dimension against its ideal share (the
+//! dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load bound
+//! is passed; and the weight it actually holds. `--json` prints the same as one JSON document; `--watch` prints again
 //! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
 //! Sessions are printed in decimal (a number in the JSON), as the worker prints its own.
 //!
@@ -23,9 +28,9 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
-use zk_partitioner::describe::{Contender, DescribeOptions, Description, describe_with};
+use zk_partitioner::describe::{Contender, DescribeOptions, Description, MemberInfo, describe_with};
 use zk_partitioner::zookeeper_client::{AddWatchMode, EventType, SessionState};
-use zk_partitioner::{Item, KazooStride, PartitionFn, Rendezvous};
+use zk_partitioner::{Item, KazooStride, Load, PartitionFn, Rendezvous, WeightedRendezvous};
 
 #[path = "common/connection.rs"]
 mod connection;
@@ -58,6 +63,11 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     items: Option<Vec<String>>,
 
+    /// The members follow the path's shared item set: read it, with its weights, as the items the members divide
+    /// (instead of --items) [default: off]
+    #[arg(long, conflicts_with = "items")]
+    shared_set: bool,
+
     /// The members' partition function, to list items held outside their holder's share
     #[arg(long, value_enum, default_value_t = Partition::None)]
     partition: Partition,
@@ -84,6 +94,8 @@ enum Partition {
     Stride,
     /// zk_partitioner::Rendezvous::default()
     Rendezvous,
+    /// zk_partitioner::WeightedRendezvous::default(): by weight, in proportion to the members' capacities
+    Weighted,
 }
 
 #[tokio::main]
@@ -110,9 +122,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Partition::None => None,
         Partition::Stride => Some(Box::new(KazooStride)),
         Partition::Rendezvous => Some(Box::new(Rendezvous::default())),
+        Partition::Weighted => Some(Box::new(WeightedRendezvous::default())),
     };
     let options = || {
-        let mut options = DescribeOptions::new();
+        let mut options = DescribeOptions::new().shared_item_set(args.shared_set);
         if let Some(items) = &items {
             options = options.items(items);
         }
@@ -220,8 +233,11 @@ fn table(d: &Description, limit: usize) -> String {
         d.contended().count(),
         d.orphans.len()
     );
+    if let Some(version) = d.item_set_version {
+        let _ = writeln!(out, "shared item set: version {version}");
+    }
     let _ = writeln!(out, "\nMEMBERS");
-    let rows: Vec<[String; 6]> = d
+    let rows: Vec<[String; 7]> = d
         .members
         .iter()
         .map(|m| {
@@ -230,12 +246,13 @@ fn table(d: &Description, limit: usize) -> String {
                 m.identifier.clone(),
                 m.session.to_string(),
                 ago(now, m.joined),
+                m.capacity.to_string(),
                 m.items.to_string(),
                 m.waiting.to_string(),
             ]
         })
         .collect();
-    columns(&mut out, ["NAME", "IDENTIFIER", "SESSION", "JOINED", "ITEMS", "WAITING"], &rows);
+    columns(&mut out, ["NAME", "IDENTIFIER", "SESSION", "JOINED", "CAPACITY", "ITEMS", "WAITING"], &rows);
     match d.imbalance() {
         Some(imbalance) => {
             let most = d.members.iter().map(|m| m.items).max().unwrap_or(0);
@@ -245,6 +262,9 @@ fn table(d: &Description, limit: usize) -> String {
         None => {
             let _ = writeln!(out, "imbalance: - (no member holds anything)");
         }
+    }
+    if d.members.iter().any(|m| m.load.is_some() || m.held.is_some()) {
+        load_table(&mut out, &d.members);
     }
     let _ = writeln!(out, "\nUNOWNED ({})", d.unowned.len());
     if !d.unowned.is_empty() {
@@ -305,6 +325,33 @@ fn table(d: &Description, limit: usize) -> String {
         let _ = writeln!(out, "\nNOT MEMBER NODES under {}/party: {}", d.path, d.foreign_party_nodes.join(", "));
     }
     out
+}
+
+/// Each member's load: the weight of its share against its ideal share (with a partition function), and the weight
+/// it holds.
+fn load_table(out: &mut String, members: &[MemberInfo]) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "\nLOAD (weight per dimension: assigned/ideal under the partition function, and held)");
+    let rows: Vec<[String; 6]> = members
+        .iter()
+        .map(|m| {
+            let assigned = m.load.as_ref().map_or("-".into(), |load| {
+                let dims: Vec<String> =
+                    load.dimensions.iter().map(|d| format!("{} {}/{:.1}", d.dimension, d.assigned, d.ideal)).collect();
+                dims.join(", ")
+            });
+            let imbalance = m.load.as_ref().map_or("-".into(), |load| format!("{:.2}×", load.imbalance));
+            let held = m.held.as_ref().map_or("-".into(), |held| {
+                let dims: Vec<String> =
+                    held.dimensions.iter().map(|d| format!("{} {}", d.dimension, d.assigned)).collect();
+                format!("{} ({:.2}×)", dims.join(", "), held.imbalance)
+            });
+            let over = m.load.iter().chain(&m.held).any(|load| load.over_capacity);
+            let status = if over { "OVER CAPACITY" } else { "" };
+            [m.name.clone(), m.capacity.to_string(), assigned, imbalance, held, status.into()]
+        })
+        .collect();
+    columns(out, ["NAME", "CAPACITY", "ASSIGNED/IDEAL", "IMBALANCE", "HELD", ""], &rows);
 }
 
 /// `member (session)`, marked when orphaned.
@@ -368,6 +415,7 @@ struct Document<'a> {
     outside_share: Option<Vec<OutsideJson<'a>>>,
     owner_counts: &'a BTreeMap<String, usize>,
     foreign_party_nodes: &'a [String],
+    item_set_version: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -379,6 +427,41 @@ struct MemberJson<'a> {
     joined_ms: u128,
     items: usize,
     waiting: usize,
+    capacity: u32,
+    load: Option<LoadJson<'a>>,
+    held: Option<LoadJson<'a>>,
+}
+
+/// A member's load: its capacity, per dimension the weight assigned (or held) and its ideal share, the imbalance and
+/// whether it is over the function's load bound.
+#[derive(Serialize)]
+struct LoadJson<'a> {
+    capacity: u32,
+    dimensions: Vec<DimensionJson<'a>>,
+    imbalance: f64,
+    over_capacity: bool,
+}
+
+#[derive(Serialize)]
+struct DimensionJson<'a> {
+    dimension: &'a str,
+    assigned: u64,
+    ideal: f64,
+}
+
+impl<'a> From<&'a Load> for LoadJson<'a> {
+    fn from(load: &'a Load) -> Self {
+        LoadJson {
+            capacity: load.capacity,
+            dimensions: load
+                .dimensions
+                .iter()
+                .map(|d| DimensionJson { dimension: &d.dimension, assigned: d.assigned, ideal: d.ideal })
+                .collect(),
+            imbalance: load.imbalance,
+            over_capacity: load.over_capacity,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -446,6 +529,9 @@ impl<'a> From<&'a Description> for Document<'a> {
                     joined_ms: millis(m.joined),
                     items: m.items,
                     waiting: m.waiting,
+                    capacity: m.capacity,
+                    load: m.load.as_ref().map(LoadJson::from),
+                    held: m.held.as_ref().map(LoadJson::from),
                 })
                 .collect(),
             imbalance: d.imbalance(),
@@ -474,6 +560,7 @@ impl<'a> From<&'a Description> for Document<'a> {
             }),
             owner_counts: &d.owner_counts,
             foreign_party_nodes: &d.foreign_party_nodes,
+            item_set_version: d.item_set_version,
         }
     }
 }

@@ -6,11 +6,18 @@
 //! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues add e,f
 //! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues remove a
 //! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues replace a,b,c --if-version 7
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues weigh a 5 b cpu=3,bytes=100
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues reset-weights a,b
 //! cargo run --example item_set -- --help
 //! ```
 //!
 //! Every change is one atomic, versioned update ([`ItemSet`]): two admins at once never lose each other's changes.
-//! Prints the set after the command (`--json`: one JSON object with `version`, `items`, `updating`, `skipped`).
+//! Prints the set after the command (`--json`: one JSON object with `version`, `items`, `updating`, `skipped`, and
+//! `weights`: for each item that has one, its value per dimension, e.g. `{"a": {"weight": 5}}`).
+//!
+//! `weigh` gives items weights for a weighted partition function (`worker --partition weighted`), all in one update:
+//! a weight is a whole number (`5`) or values in named dimensions (`cpu=3,bytes=100`); items not named keep theirs,
+//! and an item without a weight weighs 1. `reset-weights` gives items back the weight of 1.
 //! Exits 1 with the reason when the update is refused (an item that is not there, an item of the other kind, a set
 //! left empty, a stale `--if-version`) or the session cannot be opened (the same messages as the worker's and
 //! inspect's), 2 on bad arguments (checked before connecting). `--connect` is required, as by worker and inspect.
@@ -19,7 +26,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use zk_partitioner::{Item, ItemSet, SharedItems};
+use zk_partitioner::{Item, ItemSet, SharedItems, Weight};
 
 #[path = "common/connection.rs"]
 mod connection;
@@ -78,6 +85,17 @@ enum Command {
         #[arg(long, value_name = "VERSION")]
         if_version: Option<u64>,
     },
+    /// Give items weights, all at once: pairs of an item and its weight, a whole number (5) or values in named
+    /// dimensions (cpu=3,bytes=100); the other items keep theirs
+    Weigh {
+        #[arg(value_names = ["ITEM", "WEIGHT"], num_args = 2.., required = true)]
+        pairs: Vec<String>,
+    },
+    /// Give items back the default weight of 1
+    ResetWeights {
+        #[arg(value_name = "A,B,C", value_delimiter = ',', required = true)]
+        items: Vec<String>,
+    },
 }
 
 /// A partition path, checked as the partitioners check it.
@@ -103,23 +121,46 @@ fn items(raw: &[String], ints: bool) -> Result<Vec<Item>, String> {
     Ok(items)
 }
 
+/// What the command line gives the command, checked before connecting: items, and for `weigh` their weights.
+#[derive(Debug, Default)]
+struct Given {
+    items: Vec<Item>,
+    weights: Vec<Weight>,
+}
+
 impl Command {
-    /// The items given to the command, if it takes any.
-    fn items(&self) -> Option<&[String]> {
-        match self {
-            Command::Show => None,
-            Command::Create { items } | Command::Add { items } | Command::Remove { items } => Some(items),
-            Command::Replace { items, .. } => Some(items),
-        }
+    /// The items (and weights) given to the command, checked: bad ones are bad arguments.
+    fn given(&self, ints: bool) -> Result<Given, String> {
+        let raw = match self {
+            Command::Show => return Ok(Given::default()),
+            Command::Weigh { pairs } => return weighed(pairs, ints),
+            Command::Create { items }
+            | Command::Add { items }
+            | Command::Remove { items }
+            | Command::ResetWeights { items } => items,
+            Command::Replace { items, .. } => items,
+        };
+        Ok(Given { items: items(raw, ints)?, weights: Vec::new() })
     }
+}
+
+/// `weigh`'s arguments: items and weights, alternating.
+fn weighed(pairs: &[String], ints: bool) -> Result<Given, String> {
+    if !pairs.len().is_multiple_of(2) {
+        let last = pairs.last().map_or("", String::as_str);
+        return Err(format!("{last:?} has no weight: weigh takes ITEM WEIGHT pairs"));
+    }
+    let names: Vec<String> = pairs.iter().step_by(2).cloned().collect();
+    let weights = pairs.iter().skip(1).step_by(2).map(|w| w.parse::<Weight>()).collect::<Result<_, _>>();
+    Ok(Given { items: items(&names, ints)?, weights: weights.map_err(|e| e.to_string())? })
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     // Bad items are bad arguments: exit 2 with the usage, before connecting.
-    let given = match args.command.items().map(|raw| items(raw, args.int_items)).transpose() {
-        Ok(given) => given.unwrap_or_default(),
+    let given = match args.command.given(args.int_items) {
+        Ok(given) => given,
         Err(message) => {
             use clap::CommandFactory;
             Args::command().error(clap::error::ErrorKind::ValueValidation, message).exit()
@@ -137,7 +178,8 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &Args, items: Vec<Item>) -> Result<SharedItems, String> {
+async fn run(args: &Args, given: Given) -> Result<SharedItems, String> {
+    let Given { items, weights } = given;
     let client = args.session.open(args.session_timeout).await?;
     let mut set = ItemSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
     if args.session.auth.is_some() {
@@ -150,6 +192,8 @@ async fn run(args: &Args, items: Vec<Item>) -> Result<SharedItems, String> {
         Command::Remove { .. } => set.remove(items).await,
         Command::Replace { if_version: Some(version), .. } => set.replace_if(*version, items).await,
         Command::Replace { if_version: None, .. } => set.replace(items).await,
+        Command::Weigh { .. } => set.set_weights(items.into_iter().zip(weights)).await,
+        Command::ResetWeights { .. } => set.reset_weights(items).await,
     };
     result.map_err(|e| e.to_string())
 }
@@ -164,12 +208,31 @@ fn print(set: &SharedItems, json: bool) {
         })
         .collect();
     if json {
-        let line = json!({"version": set.version, "items": rendered, "updating": set.updating, "skipped": set.skipped});
+        let weights: serde_json::Map<String, serde_json::Value> = set
+            .weights
+            .iter()
+            .map(|(item, weight)| {
+                let values: serde_json::Map<String, serde_json::Value> =
+                    weight.values().map(|(dimension, value)| (dimension.to_owned(), json!(value))).collect();
+                (item.to_string(), serde_json::Value::Object(values))
+            })
+            .collect();
+        let line = json!({
+            "version": set.version,
+            "items": rendered,
+            "updating": set.updating,
+            "skipped": set.skipped,
+            "weights": weights,
+        });
         println!("{line}");
     } else {
         let items: Vec<String> = set.items.iter().map(Item::to_string).collect();
         let updating = if set.updating { " (an update is under way)" } else { "" };
         println!("version {}: {} items{updating}: {}", set.version, items.len(), items.join(","));
+        if !set.weights.is_empty() {
+            let weights: Vec<String> = set.weights.iter().map(|(item, weight)| format!("{item} {weight}")).collect();
+            println!("weights of {} items (the others weigh 1): {}", weights.len(), weights.join("; "));
+        }
         if !set.skipped.is_empty() {
             println!("ignored children (not items): {}", set.skipped.join(","));
         }

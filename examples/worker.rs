@@ -9,6 +9,12 @@
 //! standard`, `--time-boundary 30`. `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the
 //! same partition function.
 //!
+//! `--partition weighted` ([`WeightedRendezvous::default()`]) divides the items' weights (set with `item_set weigh`)
+//! in proportion to the members' capacities: `--capacity N` (default 1) is this member's
+//! ([`Builder::capacity`](zk_partitioner::Builder::capacity)), announced to the others. When ACQUIRED, the worker prints
+//! its load: per dimension of the weights, the weight of its share against its ideal share, and `OVER CAPACITY` when
+//! no placement within the function's load bound was found.
+//!
 //! `--static-membership` ([`Builder::static_membership`](zk_partitioner::Builder::static_membership)) makes the
 //! member's name its `--identifier` (required with it, unique in the party), so a worker restarted with the same
 //! identifier gets the same items back; if the party still has a node with that identifier (the previous process
@@ -25,7 +31,8 @@
 //! the shared set the assignment follows and what its latest change did), `disagreements` (other members announcing
 //! another item set or partition function: the party may stall until one side is reconfigured), and `checkpoints`
 //! (`--checkpoints`: for each item taken now, how many owners have taken it, read from and written to its fenced
-//! checkpoint).
+//! checkpoint), and `load` when ACQUIRED (`capacity`, `dimensions`: `[{dimension, assigned, ideal}]`, `imbalance`,
+//! `over_capacity`).
 //!
 //! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
 //! when it does not exist yet. Change it with the admin command: `cargo run --example item_set -- --connect .. --path
@@ -45,7 +52,8 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use zk_partitioner::zookeeper_client::{SessionState, StateWatcher};
 use zk_partitioner::{
-    Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot,
+    Item, KazooStride, Load, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner,
+    Snapshot, Weighted, WeightedRendezvous,
 };
 
 #[path = "common/connection.rs"]
@@ -88,6 +96,10 @@ struct Args {
     /// Partition function
     #[arg(long, value_enum, default_value_t = Partition::Stride)]
     partition: Partition,
+    /// This member's capacity, announced to the party: under `--partition weighted`, a member of capacity 3 carries
+    /// three times the weight of a member of capacity 1 (ignored by the other functions)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = capacity)]
+    capacity: u32,
     /// What a party change does: eager (everyone stops everything) or incremental (only moved items stop)
     #[arg(long, value_enum, default_value_t = RebalanceArg::Eager)]
     rebalance: RebalanceArg,
@@ -124,6 +136,9 @@ enum Partition {
     Stride,
     /// Rendezvous hashing with a 1.05 load cap: a join or leave moves few items
     Rendezvous,
+    /// Rendezvous hashing by weight (WeightedRendezvous, 1.10 load bound): the items' weights divided in proportion
+    /// to the members' --capacity
+    Weighted,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -141,6 +156,16 @@ enum SessionPolicyArg {
 /// A partition path, checked as `build()` checks it.
 fn path(value: &str) -> Result<String, String> {
     zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+}
+
+/// A capacity, checked as `build()` checks it (1 to 1,000,000).
+fn capacity(value: &str) -> Result<u32, String> {
+    let max = zk_partitioner::MAX_CAPACITY;
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|c| (1..=max).contains(c))
+        .ok_or_else(|| format!("invalid capacity {value:?}: a capacity is a whole number from 1 to {max}"))
 }
 
 /// A member identifier, checked as `build()` checks it.
@@ -307,7 +332,9 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
     builder = match args.partition {
         Partition::Stride => builder.partition_func(Timed(KazooStride)),
         Partition::Rendezvous => builder.partition_func(Timed(Rendezvous::default())),
+        Partition::Weighted => builder.partition_func(Timed(WeightedRendezvous::default())),
     };
+    builder = builder.capacity(args.capacity);
     if let Some(identifier) = &args.identifier {
         builder = builder.identifier(identifier.clone());
     }
@@ -390,6 +417,27 @@ impl<F: PartitionFn> PartitionFn for Timed<F> {
         self.0.prepare(me, members, items);
         PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
     }
+
+    /// Forwarded: without it the wrapper would look unweighted, and the partitioner would neither wait for the
+    /// capacities nor pass the weights.
+    fn load_bound(&self) -> Option<f64> {
+        self.0.load_bound()
+    }
+
+    /// The call the partitioner makes: forwarded (a weighted function reads the weights and capacities), and counted.
+    fn partition_weighted(&self, input: &Weighted<'_>) -> Vec<Item> {
+        let started = thread_cpu_micros();
+        let mine = self.0.partition_weighted(input);
+        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
+        mine
+    }
+
+    /// Forwarded and counted, as `prepare`.
+    fn prepare_weighted(&self, input: &Weighted<'_>) {
+        let started = thread_cpu_micros();
+        self.0.prepare_weighted(input);
+        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
+    }
 }
 
 /// The calling thread's CPU time in microseconds (0 where the clock is unavailable).
@@ -435,6 +483,9 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool, checkpoints: &[
             let all = snapshot.disagreements.iter().map(|d| json!(d.to_string())).collect();
             line.insert("disagreements".into(), Value::Array(all));
         }
+        if let Some(load) = acquired_load(snapshot) {
+            line.insert("load".into(), load_json(load));
+        }
         if !checkpoints.is_empty() {
             let counts = checkpoints.iter().map(|(item, count)| (item.to_string(), json!(count))).collect();
             line.insert("checkpoints".into(), Value::Object(counts));
@@ -452,6 +503,9 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool, checkpoints: &[
         let suspended = if snapshot.suspended { " (suspended)" } else { "" };
         let cause = snapshot.cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default();
         println!("{ts:.3} {} {} [{}]{revoked}{suspended}{cause}", snapshot.member, snapshot.state, items.join(", "));
+        if let Some(load) = acquired_load(snapshot) {
+            println!("    load: {load}");
+        }
         for disagreement in snapshot.disagreements.iter() {
             println!("    warning: {disagreement}");
         }
@@ -459,6 +513,26 @@ fn print_snapshot(snapshot: &Snapshot, session: i64, json: bool, checkpoints: &[
             println!("    {item}: checkpoint {count} (taken {count} times)");
         }
     }
+}
+
+/// The member's load, when it is ACQUIRED.
+fn acquired_load(snapshot: &Snapshot) -> Option<&Load> {
+    snapshot.load.as_deref().filter(|_| snapshot.state == PartitionState::Acquired)
+}
+
+/// `{capacity, dimensions: [{dimension, assigned, ideal}], imbalance, over_capacity}`.
+fn load_json(load: &Load) -> Value {
+    let dimensions: Vec<Value> = load
+        .dimensions
+        .iter()
+        .map(|d| json!({"dimension": d.dimension, "assigned": d.assigned, "ideal": d.ideal}))
+        .collect();
+    json!({
+        "capacity": load.capacity,
+        "dimensions": dimensions,
+        "imbalance": load.imbalance,
+        "over_capacity": load.over_capacity,
+    })
 }
 
 fn item_json(item: &Item) -> Value {

@@ -17,11 +17,22 @@
 //! | [`zk_partitioner_state`](STATE) | gauge | `path`, `state` | 1 for the member's current state, 0 for the other three (`state` is one of [`STATES`]) |
 //! | [`zk_partitioner_state_entered_timestamp_seconds`](STATE_ENTERED) | gauge | `path` | when the member entered its current state, in seconds since the Unix epoch |
 //! | [`zk_partitioner_items`](ITEMS) | gauge | `path` | items in the set the member divides (the fixed set, or the shared set as it last read it) |
+//! | [`zk_partitioner_capacity`](CAPACITY) | gauge | `path` | the capacity the member's load is measured against ([`Load::capacity`](crate::Load::capacity)) |
+//! | [`zk_partitioner_assigned_weight`](ASSIGNED_WEIGHT) | gauge | `path`, `dimension` | the weight of the member's share, per dimension of the items' weights |
+//! | [`zk_partitioner_ideal_weight`](IDEAL_WEIGHT) | gauge | `path`, `dimension` | the member's ideal share of each dimension: its total × the member's capacity / the party's |
+//! | [`zk_partitioner_load_imbalance`](LOAD_IMBALANCE) | gauge | `path` | the largest assigned / ideal over the dimensions (1: exactly its share) |
+//! | [`zk_partitioner_over_capacity`](OVER_CAPACITY) | gauge | `path` | 1 when the member carries more than the partition function's load bound allows in some dimension, else 0 |
 //!
 //! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `item_set_changed`
 //! (the [shared item set](crate::ItemSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
 //! node did not survive a suspension, or someone else deleted a held one), `release_set` (the worker called
 //! `release_set()` while `ACQUIRED`), or `other`.
+//!
+//! The load gauges ([`CAPACITY`] to [`OVER_CAPACITY`]) follow the member's load under its assignment
+//! ([`Snapshot::load`](crate::Snapshot::load)), set at every publication that has one, so from the first assignment
+//! on. The dimensions are those the items' weights name (an item without a weight weighs 1 in each), or `weight`
+//! ([`DEFAULT_DIMENSION`](crate::DEFAULT_DIMENSION)) when they name none; when a weight change drops a dimension,
+//! its series are set to 0.
 //!
 //! The gauges are set at every transition and when the member starts (`ALLOCATING`, nothing held), and the session
 //! counters are registered at 0 then, so that a rate or an increase sees their first event. With them, alerts can
@@ -47,7 +58,7 @@ use zookeeper_client::SessionState;
 
 use crate::decision::Reason;
 use crate::layout::Paths;
-use crate::{Item, PartitionState};
+use crate::{Item, Load, PartitionState};
 
 /// Counter: the member stopped being `ACQUIRED`. Labels `path`, `cause` (one of [`CAUSES`]).
 pub const REBALANCES: &str = "zk_partitioner_rebalances_total";
@@ -86,8 +97,27 @@ pub const STATE_ENTERED: &str = "zk_partitioner_state_entered_timestamp_seconds"
 /// Label `path`.
 pub const ITEMS: &str = "zk_partitioner_items";
 
+/// Gauge: the capacity the member's load is measured against ([`Load::capacity`](crate::Load::capacity)): its
+/// announced capacity ([`Builder::capacity`](crate::Builder::capacity)) under a weighted partition function, 1 under
+/// one that ignores capacities. Label `path`.
+pub const CAPACITY: &str = "zk_partitioner_capacity";
+/// Gauge: the weight of the member's share under its assignment, per dimension of the items' weights
+/// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned)). Labels `path`, `dimension` (the dimension's name:
+/// `weight` for weights given as one number, and for a set without weights, where it counts the items).
+pub const ASSIGNED_WEIGHT: &str = "zk_partitioner_assigned_weight";
+/// Gauge: the member's ideal share of each dimension: the dimension's total × its capacity / the party's total
+/// capacity ([`DimensionLoad::ideal`](crate::DimensionLoad::ideal)). Labels `path`, `dimension`.
+pub const IDEAL_WEIGHT: &str = "zk_partitioner_ideal_weight";
+/// Gauge: the largest [`ASSIGNED_WEIGHT`] / [`IDEAL_WEIGHT`] over the dimensions (1.0: exactly its share; 0 without
+/// an ideal share) ([`Load::imbalance`](crate::Load::imbalance)). Label `path`.
+pub const LOAD_IMBALANCE: &str = "zk_partitioner_load_imbalance";
+/// Gauge: 1 when the member carries more than its partition function's load bound allows in some dimension (no
+/// placement within every member's bound was found: an item larger than a share, say), else 0
+/// ([`Load::over_capacity`](crate::Load::over_capacity)). Label `path`.
+pub const OVER_CAPACITY: &str = "zk_partitioner_over_capacity";
+
 /// Every metric name, for exporters' allow lists and for tests.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 16] = [
     REBALANCES,
     ALLOCATION_SECONDS,
     ITEMS_HELD,
@@ -99,6 +129,11 @@ pub const NAMES: [&str; 11] = [
     STATE,
     STATE_ENTERED,
     ITEMS,
+    CAPACITY,
+    ASSIGNED_WEIGHT,
+    IDEAL_WEIGHT,
+    LOAD_IMBALANCE,
+    OVER_CAPACITY,
 ];
 
 /// The values of [`STATE`]'s `state` label: kazoo's state names ([`PartitionState::as_str`]).
@@ -128,6 +163,11 @@ pub fn register_descriptions() {
     describe_gauge!(STATE, "1 for the member's current state (label state), 0 for the others");
     describe_gauge!(STATE_ENTERED, Unit::Seconds, "Unix time at which the member entered its current state");
     describe_gauge!(ITEMS, Unit::Count, "Items in the set the member divides, as it sees it");
+    describe_gauge!(CAPACITY, "The capacity the member's load is measured against");
+    describe_gauge!(ASSIGNED_WEIGHT, "Weight of the member's share, per dimension (label dimension)");
+    describe_gauge!(IDEAL_WEIGHT, "The member's ideal share of each dimension's weight (label dimension)");
+    describe_gauge!(LOAD_IMBALANCE, "Largest assigned / ideal weight of the member over the dimensions");
+    describe_gauge!(OVER_CAPACITY, "1 when the member carries more than the load bound allows, else 0");
 }
 
 /// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].
@@ -174,6 +214,8 @@ pub(crate) struct DriverMetrics {
     allocating_since: Option<Instant>,
     last_session: SessionState,
     expired: bool,
+    /// The dimensions of the load set last (a dimension that goes is set to 0).
+    dimensions: Vec<String>,
 }
 
 impl DriverMetrics {
@@ -185,7 +227,13 @@ impl DriverMetrics {
         ::metrics::gauge!(ITEMS_HELD, "path" => path.clone()).set(0.0);
         ::metrics::counter!(SESSION_SUSPENSIONS, "path" => path.clone()).increment(0);
         ::metrics::counter!(SESSION_EXPIRIES, "path" => path.clone()).increment(0);
-        DriverMetrics { path, allocating_since: Some(now), last_session: SessionState::SyncConnected, expired: false }
+        DriverMetrics {
+            path,
+            allocating_since: Some(now),
+            last_session: SessionState::SyncConnected,
+            expired: false,
+            dimensions: Vec::new(),
+        }
     }
 
     /// The size of the set the member divides, before its first publication.
@@ -237,6 +285,27 @@ impl DriverMetrics {
         }
         ::metrics::gauge!(ITEMS, "path" => path.clone()).set(set_len as f64);
         ::metrics::gauge!(ITEMS_HELD, "path" => path).set(items as f64);
+    }
+
+    /// The member's load under the assignment it publishes: the load gauges, with the series of a dimension the
+    /// weights no longer name set to 0.
+    pub(crate) fn load(&mut self, load: &Load) {
+        let path = &self.path;
+        ::metrics::gauge!(CAPACITY, "path" => path.clone()).set(f64::from(load.capacity));
+        ::metrics::gauge!(LOAD_IMBALANCE, "path" => path.clone()).set(load.imbalance);
+        ::metrics::gauge!(OVER_CAPACITY, "path" => path.clone()).set(if load.over_capacity { 1.0 } else { 0.0 });
+        let dimensions: Vec<String> = load.dimensions.iter().map(|d| d.dimension.clone()).collect();
+        for gone in self.dimensions.iter().filter(|&d| !dimensions.contains(d)) {
+            ::metrics::gauge!(ASSIGNED_WEIGHT, "path" => path.clone(), "dimension" => gone.clone()).set(0.0);
+            ::metrics::gauge!(IDEAL_WEIGHT, "path" => path.clone(), "dimension" => gone.clone()).set(0.0);
+        }
+        for d in &load.dimensions {
+            let dimension = d.dimension.clone();
+            ::metrics::gauge!(ASSIGNED_WEIGHT, "path" => path.clone(), "dimension" => dimension.clone())
+                .set(d.assigned as f64);
+            ::metrics::gauge!(IDEAL_WEIGHT, "path" => path.clone(), "dimension" => dimension).set(d.ideal);
+        }
+        self.dimensions = dimensions;
     }
 
     /// A session state reported by the client.
@@ -424,6 +493,64 @@ mod tests {
             STATES.iter().map(|&state| vec![("path".into(), "/p".into()), ("state".into(), state.into())]).collect();
         expected.sort();
         assert_eq!(series, expected);
+    }
+
+    #[test]
+    fn a_load_sets_the_load_gauges_and_a_dimension_that_goes_reads_0() {
+        use std::collections::BTreeMap;
+
+        use crate::{Weight, Weights};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let read = || -> Vec<(CompositeKey, DebugValue)> {
+            snapshotter.snapshot().into_vec().into_iter().map(|(k, _, _, v)| (k, v)).collect()
+        };
+        // (name, dimension label) -> value, for the gauges
+        let gauges = |snapshot: &[(CompositeKey, DebugValue)]| -> BTreeMap<(String, Option<String>), f64> {
+            snapshot
+                .iter()
+                .filter_map(|(key, value)| match value {
+                    DebugValue::Gauge(value) => {
+                        let dimension = key.key().labels().find(|l| l.key() == "dimension").map(|l| l.value().into());
+                        Some(((key.key().name().to_owned(), dimension), value.into_inner()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let at = |name: &str, dimension: Option<&str>| (name.to_owned(), dimension.map(str::to_owned));
+        let items: Vec<Item> = (0..4).map(Item::from).collect();
+        let named = BTreeMap::from([
+            (Item::from(0), Weight::named([("cpu", 4), ("bytes", 100)]).unwrap()),
+            (Item::from(1), Weight::named([("cpu", 2), ("bytes", 300)]).unwrap()),
+        ]);
+        let two_dimensions = Load::of([0, 1], &Weights::of(&items, &named), 3, 4, Some(1.1));
+        let uniform = Load::of([2], &Weights::uniform(4), 1, 2, None);
+        metrics::with_local_recorder(&recorder, || {
+            let mut m = DriverMetrics::new(&Paths::new("/p"), Instant::now());
+            // A member of capacity 3 in a party of 4 holding both weighted items (the other two weigh 1 in each
+            // dimension): cpu 6 of 8 (ideal 6), bytes 400 of 402 (ideal 301.5), over the bound.
+            m.load(&two_dimensions);
+            let g = gauges(&read());
+            assert_eq!(g[&at(CAPACITY, None)], 3.0);
+            assert_eq!((g[&at(ASSIGNED_WEIGHT, Some("cpu"))], g[&at(IDEAL_WEIGHT, Some("cpu"))]), (6.0, 6.0));
+            assert_eq!((g[&at(ASSIGNED_WEIGHT, Some("bytes"))], g[&at(IDEAL_WEIGHT, Some("bytes"))]), (400.0, 301.5));
+            assert_eq!((g[&at(LOAD_IMBALANCE, None)], g[&at(OVER_CAPACITY, None)]), (400.0 / 301.5, 1.0));
+            // The weights are reset: one dimension, `weight`; cpu and bytes read 0.
+            m.load(&uniform);
+            let snapshot = read();
+            let g = gauges(&snapshot);
+            assert_eq!(g[&at(CAPACITY, None)], 1.0);
+            assert_eq!((g[&at(ASSIGNED_WEIGHT, Some("weight"))], g[&at(IDEAL_WEIGHT, Some("weight"))]), (1.0, 2.0));
+            for gone in ["cpu", "bytes"] {
+                assert_eq!((g[&at(ASSIGNED_WEIGHT, Some(gone))], g[&at(IDEAL_WEIGHT, Some(gone))]), (0.0, 0.0));
+            }
+            assert_eq!((g[&at(LOAD_IMBALANCE, None)], g[&at(OVER_CAPACITY, None)]), (0.5, 0.0));
+            // Every series carries the path.
+            for (key, _) in snapshot.iter().filter(|(key, _)| key.key().name() != STATE) {
+                assert_eq!(key.key().labels().find(|l| l.key() == "path").map(|l| l.value()), Some("/p"));
+            }
+        });
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `describe()` and `examples/inspect.rs` on a real ZooKeeper: Rust and kazoo members, orphaned lock nodes and
-//! contended items, compared with the lock nodes as an independent reader sees them.
+//! contended items, compared with the lock nodes as an independent reader sees them; a weighted party's capacities
+//! and loads, compared with what its members report.
 
 mod common;
 
@@ -9,12 +10,15 @@ use std::time::{Duration, Instant};
 
 use common::counting::{CountingProxy, op};
 use common::kazoo::KazooWorker;
-use common::members::{Member, TIME_BOUNDARY, auto_release, ints};
-use common::{Ctx, timing, wait_for};
+use common::members::{AbortOnDrop, Member, TIME_BOUNDARY, auto_release, ints};
+use common::{Ctx, timing, wait_for, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{DescribeOptions, Description, Error, Item, KazooStride, describe, describe_with};
+use zk_partitioner::{
+    DescribeOptions, Description, Error, Item, ItemSet, KazooStride, PartitionState, Weight, WeightedRendezvous,
+    describe, describe_with,
+};
 
 const PATH: &str = "/partitioner";
 
@@ -208,6 +212,99 @@ async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
     drop(k1);
 }
 
+/// A member of a weighted party on the shared set, releasing when told.
+async fn weighted_member(ctx: &Ctx, identifier: &str, capacity: u32) -> (Member, AbortOnDrop) {
+    let member = ctx
+        .member_with(identifier, Vec::new(), |b| {
+            b.shared_item_set(true)
+                .partition_func(WeightedRendezvous::default())
+                .capacity(capacity)
+                .time_boundary(Duration::from_millis(500))
+        })
+        .await;
+    let release = auto_release(&member.partitioner);
+    (member, release)
+}
+
+/// Waits until `members` are ACQUIRED at the shared set's version, then describes the party (the shared set, the
+/// members' function) until it has settled: every item owned, none outside its holder's share, and each member's
+/// load the one it reports itself.
+async fn weighted_description(ctx: &Ctx, set: &ItemSet, members: &[&Member]) -> Description {
+    let version = set.read().await.expect("read the set").version;
+    wait_until("every member ACQUIRED at the set's version", timing(Duration::from_secs(20)), || async {
+        members.iter().all(|m| {
+            let s = m.partitioner.snapshot();
+            s.state == PartitionState::Acquired && s.set_version == Some(version) && s.members.len() == members.len()
+        })
+    })
+    .await;
+    let function: &'static WeightedRendezvous = leak(WeightedRendezvous::default());
+    described_when(
+        ctx,
+        "settled: no item outside its share, each member's load as it reports it",
+        || DescribeOptions::new().shared_item_set(true).partition_func(function),
+        |d| {
+            let settled = d.item_set_version == Some(version)
+                && d.unowned.is_empty()
+                && d.outside_share.as_ref().is_some_and(Vec::is_empty)
+                && members.iter().all(|m| {
+                    let s = m.partitioner.snapshot();
+                    d.member(&s.member).is_some_and(|info| info.load.as_ref() == s.load.as_deref())
+                });
+            if settled { Ok(()) } else { Err(format!("{d:#?}")) }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn describe_reports_a_weighted_partys_capacities_and_loads() {
+    // given: a shared set of 24 items, two of them heavy, divided by members of capacities 1 and 3
+    let ctx = Ctx::new().await;
+    let set = ItemSet::new(ctx.client().await, PATH).expect("a handle on the set");
+    set.create_if_missing((0..24).map(Item::from)).await.expect("create the set");
+    set.set_weights([(0, Weight::new(6)), (1, Weight::new(4))]).await.expect("weigh");
+    let (small, _small_loop) = weighted_member(&ctx, "small", 1).await;
+    let (big, _big_loop) = weighted_member(&ctx, "big", 3).await;
+
+    // when: the party has settled
+    let d = weighted_description(&ctx, &set, &[&small, &big]).await;
+
+    // then: each member's capacity is the one it announced, and its load is the one it reports (checked while
+    // waiting), its ideal share a quarter or three quarters of the 32 in all
+    let info = |m: &Member| d.member(&m.partitioner.member()).expect("a member").clone();
+    let (small_info, big_info) = (info(&small), info(&big));
+    assert_eq!((small_info.capacity, big_info.capacity), (1, 3));
+    for (m, ideal) in [(&small_info, 8.0), (&big_info, 24.0)] {
+        let load = m.load.as_ref().expect("a load");
+        assert_eq!((load.capacity, load.dimensions.len()), (m.capacity, 1), "{load}");
+        assert_eq!((load.dimensions[0].dimension.as_str(), load.dimensions[0].ideal), ("weight", ideal), "{load}");
+        assert!(!load.over_capacity, "{load}");
+        // and, settled, it holds exactly that
+        assert_eq!(m.held.as_ref(), Some(load), "{}", m.name);
+    }
+    let assigned = |m: &zk_partitioner::describe::MemberInfo| m.load.as_ref().map_or(0, |l| l.dimensions[0].assigned);
+    assert_eq!(assigned(&small_info) + assigned(&big_info), 32);
+    assert!(assigned(&big_info) > 2 * assigned(&small_info), "{d:#?}");
+
+    // when: a weight changes, in two dimensions
+    set.set_weights([(2, Weight::named([("cpu", 5), ("bytes", 100)]).expect("a weight"))]).await.expect("reweigh");
+    let d = weighted_description(&ctx, &set, &[&small, &big]).await;
+    // then: the loads follow, in every dimension the weights name, still as the members report them
+    let load = d.member(&big.partitioner.member()).and_then(|m| m.load.clone()).expect("a load");
+    let dimensions: Vec<&str> = load.dimensions.iter().map(|dim| dim.dimension.as_str()).collect();
+    assert_eq!(dimensions, ["bytes", "cpu", "weight"], "{load}");
+    assert!(d.members.iter().all(|m| m.held == m.load), "{d:#?}");
+    // and a description without the function has no load, but still what each member holds
+    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().shared_item_set(true)).await.unwrap();
+    assert!(d.members.iter().all(|m| m.load.is_none() && m.held.is_some() && m.capacity >= 1), "{d:#?}");
+    // and reading the shared set of a path that has none is the set's error
+    ctx.observer.create("/no-set", b"", &common::persistent()).await.expect("create /no-set");
+    let options = DescribeOptions::new().shared_item_set(true);
+    let missing = describe_with(&ctx.observer, "/no-set", options).await;
+    assert!(matches!(&missing, Err(Error::ItemSetMissing { path }) if path == "/no-set/items"), "{missing:?}");
+}
+
 #[tokio::test]
 async fn a_missing_path_is_a_clear_error() {
     let ctx = Ctx::new().await;
@@ -343,10 +440,10 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     let (code, help, _) = inspect(&["--help"]).await;
     assert_eq!(code, 0);
     let flags = ["--connect", "--path", "--json", "--watch", "--items", "--partition", "--limit", "--session-timeout"];
-    for flag in flags.into_iter().chain(["--connect-timeout"]) {
+    for flag in flags.into_iter().chain(["--connect-timeout", "--shared-set"]) {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
-    assert_eq!(help.matches("[default: ").count(), 8, "{help}");
+    assert_eq!(help.matches("[default: ").count(), 9, "{help}");
 }
 
 /// `describe` of 10,000 items held by 4 members: time and requests (BENCHMARKS.md, "describe"). Run with

@@ -2,7 +2,8 @@
 //! into it): allocation time, items held, lock waits, a rebalance with its cause, revoked items, a suspension and an
 //! expiry. Through a recorder per member (each on a thread of its own, as if in a process of its own with an
 //! exporter): the state gauges follow the member's states, `zk_partitioner_items` is the set's size, and the members'
-//! items held add up to it once the party is stable: what the example alerts in docs/prometheus rely on.
+//! items held add up to it once the party is stable: what the example alerts in docs/prometheus rely on. And a weighted
+//! member's load gauges say what its snapshot's load says.
 
 mod common;
 
@@ -13,12 +14,14 @@ use std::time::{Duration, SystemTime};
 
 use common::ctx::SESSION_TIMEOUT;
 use common::members::{Member, TIME_BOUNDARY, auto_release, ints, settle};
-use common::{Ctx, timing, wait_until};
+use common::{Ctx, timing, wait_for, wait_until};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::registry::{AtomicStorage, Registry};
 use tokio::sync::oneshot;
-use zk_partitioner::{Builder, Item, ItemSet, PartitionState, SetPartitioner, metrics as names};
+use zk_partitioner::{
+    Builder, Item, ItemSet, Load, PartitionState, SetPartitioner, Weight, WeightedRendezvous, metrics as names,
+};
 
 const PATH: &str = "/partitioner";
 
@@ -35,6 +38,8 @@ struct Seen {
     counters: HashMap<(String, Option<String>), u64>,
     /// The last non-zero value of each gauge.
     gauges: HashMap<String, f64>,
+    /// Every gauge set, to any value.
+    gauges_set: std::collections::HashSet<String>,
     histograms: HashMap<String, Vec<f64>>,
 }
 
@@ -48,6 +53,9 @@ impl Totals {
                 continue;
             }
             let name = key.name().to_owned();
+            if matches!(value, DebugValue::Gauge(_)) {
+                seen.gauges_set.insert(name.clone());
+            }
             match value {
                 DebugValue::Counter(delta) => *seen.counters.entry((name, label("cause"))).or_default() += delta,
                 DebugValue::Gauge(value) if value.into_inner() != 0.0 => {
@@ -82,7 +90,7 @@ impl Totals {
     fn recorded(&self, name: &str) -> bool {
         let seen = self.refresh();
         seen.counters.keys().any(|(n, _)| n == name)
-            || seen.gauges.contains_key(name)
+            || seen.gauges_set.contains(name)
             || seen.histograms.contains_key(name)
     }
 }
@@ -200,6 +208,37 @@ impl Kept {
 
     fn held(&self) -> Option<f64> {
         self.gauge(names::ITEMS_HELD, None)
+    }
+
+    /// The gauge `name` of [`PATH`] with this `dimension` label, if set.
+    fn dimension(&self, name: &str, dimension: &str) -> Option<f64> {
+        self.0.get_gauge_handles().into_iter().find_map(|(key, gauge): (Key, Arc<AtomicU64>)| {
+            let label = |wanted: &str| key.labels().find(|l| l.key() == wanted).map(|l| l.value().to_owned());
+            let ours = key.name() == name && label("path").as_deref() == Some(PATH);
+            (ours && label("dimension").as_deref() == Some(dimension))
+                .then(|| f64::from_bits(gauge.load(Ordering::SeqCst)))
+        })
+    }
+
+    /// Whether the load gauges say what `load` says.
+    fn shows(&self, load: &Load) -> Result<(), String> {
+        let mut found = vec![
+            (names::CAPACITY.to_owned(), self.gauge(names::CAPACITY, None), f64::from(load.capacity)),
+            (names::LOAD_IMBALANCE.to_owned(), self.gauge(names::LOAD_IMBALANCE, None), load.imbalance),
+            (names::OVER_CAPACITY.to_owned(), self.gauge(names::OVER_CAPACITY, None), f64::from(load.over_capacity)),
+        ];
+        for d in &load.dimensions {
+            let assigned = self.dimension(names::ASSIGNED_WEIGHT, &d.dimension);
+            found.push((format!("{} {}", names::ASSIGNED_WEIGHT, d.dimension), assigned, d.assigned as f64));
+            let ideal = self.dimension(names::IDEAL_WEIGHT, &d.dimension);
+            found.push((format!("{} {}", names::IDEAL_WEIGHT, d.dimension), ideal, d.ideal));
+        }
+        let wrong: Vec<String> = found
+            .into_iter()
+            .filter(|(_, gauge, expected)| *gauge != Some(*expected))
+            .map(|(name, gauge, expected)| format!("{name}: {gauge:?}, not {expected}"))
+            .collect();
+        if wrong.is_empty() { Ok(()) } else { Err(format!("{load}: {}", wrong.join("; "))) }
     }
 }
 
@@ -329,4 +368,55 @@ async fn the_items_gauge_follows_the_shared_set() {
     set.remove([Item::from(0)]).await.expect("remove from the set");
     m0.wait_items(&ints(5)[1..], deadline).await;
     assert_eq!((k0.items(), k0.held()), (Some(4.0), Some(4.0)));
+}
+
+#[tokio::test]
+async fn a_weighted_members_load_gauges_follow_its_load() {
+    let deadline = timing(Duration::from_secs(20));
+    // given: a shared set of 8 items, item 0 weighing 4 cpu (and nothing else), divided by weight between members of
+    // capacities 1 and 3
+    let ctx = Ctx::new().await;
+    let set = ItemSet::new(ctx.client().await, PATH).expect("the set's handle");
+    set.create_if_missing(ints(8)).await.expect("create the set");
+    set.set_weights([(0, Weight::named([("cpu", 4)]).expect("a weight"))]).await.expect("weigh");
+    let weighted = |capacity| {
+        move |b: Builder| b.shared_item_set(true).partition_func(WeightedRendezvous::default()).capacity(capacity)
+    };
+    let (small, k_small, _t0) = apart(&ctx, "small", Vec::new(), weighted(1)).await;
+    let (big, k_big, _t1) = apart(&ctx, "big", Vec::new(), weighted(3)).await;
+    let _workers = (auto_release(&small.partitioner), auto_release(&big.partitioner));
+    let settled = |version: u64| {
+        let members = [(&small, &k_small), (&big, &k_big)];
+        async move {
+            wait_for("both members ACQUIRED, their load gauges as their loads", deadline, || async {
+                let mut loads = Vec::new();
+                for (member, kept) in members {
+                    let s = member.partitioner.snapshot();
+                    let ready = s.state == PartitionState::Acquired && s.set_version == Some(version);
+                    let load = s.load.clone().filter(|_| ready && s.members.len() == 2).ok_or(format!("{s:?}"))?;
+                    kept.shows(&load)?;
+                    loads.push(load);
+                }
+                Ok(loads)
+            })
+            .await
+        }
+    };
+
+    // when: they have settled
+    let loads = settled(2).await;
+    // then: the gauges say each one's load (checked while waiting), in the one dimension the weights name (the
+    // other items weigh 1 cpu), and capacities 1 and 3
+    let dimensions: Vec<&str> = loads[0].dimensions.iter().map(|d| d.dimension.as_str()).collect();
+    assert_eq!(dimensions, ["cpu"]);
+    assert_eq!((k_small.gauge(names::CAPACITY, None), k_big.gauge(names::CAPACITY, None)), (Some(1.0), Some(3.0)));
+
+    // when: the weights are reset, then: the one dimension is `weight`, and the cpu series read 0
+    set.reset_weights([0]).await.expect("reset the weights");
+    let loads = settled(3).await;
+    assert!(loads.iter().all(|load| load.dimensions.len() == 1 && load.dimensions[0].dimension == "weight"));
+    for kept in [&k_small, &k_big] {
+        let cpu = (kept.dimension(names::ASSIGNED_WEIGHT, "cpu"), kept.dimension(names::IDEAL_WEIGHT, "cpu"));
+        assert_eq!(cpu, (Some(0.0), Some(0.0)));
+    }
 }

@@ -1,14 +1,16 @@
 //! The three command-line tools (`examples/worker.rs`, `inspect.rs`, `item_set.rs`) as a new user meets them, with
 //! one set of rules: `--connect` is required by each, bad arguments exit 2 with the usage before any connection, a
 //! session that cannot be opened exits 1 with the library's per-server diagnosis, a missing chroot is reported as
-//! such, sessions are printed the same way (decimal), and bad input changes nothing.
+//! such, sessions are printed the same way (decimal), and bad input changes nothing. And weights end to end: set with
+//! `item_set weigh`, divided by `worker --partition weighted --capacity N`, shown by `inspect`.
 
 mod common;
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Ctx, example, timing};
+use common::{Ctx, example, timing, wait_for};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -51,7 +53,7 @@ async fn bad_arguments_are_refused_before_connecting() {
     // given: a server that refuses, and a connect timeout that would make any connection attempt last a minute
     let refused = refused_address();
     let session = ["--connect", &refused, "--connect-timeout", "60"];
-    let cases: [(&str, &[&str], &str); 10] = [
+    let cases: [(&str, &[&str], &str); 14] = [
         ("worker", &["--path", "relative", "--items", "a"], "invalid path: \"relative\" is not absolute"),
         (
             "worker",
@@ -66,6 +68,10 @@ async fn bad_arguments_are_refused_before_connecting() {
         ("inspect", &["--path", "/p/"], "invalid path: \"/p/\" ends with '/'"),
         ("item_set", &["--path", "/zookeeper/p", "show"], "inside ZooKeeper's reserved /zookeeper subtree"),
         ("item_set", &["--path", "/p", "add", "a/b"], "invalid item \"a/b\": contains '/'"),
+        ("worker", &["--path", "/p", "--items", "a", "--capacity", "0"], "invalid capacity \"0\""),
+        ("worker", &["--path", "/p", "--items", "a", "--capacity", "x"], "invalid capacity \"x\""),
+        ("item_set", &["--path", "/p", "weigh", "a", "5", "b"], "\"b\" has no weight"),
+        ("item_set", &["--path", "/p", "weigh", "a", "cpu=-1"], "invalid weight \"cpu=-1\""),
     ];
     for (tool, args, message) in cases {
         // when: a tool gets a bad argument
@@ -210,4 +216,146 @@ async fn worker_and_inspect_print_a_session_alike() {
     let row = table.lines().find(|l| l.trim_start().starts_with(line["member"].as_str().unwrap())).expect("a row");
     assert_eq!(row.split_whitespace().nth(2), Some(&*session.to_string()), "{table}");
     worker.start_kill().expect("kill the worker");
+}
+
+/// Runs `tool` with `args` to completion: (exit code, stdout, stderr).
+async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(example(tool)).args(args).kill_on_drop(true).output().await.expect("run the tool");
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    (output.status.code(), text(output.stdout), text(output.stderr))
+}
+
+#[tokio::test]
+async fn weigh_divide_by_capacity_and_inspect_the_loads() {
+    // given: a shared set of 8 items, a and b made heavy with item_set weigh
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let item_set = |args: &[&str]| {
+        let args = [&["--connect", &connect, "--path", "/p"], args].concat();
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        async move { output("item_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+    assert_eq!(item_set(&["create", "a,b,c,d,e,f,g,h"]).await.0, Some(0));
+    let (code, stdout, stderr) = item_set(&["weigh", "a", "5", "b", "3"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("version 2: 8 items: a,b,c,d,e,f,g,h\n"), "{stdout}");
+    assert!(stdout.contains("weights of 2 items (the others weigh 1): a 5; b 3"), "{stdout}");
+    let (_, json, _) = item_set(&["--json", "show"]).await;
+    let shown: Value = serde_json::from_str(&json).expect("one JSON object");
+    assert_eq!(shown["weights"], serde_json::json!({"a": {"weight": 5}, "b": {"weight": 3}}), "{shown}");
+    // and an item outside the set is refused, changing nothing
+    let (code, _, stderr) = item_set(&["weigh", "z", "2"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("invalid item \"z\""), "{stderr}");
+
+    // when: two workers of capacities 3 and 1 divide it by weight
+    let last_acquired: Vec<Arc<Mutex<Option<Value>>>> = vec![Arc::default(), Arc::default()];
+    let mut workers = Vec::new();
+    for ((identifier, capacity), last) in [("big", "3"), ("small", "1")].into_iter().zip(&last_acquired) {
+        let mut worker = Command::new(example("worker"))
+            .args(["--connect", &connect, "--path", "/p", "--shared-set", "--partition", "weighted"])
+            .args(["--capacity", capacity, "--identifier", identifier, "--time-boundary", "0.3", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn a worker");
+        let mut lines = BufReader::new(worker.stdout.take().expect("stdout")).lines();
+        let last = last.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let line: Value = serde_json::from_str(&line).expect("a JSON line");
+                if line["state"] == "ACQUIRED" {
+                    assert!(line["load"].is_object(), "ACQUIRED without its load: {line}");
+                    *last.lock().unwrap() = Some(line);
+                }
+            }
+        });
+        workers.push(worker);
+    }
+
+    // then: inspect shows each member's capacity, and its load as the worker printed it, nothing outside a share
+    let inspect = |json: bool| {
+        let connect = connect.clone();
+        async move {
+            let mut args = vec!["--connect", &connect, "--path", "/p", "--shared-set", "--partition", "weighted"];
+            if json {
+                args.push("--json");
+            }
+            let (code, stdout, stderr) = output("inspect", &args).await;
+            assert_eq!(code, Some(0), "{stderr}");
+            stdout
+        }
+    };
+    let doc = wait_for("both workers settled, as inspect shows them", timing(Duration::from_secs(30)), || async {
+        let doc: Value = serde_json::from_str(&inspect(true).await).map_err(|e| e.to_string())?;
+        let members = doc["members"].as_array().cloned().unwrap_or_default();
+        let printed: Vec<Option<Value>> = last_acquired.iter().map(|last| last.lock().unwrap().clone()).collect();
+        let as_printed = members
+            .iter()
+            .all(|m| printed.iter().flatten().any(|line| line["member"] == m["name"] && line["load"] == m["load"]));
+        let settled = members.len() == 2
+            && doc["outside_share"] == serde_json::json!([])
+            && doc["unowned"] == serde_json::json!([])
+            && members.iter().all(|m| m["held"] == m["load"])
+            && as_printed;
+        if settled { Ok(doc) } else { Err(format!("{doc}\nthe workers printed {printed:?}")) }
+    })
+    .await;
+    assert_eq!(doc["item_set_version"], 2);
+    let members = doc["members"].as_array().expect("members");
+    let by_identifier = |id: &str| members.iter().find(|m| m["identifier"] == id).expect("a member").clone();
+    let (big, small) = (by_identifier("big"), by_identifier("small"));
+    assert_eq!((big["capacity"].as_u64(), small["capacity"].as_u64()), (Some(3), Some(1)));
+    // 14 in all: the big worker's ideal share is 10.5, the small one's 3.5
+    for (member, ideal) in [(&big, 10.5), (&small, 3.5)] {
+        let load = &member["load"];
+        assert_eq!(load["capacity"], member["capacity"], "{member}");
+        assert_eq!(load["dimensions"][0]["dimension"], "weight", "{member}");
+        assert_eq!(load["dimensions"][0]["ideal"].as_f64(), Some(ideal), "{member}");
+    }
+    let assigned = |m: &Value| m["load"]["dimensions"][0]["assigned"].as_u64().unwrap_or(0);
+    assert_eq!(assigned(&big) + assigned(&small), 14, "{doc}");
+    // and the table says the same
+    let table = inspect(false).await;
+    println!("{table}");
+    assert!(table.contains("shared item set: version 2\n"), "{table}");
+    let load_rows: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("LOAD (")).skip(2).take(2).collect();
+    for (row, (member, ideal)) in load_rows.iter().zip([(&big, "10.5"), (&small, "3.5")]) {
+        let name = member["name"].as_str().unwrap_or_default();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        let expected = format!("{}/{ideal}", assigned(member));
+        assert_eq!(
+            (cells[0], cells[1], cells[2], cells[3]),
+            (name, &*member["capacity"].to_string(), "weight", &*expected)
+        );
+    }
+
+    // when: one item outweighs what the bound lets any member carry (109 in all: the big worker may carry 90)
+    assert_eq!(item_set(&["weigh", "a", "100"]).await.0, Some(0));
+    // then: its holder says it is over capacity, and so does inspect, in the JSON and in the table
+    wait_for("a worker over capacity, as inspect shows it", timing(Duration::from_secs(30)), || async {
+        let doc: Value = serde_json::from_str(&inspect(true).await).map_err(|e| e.to_string())?;
+        let members = doc["members"].as_array().cloned().unwrap_or_default();
+        let printed: Vec<Option<Value>> = last_acquired.iter().map(|last| last.lock().unwrap().clone()).collect();
+        let over = members.iter().find(|m| m["load"]["over_capacity"] == true && m["held"] == m["load"]);
+        let reported = over.is_some_and(|m| {
+            printed.iter().flatten().any(|line| line["member"] == m["name"] && line["load"]["over_capacity"] == true)
+        });
+        if doc["item_set_version"] == 3 && reported { Ok(()) } else { Err(format!("{doc}\n{printed:?}")) }
+    })
+    .await;
+    let table = inspect(false).await;
+    println!("{table}");
+    assert_eq!(table.matches("OVER CAPACITY").count(), 1, "{table}");
+
+    // when: the weights are reset
+    let (code, stdout, _) = item_set(&["reset-weights", "a,b"]).await;
+    // then: the set has none
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("version 4: 8 items") && !stdout.contains("weights"), "{stdout}");
+    for mut worker in workers {
+        worker.start_kill().expect("kill a worker");
+        let _ = worker.wait().await;
+    }
 }

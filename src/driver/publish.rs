@@ -63,6 +63,9 @@ impl Publisher {
         let revoked_before = self.sender.borrow().revoked.clone();
         let after = (p.state, p.reason, items.len(), &revoked[..]);
         self.metrics.published((before, &revoked_before), after, core.set_len(), now);
+        if let Some(load) = &p.load {
+            self.metrics.load(load);
+        }
         let set = (p.set != self.published_set).then(|| {
             self.published_set = p.set.clone();
             SetChange {

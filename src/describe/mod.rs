@@ -15,17 +15,22 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
+use crate::agreement::Agreement;
 use crate::error::retry_transient;
 use crate::layout::{self, Paths};
 use crate::layout::{contenders_in_order, sequence};
 use crate::locks::READ_BATCH;
 use crate::names::check_base_path;
-use crate::{Error, FencingToken, Item, PartitionFn};
+use crate::{Error, FencingToken, Item, ItemSet, Load, PartitionFn, SharedItems, Weight};
+
+mod shares;
+use shares::Inputs;
 
 /// Read `multi`s in flight at once by default (each carries up to 500 reads).
 const DEFAULT_CONCURRENCY: usize = 8;
 
-/// Options of [`describe_with`]: the expected items and the partition function, both optional.
+/// Options of [`describe_with`]: the expected items (or the shared set's), their weights and the partition function,
+/// all optional.
 ///
 /// ```
 /// use zk_partitioner::describe::DescribeOptions;
@@ -39,6 +44,8 @@ const DEFAULT_CONCURRENCY: usize = 8;
 #[must_use]
 pub struct DescribeOptions<'a> {
     items: Option<&'a [Item]>,
+    weights: Option<&'a BTreeMap<Item, Weight>>,
+    shared_item_set: bool,
     partition_fn: Option<&'a dyn PartitionFn>,
     concurrency: usize,
 }
@@ -47,6 +54,8 @@ impl fmt::Debug for DescribeOptions<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DescribeOptions")
             .field("items", &self.items.map(<[Item]>::len))
+            .field("weights", &self.weights.map(BTreeMap::len))
+            .field("shared_item_set", &self.shared_item_set)
             .field("partition_fn", &self.partition_fn.is_some())
             .field("concurrency", &self.concurrency)
             .finish()
@@ -55,12 +64,18 @@ impl fmt::Debug for DescribeOptions<'_> {
 
 impl Default for DescribeOptions<'_> {
     fn default() -> Self {
-        DescribeOptions { items: None, partition_fn: None, concurrency: DEFAULT_CONCURRENCY }
+        DescribeOptions {
+            items: None,
+            weights: None,
+            shared_item_set: false,
+            partition_fn: None,
+            concurrency: DEFAULT_CONCURRENCY,
+        }
     }
 }
 
 impl<'a> DescribeOptions<'a> {
-    /// No expected items, no partition function, the default concurrency.
+    /// No expected items, no weights, no partition function, the default concurrency.
     pub fn new() -> Self {
         Self::default()
     }
@@ -73,6 +88,22 @@ impl<'a> DescribeOptions<'a> {
         self
     }
 
+    /// The weights of the [expected items](Self::items), as [`SharedItems::weights`] names them (items not named
+    /// weigh 1): what [`MemberInfo::load`] and [`MemberInfo::held`] weigh. Without it, every item weighs 1.
+    pub fn weights(mut self, weights: &'a BTreeMap<Item, Weight>) -> Self {
+        self.weights = Some(weights);
+        self
+    }
+
+    /// Whether the members follow the path's shared item set
+    /// ([`Builder::shared_item_set`](crate::Builder::shared_item_set)): if so, [`describe_with`] reads it (as
+    /// [`ItemSet::read`] does) and uses its items and weights as the [expected items](Self::items) and
+    /// [weights](Self::weights), in place of any given here. Default `false`.
+    pub fn shared_item_set(mut self, shared: bool) -> Self {
+        self.shared_item_set = shared;
+        self
+    }
+
     /// The partition function the members use: fills [`Description::outside_share`] with the items a member holds
     /// that the function gives to someone else (or to nobody), for the party as read.
     ///
@@ -80,6 +111,10 @@ impl<'a> DescribeOptions<'a> {
     /// the items inferred from the lock directories' names: all integers if every name is a canonical decimal
     /// integer (kazoo's `str()` of an int), else all strings. Lock directories are never deleted, so once every item
     /// has been allocated once they name the whole set.
+    ///
+    /// It is called as the members call it ([`PartitionFn::partition_weighted`]), with the items' weights and, for
+    /// a function with a [load bound](PartitionFn::load_bound), the capacities the members announce; with the
+    /// expected items known, it also gives each member's [load](MemberInfo::load).
     ///
     /// The same name as [`Builder::partition_func`](crate::Builder::partition_func), which sets the function of a
     /// member.
@@ -104,7 +139,7 @@ impl<'a> DescribeOptions<'a> {
 /// Who owns what under a partition path, as [`describe`] read it.
 ///
 /// Every list is sorted: members by name, items in item order (integers numerically, then strings by code point).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Description {
     /// The partition path that was read.
@@ -128,10 +163,12 @@ pub struct Description {
     /// Children of `<path>/party` that are not member nodes (not `<32 hex>-<name>`): ignored by this crate's
     /// members, but counted by kazoo's, which then leave a share unowned.
     pub foreign_party_nodes: Vec<String>,
+    /// With [`shared_item_set`](DescribeOptions::shared_item_set): the version of the shared set that was read.
+    pub item_set_version: Option<u64>,
 }
 
 /// One member of the party.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct MemberInfo {
     /// Its name: the party node's name after the first `-` (`<identifier>-<sequence>`, or the identifier for kazoo
@@ -149,6 +186,21 @@ pub struct MemberInfo {
     pub items: usize,
     /// How many items its session waits for (has a contender behind another).
     pub waiting: usize,
+    /// The capacity it announces in its party node ([`Builder::capacity`](crate::Builder::capacity)): 1 for a
+    /// member that announces none (a kazoo member) or one that cannot be read, as the members count it.
+    pub capacity: u32,
+    /// With a [partition function](DescribeOptions::partition_func) and the [expected items](DescribeOptions::items)
+    /// (or the [shared set](DescribeOptions::shared_item_set)): its load under the function for the party as read:
+    /// per dimension of the weights, the weight of its share and its ideal share, the imbalance, and whether the
+    /// function's load bound is passed. Once the party has settled, what the member itself reports
+    /// ([`Snapshot::load`](crate::Snapshot::load)). The capacities are those the function is given: as announced for
+    /// a function with a [load bound](PartitionFn::load_bound), 1 each for one without (which ignores them).
+    pub load: Option<Load>,
+    /// With the [expected items](DescribeOptions::items) (or the [shared set](DescribeOptions::shared_item_set)):
+    /// the same for the items its session actually holds (their locks), against the same ideal share
+    /// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned) is then the weight held). Without a partition
+    /// function, the announced capacities count, and it is never over capacity.
+    pub held: Option<Load>,
 }
 
 /// One item's lock.
@@ -286,7 +338,9 @@ pub async fn describe(client: &Client, path: &str) -> Result<Description, Error>
 /// - [`Error::PathNotFound`] if `path` does not exist (a missing `party` or `locks` under an existing path only
 ///   means no members or no items);
 /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if a read fails otherwise;
-/// - [`Error::PartitionFn`] if the partition function panics or returns items outside the set.
+/// - with [`shared_item_set`](DescribeOptions::shared_item_set), the errors of [`ItemSet::read`]
+///   ([`Error::ItemSetMissing`] if the path has no shared set);
+/// - [`Error::PartitionFn`] if the partition function panics or returns items outside the set (or one twice).
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads.
@@ -317,19 +371,27 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
     }
 
     let (member_names, foreign) = split_party(party_children);
-    let (members, listings) = futures::join!(read_members(client, &paths, member_names, options.concurrency), async {
-        let batches: Vec<Vec<String>> = dirs.chunks(READ_BATCH).map(<[String]>::to_vec).collect();
-        futures::stream::iter(batches.into_iter().map(|batch| read_dirs(client, &paths, batch)))
-            .buffer_unordered(options.concurrency.div_ceil(2).max(1))
-            .collect::<Vec<_>>()
-            .await
-    });
+    let shared = async {
+        if options.shared_item_set { ItemSet::new(client.clone(), path)?.read().await.map(Some) } else { Ok(None) }
+    };
+    let (members, listings, shared) = futures::join!(
+        read_members(client, &paths, member_names, options.concurrency),
+        async {
+            let batches: Vec<Vec<String>> = dirs.chunks(READ_BATCH).map(<[String]>::to_vec).collect();
+            futures::stream::iter(batches.into_iter().map(|batch| read_dirs(client, &paths, batch)))
+                .buffer_unordered(options.concurrency.div_ceil(2).max(1))
+                .collect::<Vec<_>>()
+                .await
+        },
+        shared
+    );
     let members = members?;
+    let shared: Option<SharedItems> = shared?;
     let mut dirs_read: Vec<(String, Vec<RawContender>)> = Vec::with_capacity(dirs.len());
     for batch in listings {
         dirs_read.extend(batch?);
     }
-    assemble(path, members, foreign, dirs_read, &options)
+    assemble(path, members, foreign, dirs_read, &options, shared)
 }
 
 /// A listing's children, with a missing node read as no children.
@@ -361,6 +423,8 @@ struct RawMember {
     node: String,
     name: String,
     identifier: String,
+    /// Its announced capacity (1 if none).
+    capacity: u32,
     stat: Stat,
 }
 
@@ -380,11 +444,12 @@ async fn read_members(
         for ((node, name), result) in batch.into_iter().zip(results) {
             match result {
                 MultiReadResult::Data { data, stat } => {
-                    // The identifier is the data's first line (this crate's members announce their configuration
-                    // on the next one).
+                    // The identifier is the data's first line (this crate's members announce their configuration,
+                    // capacity included, on the next one: read as the members read it).
                     let text = String::from_utf8_lossy(&data);
                     let identifier = text.split('\n').next().unwrap_or_default().to_owned();
-                    members.push(RawMember { node, name, identifier, stat });
+                    let capacity = announced_capacity(&data);
+                    members.push(RawMember { node, name, identifier, capacity, stat });
                 }
                 MultiReadResult::Error { err: zookeeper_client::Error::NoNode } => {}
                 MultiReadResult::Error { err } => {
@@ -402,6 +467,12 @@ async fn read_members(
         members.extend(batch?);
     }
     Ok(members)
+}
+
+/// The capacity a party node's data announces, read as the members read it: 1 without an announcement (a kazoo
+/// member), or with one that cannot be read.
+fn announced_capacity(data: &[u8]) -> u32 {
+    Agreement::from_node_data(data).map_or(1, |theirs| theirs.capacity)
 }
 
 /// A contender as read: node name, data, stat.
@@ -506,14 +577,20 @@ fn item_of_name(name: &str) -> Item {
     }
 }
 
-/// Puts the pieces together: owners, queues, orphans, counts and the share check.
+/// Puts the pieces together: owners, queues, orphans, counts, the share check and the loads.
 fn assemble(
     path: &str,
     raw_members: Vec<RawMember>,
     mut foreign: Vec<String>,
     dirs: Vec<(String, Vec<RawContender>)>,
     options: &DescribeOptions<'_>,
+    shared: Option<SharedItems>,
 ) -> Result<Description, Error> {
+    let no_weights = BTreeMap::new();
+    let (expected, weights) = match &shared {
+        Some(set) => (Some(&set.items[..]), &set.weights),
+        None => (options.items, options.weights.unwrap_or(&no_weights)),
+    };
     // Sessions that own a party node, and the member name of each (the first, should one session own several).
     let mut member_of_session: HashMap<i64, String> = HashMap::with_capacity(raw_members.len());
     for member in &raw_members {
@@ -545,7 +622,7 @@ fn assemble(
         }
         items.push(ItemInfo { item, owner, waiting, has_lock_dir: true });
     }
-    if let Some(expected) = options.items {
+    if let Some(expected) = expected {
         let known: std::collections::HashSet<String> = items.iter().map(|info| info.item.clone()).collect();
         let mut missing: Vec<String> =
             expected.iter().map(Item::node_name).filter(|name| !known.contains(name)).collect();
@@ -587,15 +664,34 @@ fn assemble(
             name: raw.name,
             identifier: raw.identifier,
             node: raw.node,
+            capacity: raw.capacity,
+            load: None,
+            held: None,
         })
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.node.cmp(&b.node)));
     foreign.sort_unstable();
 
-    let outside_share = match options.partition_fn {
-        Some(partition_fn) => Some(outside_share(partition_fn, &members, &items, options.items, &member_of_session)?),
-        None => None,
-    };
+    // The share check works on the set the lock directories make when the expected set is not known; the loads
+    // only on the expected set (an inferred one lacks the items never contended, which skews every ideal share).
+    let mut outside_share = None;
+    if expected.is_some() || options.partition_fn.is_some() {
+        let set = expected.map_or_else(|| Inputs::inferred_set(&items), <[Item]>::to_vec);
+        let inputs = Inputs::new(&members, set, weights, options.partition_fn);
+        let shares = options.partition_fn.map(|f| inputs.shares(f)).transpose()?;
+        if let Some(shares) = &shares {
+            outside_share = Some(inputs.outside_share(shares, &items, &member_of_session));
+        }
+        if expected.is_some() {
+            let held = inputs.held(&items);
+            for member in &mut members {
+                let share = shares.as_ref().map(|shares| shares.get(&member.name).map_or(&[][..], Vec::as_slice));
+                member.load = share.map(|share| inputs.load(&member.name, share));
+                let holds = held.get(&member.session).map_or(&[][..], Vec::as_slice);
+                member.held = Some(inputs.load(&member.name, holds));
+            }
+        }
+    }
     Ok(Description {
         path: path.to_owned(),
         members,
@@ -605,158 +701,9 @@ fn assemble(
         outside_share,
         owner_counts,
         foreign_party_nodes: foreign,
+        item_set_version: shared.map(|set| set.version),
     })
 }
 
-/// The items held by a member whose share, under `partition_fn` for the party as read, does not include them.
-fn outside_share(
-    partition_fn: &dyn PartitionFn,
-    members: &[MemberInfo],
-    items: &[ItemInfo],
-    expected: Option<&[Item]>,
-    member_of_session: &HashMap<i64, String>,
-) -> Result<Vec<OutsideShare>, Error> {
-    let mut set: Vec<Item> = match expected {
-        Some(expected) => expected.to_vec(),
-        None => {
-            let inferred: Vec<Item> = items.iter().map(|info| item_of_name(&info.item)).collect();
-            if inferred.iter().all(|item| matches!(item, Item::Int(_))) {
-                inferred
-            } else {
-                items.iter().map(|info| Item::Str(info.item.clone())).collect()
-            }
-        }
-    };
-    set.sort();
-    set.dedup();
-    let mut names: Vec<String> = members.iter().map(|member| member.name.clone()).collect();
-    names.sort_unstable();
-    names.dedup();
-    // Which member's share each item (by lock node name) is in.
-    let mut share_of: HashMap<String, String> = HashMap::with_capacity(set.len());
-    for name in &names {
-        let call = || partition_fn.partition(name, &names, &set);
-        let share = crate::partition_fn::guarded(call).map_err(|reason| Error::PartitionFn { reason })?;
-        for item in share {
-            if set.binary_search(&item).is_err() {
-                return Err(Error::PartitionFn { reason: format!("returned {item:?}, which is not in the set") });
-            }
-            share_of.insert(item.node_name(), name.clone());
-        }
-    }
-    let mut outside = Vec::new();
-    for info in items {
-        let Some(owner) = &info.owner else { continue };
-        // Orphans are listed as such; this is about members.
-        let Some(holder) = member_of_session.get(&owner.session) else { continue };
-        let share = share_of.get(&info.item);
-        if share != Some(holder) {
-            outside.push(OutsideShare { item: info.item.clone(), holder: holder.clone(), share_of: share.cloned() });
-        }
-    }
-    Ok(outside)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stat(session: i64, czxid: i64) -> Stat {
-        Stat {
-            czxid,
-            mzxid: czxid,
-            pzxid: czxid,
-            ctime: 1_700_000_000_000,
-            mtime: 1_700_000_000_000,
-            version: 0,
-            cversion: 0,
-            aversion: 0,
-            ephemeral_owner: session,
-            data_length: 0,
-            num_children: 0,
-        }
-    }
-
-    fn member(name: &str, session: i64) -> RawMember {
-        let node = format!("{}-{name}", "a".repeat(32));
-        RawMember { node, name: name.into(), identifier: name.into(), stat: stat(session, 1) }
-    }
-
-    fn contender(seq: u32, member: &str, session: i64) -> RawContender {
-        let node = format!("{}__lock__{seq:010}", "c".repeat(32));
-        RawContender { node, data: member.as_bytes().to_vec(), stat: stat(session, 100 + i64::from(seq)) }
-    }
-
-    #[test]
-    fn owners_queues_orphans_and_counts() {
-        let members = vec![member("w2", 2), member("w1", 1)];
-        let dirs = vec![
-            ("10".to_string(), vec![contender(3, "w2", 2), contender(1, "w1", 1)]),
-            ("9".to_string(), vec![contender(0, "ghost", 9)]),
-            // A kazoo member writes nothing into its lock node: its name comes from its party node.
-            ("11".to_string(), vec![contender(2, "", 2), contender(4, "", 8)]),
-            ("2".to_string(), vec![]),
-            ("1".to_string(), vec![contender(5, "w1", 1), contender(7, "ghost", 9)]),
-        ];
-        let expected: Vec<Item> = (0..3).map(Item::from).chain([9, 10].map(Item::from)).collect();
-        let options = DescribeOptions::new().items(&expected);
-        let d = assemble("/p", members, vec!["junk".into()], dirs, &options).unwrap();
-        let names: Vec<&str> = d.items.iter().map(|i| i.item.as_str()).collect();
-        assert_eq!(names, ["0", "1", "2", "9", "10", "11"], "integers sort numerically");
-        let eleven = d.item("11").unwrap();
-        assert_eq!(eleven.owner.as_ref().unwrap().member, "w2");
-        assert_eq!((eleven.waiting[0].member.as_str(), eleven.waiting[0].orphan), ("", true));
-        assert_eq!(d.unowned, ["0", "2"]);
-        assert!(!d.item("0").unwrap().has_lock_dir);
-        let ten = d.item("10").unwrap();
-        assert_eq!(ten.owner.as_ref().unwrap().member, "w1", "lowest sequence holds");
-        assert_eq!(ten.owner.as_ref().unwrap().token, FencingToken::new(101));
-        assert_eq!(ten.waiting.len(), 1);
-        assert_eq!(d.contended().map(|i| i.item.as_str()).collect::<Vec<_>>(), ["1", "10", "11"]);
-        assert_eq!(d.orphans.len(), 3);
-        assert_eq!((d.orphans[0].item.as_str(), d.orphans[0].holds), ("1", false));
-        assert_eq!((d.orphans[1].item.as_str(), d.orphans[1].holds), ("9", true));
-        assert_eq!(d.owner_counts, BTreeMap::from([("ghost".into(), 1), ("w1".into(), 2), ("w2".into(), 1)]));
-        assert_eq!(
-            d.members.iter().map(|m| (m.name.as_str(), m.items, m.waiting)).collect::<Vec<_>>(),
-            [("w1", 2, 0), ("w2", 1, 1)]
-        );
-        assert_eq!(d.foreign_party_nodes, ["junk"]);
-        assert_eq!(d.outside_share, None);
-        assert_eq!(d.imbalance(), Some(4.0 / 3.0));
-    }
-
-    #[test]
-    fn share_check_names_items_held_by_the_wrong_member() {
-        let members = vec![member("a", 1), member("b", 2)];
-        // Stride over 0..4 with members a, b: a gets 0 and 2, b gets 1 and 3. b holds 1, 2 and 3.
-        let dirs = (0..4)
-            .map(|i| {
-                let (name, session) = if i == 0 { ("a", 1) } else { ("b", 2) };
-                (i.to_string(), vec![contender(0, name, session)])
-            })
-            .collect();
-        let stride = crate::KazooStride;
-        let d = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&stride)).unwrap();
-        let outside = d.outside_share.unwrap();
-        assert_eq!(outside, [OutsideShare { item: "2".into(), holder: "b".into(), share_of: Some("a".into()) }]);
-    }
-
-    #[test]
-    fn a_panicking_partition_fn_is_an_error() {
-        let members = vec![member("a", 1)];
-        let dirs = vec![("x".to_string(), vec![contender(0, "a", 1)])];
-        let boom = |_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("boom") };
-        let result = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&boom));
-        assert!(matches!(result, Err(Error::PartitionFn { .. })), "{result:?}");
-    }
-
-    #[test]
-    fn item_names_that_are_not_canonical_integers_are_strings() {
-        assert_eq!(item_of_name("42"), Item::Int(42));
-        assert_eq!(item_of_name("-7"), Item::Int(-7));
-        assert_eq!(item_of_name("007"), Item::Str("007".into()));
-        assert_eq!(item_of_name("+1"), Item::Str("+1".into()));
-        assert_eq!(item_of_name("q1"), Item::Str("q1".into()));
-    }
-}
+mod tests;

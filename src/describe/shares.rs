@@ -1,0 +1,145 @@
+//! The members' shares and loads as the partition function gives them, rebuilt from what [`describe`](super) read:
+//! the same inputs every member gives the function (the member names as read, their capacities, the set and its
+//! weights), so that a weighted party's shares and loads are the ones its members compute and report
+//! ([`Snapshot::load`](crate::Snapshot::load)).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{ItemInfo, MemberInfo, OutsideShare, item_of_name};
+use crate::partition_fn::guarded;
+use crate::{Error, Item, Load, PartitionFn, Weight, Weighted, Weights};
+
+/// The partition function's inputs for the party as read.
+pub(super) struct Inputs {
+    /// Every member's name, sorted by code point, as members pass them (a name carried by two nodes is there twice,
+    /// as in the members' own call).
+    names: Vec<String>,
+    /// Each name's capacity, what the function is given: the announced capacity for a function with a load bound,
+    /// or when no function is known; 1 for a function that ignores capacities (members then report capacity 1).
+    capacities: Vec<u32>,
+    /// The set, sorted and without duplicates.
+    set: Vec<Item>,
+    /// Its weights, in the order of `set`.
+    weights: Weights,
+    /// The sum of `capacities`.
+    total_capacity: u64,
+    /// The function's load bound, if a function with one is known.
+    bound: Option<f64>,
+}
+
+impl Inputs {
+    /// The inputs for `members` (their names and announced capacities) over `set` (sorted or not) with its `named`
+    /// weights, for `partition_fn` if one is known.
+    pub(super) fn new(
+        members: &[MemberInfo],
+        mut set: Vec<Item>,
+        named: &BTreeMap<Item, Weight>,
+        partition_fn: Option<&dyn PartitionFn>,
+    ) -> Self {
+        set.sort();
+        set.dedup();
+        let weighted = partition_fn.is_none_or(|f| f.load_bound().is_some());
+        let mut party: Vec<(&str, u32)> =
+            members.iter().map(|m| (m.name.as_str(), if weighted { m.capacity } else { 1 })).collect();
+        party.sort_unstable();
+        let names: Vec<String> = party.iter().map(|&(name, _)| name.to_owned()).collect();
+        let capacities: Vec<u32> = party.iter().map(|&(_, capacity)| capacity).collect();
+        let total_capacity = capacities.iter().map(|&c| u64::from(c)).sum();
+        let weights = Weights::of(&set, named);
+        let bound = partition_fn.and_then(|f| f.load_bound());
+        Inputs { names, capacities, set, weights, total_capacity, bound }
+    }
+
+    /// The set the items of a description make, when the expected set is not known: all integers if every name is
+    /// a canonical decimal integer, else all strings.
+    pub(super) fn inferred_set(items: &[ItemInfo]) -> Vec<Item> {
+        let inferred: Vec<Item> = items.iter().map(|info| item_of_name(&info.item)).collect();
+        if inferred.iter().all(|item| matches!(item, Item::Int(_))) {
+            inferred
+        } else {
+            items.iter().map(|info| Item::Str(info.item.clone())).collect()
+        }
+    }
+
+    /// The capacity `name` is given (1 for a name not in the party).
+    fn capacity_of(&self, name: &str) -> u32 {
+        self.names.binary_search_by(|n| n.as_str().cmp(name)).map_or(1, |at| self.capacities[at])
+    }
+
+    /// Each member's share under `partition_fn`, by name, as positions in the set.
+    ///
+    /// # Errors
+    /// [`Error::PartitionFn`] if the function panics, or returns an item outside the set or one twice.
+    pub(super) fn shares(&self, partition_fn: &dyn PartitionFn) -> Result<BTreeMap<String, Vec<usize>>, Error> {
+        let mut shares = BTreeMap::new();
+        for name in &self.names {
+            if shares.contains_key(name) {
+                continue;
+            }
+            let input = Weighted::new(name, &self.names, &self.capacities, &self.set, &self.weights);
+            let share =
+                guarded(|| partition_fn.partition_weighted(&input)).map_err(|reason| Error::PartitionFn { reason })?;
+            let mut positions = Vec::with_capacity(share.len());
+            for item in share {
+                let at = self.set.binary_search(&item).map_err(|_| Error::PartitionFn {
+                    reason: format!("returned {item:?}, which is not in the set"),
+                })?;
+                positions.push(at);
+            }
+            positions.sort_unstable();
+            if positions.windows(2).any(|pair| pair[0] == pair[1]) {
+                return Err(Error::PartitionFn { reason: "returned an item more than once".into() });
+            }
+            shares.insert(name.clone(), positions);
+        }
+        Ok(shares)
+    }
+
+    /// The load of member `name` carrying the items at `positions` in the set.
+    pub(super) fn load(&self, name: &str, positions: &[usize]) -> Load {
+        Load::of(positions.iter().copied(), &self.weights, self.capacity_of(name), self.total_capacity, self.bound)
+    }
+
+    /// The positions in the set of the items each session holds (items outside the set are left out).
+    pub(super) fn held(&self, items: &[ItemInfo]) -> HashMap<i64, Vec<usize>> {
+        let position: HashMap<String, usize> = self.set.iter().enumerate().map(|(at, i)| (i.node_name(), at)).collect();
+        let mut held: HashMap<i64, Vec<usize>> = HashMap::new();
+        for info in items {
+            if let (Some(owner), Some(&at)) = (&info.owner, position.get(&info.item)) {
+                held.entry(owner.session).or_default().push(at);
+            }
+        }
+        held
+    }
+
+    /// The items held by a member whose share (`shares`, by name) does not include them.
+    pub(super) fn outside_share(
+        &self,
+        shares: &BTreeMap<String, Vec<usize>>,
+        items: &[ItemInfo],
+        member_of_session: &HashMap<i64, String>,
+    ) -> Vec<OutsideShare> {
+        // Which member's share each item (by lock node name) is in.
+        let mut share_of: HashMap<String, &str> = HashMap::with_capacity(self.set.len());
+        for (name, positions) in shares {
+            for &at in positions {
+                share_of.insert(self.set[at].node_name(), name);
+            }
+        }
+        let mut outside = Vec::new();
+        for info in items {
+            let Some(owner) = &info.owner else { continue };
+            // Orphans are listed as such; this is about members.
+            let Some(holder) = member_of_session.get(&owner.session) else { continue };
+            let share = share_of.get(&info.item).copied();
+            if share != Some(holder.as_str()) {
+                outside.push(OutsideShare {
+                    item: info.item.clone(),
+                    holder: holder.clone(),
+                    share_of: share.map(str::to_owned),
+                });
+            }
+        }
+        outside
+    }
+}
