@@ -108,8 +108,9 @@
 //!   wire.
 //! - `builder` ([`Builder`]: validate, then start through `startup`), `partitioner` (the [`SetPartitioner`]
 //!   handle), `snapshot` ([`Snapshot`] and its one writer).
-//! - `item_set/` ([`ItemSet`]: the shared set and its atomic updates), `partition_fn` ([`PartitionFn`]), `agreement`
-//!   (what members announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
+//! - `item_set/` ([`ItemSet`]: the shared set, its weights and its atomic updates), `partition_fn` ([`PartitionFn`],
+//!   and `weighted`: [`WeightedRendezvous`]), `weight` ([`Weight`], capacities, [`Load`]), `agreement` (what members
+//!   announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
 //! - `connect` and `relay` (sessions that survive a server restart), `zookeeper` (the client as a trait the
 //!   simulation implements too), `error`, `names`, `item`, `acl`, `policy`, `tls`.
 //! - Test code: `sim/` (the deterministic simulation of the very code above), `sabotage` (its one hook for breaking
