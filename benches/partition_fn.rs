@@ -251,58 +251,50 @@ mod weighted {
         leave: Vec<f64>,
         hot_only: Vec<f64>,
         first: Vec<f64>,
-        costs: Vec<(f64, f64)>,
+        costs: Vec<(&'static str, f64, f64)>,
+    }
+
+    impl Figures {
+        fn cost(&mut self, kind: &'static str, (prepare, decide): (f64, f64)) {
+            self.costs.push((kind, prepare, decide));
+        }
     }
 
     fn scenario(f: &Function, party: &Party, items: &[Item], seed: u64, out: &mut Figures) {
         let named = zipf(items, seed);
         let weights = Weights::of(items, &named);
         let total = weights.totals()[0];
-        let started = thread_cpu_nanos();
         let (p, d) = f.change(party, items, &weights);
         out.first.push(p + d);
-        let _ = started;
         let base = f.assign(party, items, &weights);
         out.heaviest.push(heaviest(&base, party, &weights));
-        if std::env::var("DIAG").is_ok() {
-            let mut load = vec![0u64; party.names.len()];
-            for (i, &o) in base.iter().enumerate() {
-                load[o] += value(&weights, i);
-            }
-            let mut rows: Vec<String> = Vec::new();
-            for m in 0..load.len() {
-                let lim = zk_partitioner::capacity_limit(total, party.capacities[m], party.total(), 1.1);
-                rows.push(format!("c{} {:.2}", party.capacities[m], load[m] as f64 / lim as f64));
-            }
-            eprintln!("load/limit: {}", rows.join(", "));
-        }
 
         let joined = party.with("member-new", 4);
-        out.costs.push(f.change(&joined, items, &weights));
+        out.cost("join", f.change(&joined, items, &weights));
         let after = f.assign(&joined, items, &weights);
         let ideal = total as f64 * 4.0 / joined.total() as f64;
         out.join.push(moved((&base, party), (&after, &joined), &weights, None) as f64 / ideal);
-        out.costs.push(f.change(party, items, &weights));
+        out.cost("leave", f.change(party, items, &weights));
 
         // One leaver of each capacity, the first member that has it.
         for capacity in 1..=8 {
             let Some(at) = party.capacities.iter().position(|&c| c == capacity) else { continue };
             let left = party.without(at);
-            out.costs.push(f.change(&left, items, &weights));
+            out.cost("leave", f.change(&left, items, &weights));
             let after = f.assign(&left, items, &weights);
             let load: u64 = (0..items.len()).filter(|&i| base[i] == at).map(|i| value(&weights, i)).sum();
             out.leave.push(moved((&base, party), (&after, &left), &weights, None) as f64 / load.max(1) as f64);
-            out.costs.push(f.change(party, items, &weights));
+            out.cost("join", f.change(party, items, &weights));
         }
 
         let hot = (0..items.len()).max_by_key(|&i| value(&weights, i)).unwrap_or(0);
         let mut doubled = named.clone();
         doubled.insert(items[hot].clone(), Weight::new(2 * value(&weights, hot)));
         let doubled = Weights::of(items, &doubled);
-        out.costs.push(f.change(party, items, &doubled));
+        out.cost("weight", f.change(party, items, &doubled));
         let after = f.assign(party, items, &doubled);
         out.hot_only.push(moved((&base, party), (&after, party), &weights, Some(hot)) as f64 / total as f64);
-        out.costs.push(f.change(party, items, &weights));
+        out.cost("weight", f.change(party, items, &weights));
     }
 
     fn worst(values: &mut [f64]) -> String {
@@ -325,14 +317,8 @@ mod weighted {
             args.weighted_seeds
         );
         println!(
-            "{:<20} {:>16} {:>16} {:>16} {:>18} {:>12} {:>22}",
-            "function",
-            "heaviest/ideal",
-            "join moved/min",
-            "leave moved/min",
-            "doubling: others",
-            "first ms",
-            "ms per change"
+            "{:<20} {:>16} {:>16} {:>16} {:>18} {:>20}",
+            "function", "heaviest/ideal", "join moved/min", "leave moved/min", "doubling: others", "first call ms"
         );
         for (name, make) in [
             ("WeightedRendezvous", (|| Function::Weighted(WeightedRendezvous::default())) as fn() -> Function),
@@ -342,28 +328,31 @@ mod weighted {
             for seed in 0..args.weighted_seeds as u64 {
                 scenario(&make(), &party, items, seed, &mut figures);
             }
-            let mut prepare: Vec<f64> = figures.costs.iter().map(|c| c.0).collect();
-            let mut decide: Vec<f64> = figures.costs.iter().map(|c| c.1).collect();
-            let mut sum: Vec<f64> = figures.costs.iter().map(|c| c.0 + c.1).collect();
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
+            // Per kind of change: median of prepare + decide [median prepare + median decide], and the largest sum.
+            let cost = |kind: &str| {
+                let of = |pick: fn(&(&str, f64, f64)) -> f64| {
+                    let mut v: Vec<f64> = figures.costs.iter().filter(|c| c.0 == kind).map(pick).collect();
+                    v.sort_by(f64::total_cmp);
+                    (v.get(v.len() / 2).copied().unwrap_or(0.0), v.last().copied().unwrap_or(0.0))
+                };
+                let (sum, max) = of(|c| c.1 + c.2);
+                format!("{sum:.1} [{:.1}+{:.1}] max {max:.1}", of(|c| c.1).0, of(|c| c.2).0)
             };
             let others = worst(&mut figures.hot_only.iter().map(|v| v * 100.0).collect::<Vec<_>>());
             println!(
-                "{name:<20} {:>16} {:>16} {:>16} {:>17}% {:>12} {:>22}",
+                "{name:<20} {:>16} {:>16} {:>16} {:>17}% {:>20}",
                 worst(&mut figures.heaviest),
                 worst(&mut figures.join),
                 worst(&mut figures.leave),
                 others,
                 worst(&mut figures.first),
-                format!(
-                    "{:.1} [{:.1}+{:.1}], max {:.1}",
-                    median(&mut sum),
-                    median(&mut prepare),
-                    median(&mut decide),
-                    sum.last().copied().unwrap_or(0.0)
-                ),
+            );
+            println!(
+                "{:<20} CPU ms per change, median [prepare + decide] and max: join {}, leave {}, weight {}",
+                "",
+                cost("join"),
+                cost("leave"),
+                cost("weight")
             );
         }
     }

@@ -46,7 +46,7 @@ use place::{Problem, assign_uncached};
 /// # Memory
 ///
 /// The function remembers, between calls, each item's best-ranked members, the heaviest-first order and the latest
-/// placement (about 100 bytes per item, plus a copy of the items and weights). A member joining costs one score per
+/// placement (about 110 bytes per item, plus a copy of the items, their names and weights). A member joining costs one score per
 /// item, a member leaving a pass over the remembered lists (and a full ranking of the items that listed only it),
 /// a capacity change both, and a changed weight moves that item in the order; then the greedy runs again (a pass over
 /// the items). The result is the same as computing everything afresh. [`prepare_weighted`](PartitionFn::prepare_weighted)
@@ -184,8 +184,8 @@ impl PartitionFn for WeightedRendezvous {
     }
 
     /// Ranks and places ahead, so that the deciding call with the same inputs only hands out the placement (see
-    /// [Memory](WeightedRendezvous#memory)). A first call at 100 members × 100,000 items costs tens of milliseconds;
-    /// a change, a few.
+    /// [Memory](WeightedRendezvous#memory)). At 100 members × 100,000 items a first call costs about 0.2 s of CPU
+    /// and a change 5 to 9 ms (BENCHMARKS.md, "Weighted items and capacities: the partition function alone").
     fn prepare_weighted(&self, input: &Weighted<'_>) {
         self.assign(input);
     }

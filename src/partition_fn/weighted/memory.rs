@@ -12,8 +12,8 @@
 //! the fresh list). So the remembered placement equals [`assign_uncached`](super::place::assign_uncached), always.
 
 use super::ln;
-use super::place::{Loads, Problem, before, heaviest_first, least_full, score, shares};
-use crate::partition_fn::member_seed;
+use super::place::{Loads, Problem, before, heaviest_first, least_full, shares};
+use crate::partition_fn::{member_seed, weight};
 use crate::{Item, Weights};
 
 /// Members remembered per item, at most (10 bytes each per item).
@@ -91,10 +91,12 @@ pub(super) struct Memory {
     /// Members by id; `None` once gone (ids are not reused until the ranking is built afresh).
     members: Vec<Option<Member>>,
     alive: usize,
-    prefixes: Vec<Prefix>,
     weights: Weights,
     shares: Vec<(u64, u64)>,
+    /// The items, heaviest first, and each one's list, in the same order: the placement reads both front to back
+    /// (in item order, every list would be a cache miss).
     order: Vec<u32>,
+    prefixes: Vec<Prefix>,
     placed: Option<Placed>,
     /// Items whose list ran out during a placement and were scored for every member (tests and tuning).
     pub(super) fallbacks: usize,
@@ -139,7 +141,7 @@ impl Memory {
         self.placed = None;
         let live = self.live(problem.members);
         let mut hashes = Vec::with_capacity(live.ids.len());
-        self.prefixes = (0..self.items.len()).map(|item| live.top(self.name_of(item), &mut hashes)).collect();
+        self.prefixes = self.order.iter().map(|&item| live.top(self.name_of(item as usize), &mut hashes)).collect();
     }
 
     /// The live members in the party's order (after `build` or `follow` with `members`, exactly `members`).
@@ -169,13 +171,13 @@ impl Memory {
         }
     }
 
-    /// Follows changed weights: each changed item is taken out of the order and put back where it now belongs.
+    /// Follows changed weights: a few changed items are taken out of the order (with their lists) and put back
+    /// where they now belong; many, or a change of totals that reorders the rest (several dimensions), sort again.
     fn reweigh(&mut self, weights: &Weights) {
         if *weights == self.weights {
             return;
         }
         self.placed = None;
-        let new_shares = shares(weights);
         let comparable = weights.dimensions() == self.weights.dimensions() && weights.len() == self.weights.len();
         let changed: Vec<u32> = if comparable {
             (0..weights.len() as u32).filter(|&i| weights.item(i as usize) != self.weights.item(i as usize)).collect()
@@ -183,39 +185,34 @@ impl Memory {
             (0..weights.len() as u32).collect()
         };
         self.weights = weights.clone();
-        self.shares = new_shares;
+        self.shares = shares(weights);
         let shares = &self.shares;
-        if changed.len() * 8 > self.order.len() {
-            self.order = heaviest_first(shares);
-            return;
-        }
-        let mut moved = vec![false; shares.len()];
-        for &i in &changed {
-            moved[i as usize] = true;
-        }
-        self.order.retain(|&i| !moved[i as usize]);
-        // With one dimension (or unchanged totals) the rest keep their order; with several, a total that moved can
-        // reorder items of different dimensions, and then all are sorted again (from nearly sorted: fast).
-        if !self.order.is_sorted_by(|&a, &b| before(shares, a, b).is_le()) {
-            self.order.extend(changed);
-            self.order.sort_by(|&a, &b| before(shares, a, b));
-            return;
-        }
-        let mut changed = changed;
-        changed.sort_unstable_by(|&a, &b| before(shares, a, b));
-        let rest = std::mem::take(&mut self.order);
-        let mut merged = Vec::with_capacity(rest.len() + changed.len());
-        let (mut r, mut c) = (rest.into_iter().peekable(), changed.into_iter().peekable());
-        while let (Some(&a), Some(&b)) = (r.peek(), c.peek()) {
-            if before(shares, a, b).is_le() {
-                merged.extend(r.next());
-            } else {
-                merged.extend(c.next());
+        if changed.len() <= 16 {
+            let mut taken = Vec::with_capacity(changed.len());
+            for &item in &changed {
+                if let Some(at) = self.order.iter().position(|&i| i == item) {
+                    taken.push((self.order.remove(at), self.prefixes.remove(at)));
+                }
+            }
+            if self.order.is_sorted_by(|&a, &b| before(shares, a, b).is_le()) {
+                for (item, prefix) in taken {
+                    let at = self.order.partition_point(|&i| before(shares, i, item).is_lt());
+                    self.order.insert(at, item);
+                    self.prefixes.insert(at, prefix);
+                }
+                return;
+            }
+            for (item, prefix) in taken {
+                self.order.push(item);
+                self.prefixes.push(prefix);
             }
         }
-        merged.extend(r);
-        merged.extend(c);
-        self.order = merged;
+        let mut by_item = vec![Prefix::EMPTY; self.items.len()];
+        for (&item, prefix) in self.order.iter().zip(&self.prefixes) {
+            by_item[item as usize] = *prefix;
+        }
+        self.order = heaviest_first(shares);
+        self.prefixes = self.order.iter().map(|&item| by_item[item as usize]).collect();
     }
 
     /// Follows a party change: forgets who left (or changed capacity) and scores who joined (or came back with
@@ -260,19 +257,29 @@ impl Memory {
             let (name, capacity) = (&members[at], capacities[at]);
             let id = self.members.len() as u32;
             let seed = member_seed(name);
-            for item in 0..self.items.len() {
-                let s = score(seed, capacity, self.name_of(item));
+            let c = u64::from(capacity.max(1));
+            for position in 0..self.order.len() {
+                let h = weight(seed, self.name_of(self.order[position] as usize));
+                let prefix = &self.prefixes[position];
+                let len = prefix.len();
+                // Below the last entry of a list that leaves members out, whatever the rounding: no logarithm needed.
+                if len > 0
+                    && len < self.alive
+                    && u128::from(lower_bound(h)) >= (u128::from(prefix.scores[len - 1]) + 1) * u128::from(c)
+                {
+                    continue;
+                }
+                let s = ln::neg_ln(h) / c;
                 // The list stays a prefix of the ranking: the joiner goes in above the first entry it beats, or at
                 // the end of a list that held every live member.
-                let prefix = &self.prefixes[item];
                 let place =
                     prefix.entries().position(|(es, eid)| s < es || (s == es && name.as_str() < self.name(eid)));
                 let at = match place {
                     Some(at) => at,
-                    None if prefix.len() == self.alive => prefix.len(),
+                    None if len == self.alive => len,
                     None => continue,
                 };
-                self.prefixes[item].insert(at, (s, id));
+                self.prefixes[position].insert(at, (s, id));
             }
             self.members.push(Some(Member { name: name.clone(), seed, capacity }));
             self.alive += 1;
@@ -307,9 +314,17 @@ impl Memory {
         for position in 0..self.order.len() {
             let item = self.order[position] as usize;
             let weight = problem.weights.item(item);
-            let walk =
-                self.prefixes[item].entries().map(|(_, id)| index.get(id as usize).copied().unwrap_or(usize::MAX));
-            let mut owner = walk.take_while(|&m| m < n).find(|&m| loads.fits(problem, m, weight));
+            let mut owner = None;
+            for &id in &self.prefixes[position].ids {
+                let m = index.get(usize::from(id)).copied().unwrap_or(usize::MAX);
+                if m >= n {
+                    break;
+                }
+                if loads.fits(problem, m, weight) {
+                    owner = Some(m);
+                    break;
+                }
+            }
             if owner.is_none() {
                 // No listed member has room: list the best few afresh and walk them; then the best of all members
                 // with room; then, if none has, the least full.
@@ -324,7 +339,7 @@ impl Memory {
                     live.score_all(name, &mut hashes, &mut scratch);
                     owner = Some(least_full(problem, &loads, weight, &scratch));
                 }
-                self.prefixes[item] = prefix;
+                self.prefixes[position] = prefix;
             }
             // Every live id maps into the party (the memory follows it), so `owner < n`; 0 only guards that.
             let owner = owner.filter(|&m| m < n).unwrap_or(0);

@@ -109,13 +109,25 @@ impl Loads {
     }
 
     /// Whether `item` fits on `member` within its limits in every dimension.
+    #[inline]
     pub(super) fn fits(&self, problem: &Problem<'_>, member: usize, item: &[u64]) -> bool {
+        if let ([w], 1) = (item, self.dimensions) {
+            // One dimension, the common case, without the slices.
+            return match (self.values.get(member), problem.limits.get(member)) {
+                (Some(&l), Some(&limit)) => l.saturating_add(*w) <= limit,
+                _ => false,
+            };
+        }
         let (load, limits) = (self.of(member), problem.limits(member));
         load.iter().zip(item).zip(limits).all(|((&l, &w), &limit)| l.saturating_add(w) <= limit)
     }
 
     pub(super) fn add(&mut self, member: usize, item: &[u64]) {
         let width = self.dimensions;
+        if let ([w], 1, Some(l)) = (item, width, self.values.get_mut(member)) {
+            *l = l.saturating_add(*w);
+            return;
+        }
         for (l, &w) in self.values[member * width..(member + 1) * width].iter_mut().zip(item) {
             *l = l.saturating_add(w);
         }
