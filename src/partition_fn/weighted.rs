@@ -1,21 +1,57 @@
-//! [`WeightedRendezvous`]: rendezvous hashing with a load bound, by weight, against each member's capacity share.
+//! [`WeightedRendezvous`]: rendezvous hashing by capacity, with a load bound by weight, that remembers its work.
 
-use super::{member_seed, weight};
+use std::sync::Mutex;
+
 use crate::partition_fn::Weighted;
-use crate::weight::capacity_limit;
 use crate::{Item, PartitionFn};
 
-/// Rendezvous hashing by weight with a load bound: divides the items' weights among the members in proportion to
-/// their capacities ([`Builder::capacity`](crate::Builder::capacity)), moving little when the party or a weight
-/// changes.
+mod ln;
+mod memory;
+mod place;
+#[cfg(test)]
+mod tests;
+
+use memory::Memory;
+use place::{Problem, assign_uncached};
+
+/// Rendezvous hashing by capacity, with a load bound by weight: divides the items' weights among the members in
+/// proportion to their capacities ([`Builder::capacity`](crate::Builder::capacity)), and moves little when the party,
+/// a capacity or a weight changes.
 ///
-/// Items are placed heaviest first (by their largest share of any dimension's total; equal sizes in the set's
-/// order). Each goes to the highest-ranked member (a hash of member and item) that has room for it: whose load
-/// plus the item stays within `load_factor` × its ideal share in every dimension ([`capacity_limit`]). An item
-/// that fits nowhere (larger than any member's room) goes to the member that it leaves least loaded relative to
-/// its limit, and that member is reported [`Load::over_capacity`](crate::Load::over_capacity).
+/// # The placement
 ///
-/// Every member of a party must use the same `load_factor`.
+/// Every member computes the same placement from the same inputs, with integer arithmetic only:
+///
+/// 1. **Limits.** Member `m` of capacity `c` may carry [`capacity_limit`](crate::capacity_limit)`(T, c, C,
+///    load_factor)` in each dimension, where `T` is the dimension's total weight and `C` the party's total capacity
+///    (a capacity of 0 counts as 1).
+/// 2. **Ranking.** Each item ranks the members by the score `-ln(h / 2^64) / c`, lowest first, where `h` is
+///    [`Rendezvous`](crate::Rendezvous)'s hash of member and item (FNV-1a of the member name, a `0x00` byte and the
+///    item's node name, then SplitMix64's finalizer) and the logarithm is computed in fixed point (Q6.58, integer
+///    arithmetic, no platform `ln`); equal scores by member name. A member is then first choice for about `c / C`
+///    of the items, so the bound only corrects the remainder, and a member joining or leaving does not reorder the
+///    others.
+/// 3. **Order.** Items are placed heaviest first: by their largest share of a dimension's total (compared exactly),
+///    equal shares in the set's order.
+/// 4. **Greedy.** Each item goes to the best-ranked member whose load plus the item stays within its limit in every
+///    dimension. An item that fits on no member (one larger than every member's limit, say) goes to the member it
+///    leaves least full (the smallest largest `load / limit` over the dimensions; equal ones by rank), which the
+///    partitioner then reports [`Load::over_capacity`](crate::Load::over_capacity): such an item lands on a member
+///    of the largest capacity, alone if it is larger than that member's limit.
+///
+/// So no member passes its limit unless an item fits nowhere. The hash, the logarithm and the order are part of the
+/// contract: members using different versions of them disagree. Every member of a party must use the same
+/// `load_factor`.
+///
+/// # Memory
+///
+/// The function remembers, between calls, each item's best-ranked members, the heaviest-first order and the latest
+/// placement (about 110 bytes per item, plus a copy of the items, their names and weights). A member joining costs one score per
+/// item, a member leaving a pass over the remembered lists (and a full ranking of the items that listed only it),
+/// a capacity change both, and a changed weight moves that item in the order; then the greedy runs again (a pass over
+/// the items). The result is the same as computing everything afresh. [`prepare_weighted`](PartitionFn::prepare_weighted)
+/// does all of it ahead, so that the deciding call with the same inputs only hands out the placement. Parties
+/// larger than 30,000 members, or whose names are not sorted and distinct, are placed without memory.
 ///
 /// ```
 /// use std::collections::BTreeMap;
@@ -25,18 +61,19 @@ use crate::{Item, PartitionFn};
 /// let weights = Weights::of(&items, &BTreeMap::from([(Item::from(7), Weight::new(20))]));
 /// let members = ["big".to_string(), "small".to_string()];
 /// let capacities = [3, 1];
-/// let share = |me| {
-///     let input = Weighted::new(me, &members, &capacities, &items, &weights);
-///     WeightedRendezvous::default().partition_weighted(&input)
-/// };
+/// let f = WeightedRendezvous::default();
+/// let share = |me| f.partition_weighted(&Weighted::new(me, &members, &capacities, &items, &weights));
 /// let weight_of = |share: &[Item]| share.iter().map(|i| if *i == Item::from(7) { 20 } else { 1 }).sum::<u64>();
 /// // 119 in all: the big member's ideal is 89.25, the small one's 29.75; neither goes past 1.1× of it.
 /// assert!(weight_of(&share("big")) <= 99 && weight_of(&share("small")) <= 33);
 /// assert_eq!(share("big").len() + share("small").len(), 100);
+/// // The same as computed without memory, by a fresh function.
+/// let owners = WeightedRendezvous::default().assign(&Weighted::new("big", &members, &capacities, &items, &weights));
+/// assert_eq!(owners.iter().filter(|&&m| m == 0).count(), share("big").len());
 /// ```
-#[derive(Clone, Debug)]
 pub struct WeightedRendezvous {
     load_factor: f64,
+    memory: Mutex<Option<Memory>>,
 }
 
 impl Default for WeightedRendezvous {
@@ -46,81 +83,88 @@ impl Default for WeightedRendezvous {
     }
 }
 
+impl Clone for WeightedRendezvous {
+    /// The same function, with nothing remembered yet.
+    fn clone(&self) -> Self {
+        WeightedRendezvous::with_load_factor(self.load_factor)
+    }
+}
+
+impl std::fmt::Debug for WeightedRendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeightedRendezvous").field("load_factor", &self.load_factor).finish_non_exhaustive()
+    }
+}
+
 impl WeightedRendezvous {
     /// A function that lets no member carry more than `load_factor` × its ideal share, where a placement allows;
-    /// clamped to 1.0 ..= 1000 (a non-finite factor counts as 1.0).
+    /// clamped to 1.0 ..= 1000 (a non-finite factor counts as 1.0). Smaller factors balance more tightly and move
+    /// more weight on a change.
     pub fn with_load_factor(load_factor: f64) -> Self {
         let load_factor = if load_factor.is_finite() { load_factor.clamp(1.0, 1000.0) } else { 1.0 };
-        WeightedRendezvous { load_factor }
+        WeightedRendezvous { load_factor, memory: Mutex::new(None) }
     }
 
-    /// The owner (an index into `input.members`) of every item, in the order of `input.items`.
+    /// The owner (an index into `input.members`) of every item, in the order of `input.items`; empty when there are
+    /// no members or the capacities or weights do not match the members or items in length. `input.me` is not
+    /// used. `input.members` and `input.items` are the sorted, duplicate-free lists the partitioner passes.
     pub fn assign(&self, input: &Weighted<'_>) -> Vec<usize> {
-        let members = input.members;
-        if members.is_empty() {
+        let Some(problem) = Problem::new(input, self.load_factor) else {
             return Vec::new();
-        }
-        let weights = input.weights;
-        let totals = weights.totals();
-        let total_capacity: u64 = input.capacities.iter().map(|&c| u64::from(c)).sum();
-        let limits: Vec<Vec<u64>> = input
-            .capacities
-            .iter()
-            .map(|&c| totals.iter().map(|&t| capacity_limit(t, c, total_capacity, self.load_factor)).collect())
-            .collect();
-        // Heaviest first: by the largest share of a dimension's total (fixed point), then in the set's order.
-        let size = |index: usize| -> u128 {
-            weights
-                .item(index)
-                .iter()
-                .zip(&totals)
-                .map(|(&w, &t)| (u128::from(w) << 64) / u128::from(t.max(1)))
-                .max()
-                .unwrap_or(0)
         };
-        let mut order: Vec<(u128, usize)> = (0..input.items.len()).map(|i| (size(i), i)).collect();
-        order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let seeds: Vec<u64> = members.iter().map(|m| member_seed(m)).collect();
-        let mut load = vec![vec![0u64; totals.len()]; members.len()];
-        let mut owners = vec![0usize; input.items.len()];
-        let mut ranked: Vec<(u64, usize)> = Vec::with_capacity(members.len());
-        for (_, index) in order {
-            let name = input.items[index].node_name();
-            let item = weights.item(index);
-            ranked.clear();
-            ranked.extend(seeds.iter().enumerate().map(|(m, &seed)| (weight(seed, name.as_bytes()), m)));
-            ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let fits = |m: usize, load: &[Vec<u64>]| {
-                load[m].iter().zip(item).zip(&limits[m]).all(|((&l, &w), &limit)| l.saturating_add(w) <= limit)
-            };
-            let owner = ranked.iter().map(|&(_, m)| m).find(|&m| fits(m, &load)).unwrap_or_else(|| {
-                // Fits nowhere: the member it leaves least loaded relative to its limits (fixed point).
-                let relative = |m: usize| -> u128 {
-                    load[m]
-                        .iter()
-                        .zip(item)
-                        .zip(&limits[m])
-                        .map(|((&l, &w), &limit)| (u128::from(l + w) << 32) / u128::from(limit.max(1)))
-                        .max()
-                        .unwrap_or(0)
-                };
-                (0..members.len()).min_by_key(|&m| (relative(m), m)).unwrap_or(0)
-            });
-            for (l, &w) in load[owner].iter_mut().zip(item) {
-                *l = l.saturating_add(w);
-            }
-            owners[index] = owner;
+        if !remembers(problem.members) {
+            return assign_uncached(&problem);
         }
-        owners
+        match self.memory.lock() {
+            Ok(mut remembered) => {
+                let mut memory = remembered_for(remembered.take(), &problem);
+                let owners = memory.place(&problem);
+                *remembered = Some(memory);
+                owners
+            }
+            // Only a panic inside this function poisons the lock; compute afresh rather than trust what it left.
+            Err(_) => assign_uncached(&problem),
+        }
+    }
+
+    /// Items that ran out of remembered members during a placement since the ranking was built (tests and tuning).
+    #[cfg(test)]
+    fn fallbacks(&self) -> usize {
+        self.memory.lock().ok().and_then(|m| m.as_ref().map(|m| m.fallbacks)).unwrap_or(0)
+    }
+}
+
+/// Whether a placement for `members` can be remembered: the lists order equal scores by name, which is the party's
+/// order only when it is sorted, and number members in 16 bits.
+fn remembers(members: &[String]) -> bool {
+    members.len() <= memory::MAX_MEMBERS && members.windows(2).all(|pair| pair[0] < pair[1])
+}
+
+/// The `remembered` memory brought up to `problem`, or a new one when it is for other items.
+fn remembered_for(remembered: Option<Memory>, problem: &Problem<'_>) -> Memory {
+    match remembered {
+        Some(mut memory) if memory.is_for(problem.items) => {
+            memory.follow(problem);
+            memory
+        }
+        _ => Memory::build(problem),
     }
 }
 
 impl PartitionFn for WeightedRendezvous {
-    /// Without weights and capacities: every item weighs 1, every member has capacity 1.
+    /// Without weights and capacities: every item weighs 1, every member has capacity 1 (each member then holds at
+    /// most `load_factor` × the average count, rounded up).
     fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
         let capacities = vec![1; members.len()];
         let weights = crate::Weights::uniform(items.len());
         self.partition_weighted(&Weighted { me, members, capacities: &capacities, items, weights: &weights })
+    }
+
+    /// Ranks and places ahead (see [Memory](WeightedRendezvous#memory)).
+    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
+        let capacities = vec![1; members.len()];
+        let weights = crate::Weights::uniform(items.len());
+        self.prepare_weighted(&Weighted { me, members, capacities: &capacities, items, weights: &weights });
     }
 
     fn load_bound(&self) -> Option<f64> {
@@ -131,14 +175,18 @@ impl PartitionFn for WeightedRendezvous {
         let Some(me) = input.members.iter().position(|m| m == input.me) else {
             return Vec::new();
         };
-        if input.capacities.len() != input.members.len() || input.weights.len() != input.items.len() {
-            return Vec::new();
-        }
         self.assign(input)
             .into_iter()
             .zip(input.items)
             .filter(|&(owner, _)| owner == me)
             .map(|(_, item)| item.clone())
             .collect()
+    }
+
+    /// Ranks and places ahead, so that the deciding call with the same inputs only hands out the placement (see
+    /// [Memory](WeightedRendezvous#memory)). At 100 members × 100,000 items a first call costs about 0.2 s of CPU
+    /// and a change 5 to 9 ms (BENCHMARKS.md, "Weighted items and capacities: the partition function alone").
+    fn prepare_weighted(&self, input: &Weighted<'_>) {
+        self.assign(input);
     }
 }
