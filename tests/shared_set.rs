@@ -53,14 +53,7 @@ async fn wait_cover(ctx: &Ctx, workers: &[&Worker], set: &ItemSet) -> Vec<Item> 
 
 /// Who owns each item, with its fencing token (the creation zxid of the lock node that holds it).
 fn ownership(workers: &[&Worker]) -> BTreeMap<Item, (String, FencingToken)> {
-    let mut owners = BTreeMap::new();
-    for w in workers {
-        let snapshot = w.member.partitioner.snapshot();
-        for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-            owners.insert(item.clone(), (snapshot.member.to_string(), *token));
-        }
-    }
-    owners
+    common::members::owners_of(workers.iter().map(|w| &w.member.partitioner))
 }
 
 /// Every item still in the set that kept its owner kept its lock node: it was never released and taken again.

@@ -75,14 +75,7 @@ async fn wait_weighted_cover(ctx: &Ctx, workers: &[&Worker], capacities: &[u32],
 }
 
 fn ownership(workers: &[&Worker]) -> BTreeMap<Item, (String, FencingToken)> {
-    let mut owners = BTreeMap::new();
-    for w in workers {
-        let snapshot = w.member.partitioner.snapshot();
-        for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-            owners.insert(item.clone(), (snapshot.member.to_string(), *token));
-        }
-    }
-    owners
+    common::members::owners_of(workers.iter().map(|w| &w.member.partitioner))
 }
 
 async fn capacities_and_a_weight_change(rebalance: Rebalance) {

@@ -56,28 +56,36 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// writer that stopped before its intent landed or after it was undone, or a clean-up that did not finish). A
     /// change with a live lease may be about to be named: never touched. Best effort.
     pub(super) async fn collect_garbage(&self, zk: &Z) {
-        let Ok(tags) = zk.list_children(&self.paths.changes).await else { return };
-        if tags.is_empty() {
-            return;
+        let named = |header: Header| header.state.change().map(str::to_owned);
+        for tag in self.abandoned(zk, &self.paths.changes, named).await {
+            self.delete_tree(zk, &self.paths.change(tag.as_str())).await;
         }
-        // Listed first, then the header and the leases in one read: a change named after this read has a live lease.
+    }
+
+    /// The tags under `dir` (staged changes, weight tables) that the header does not name (`named` says which one it
+    /// names) and whose writer's lease is gone. Best effort: nothing on a failed read.
+    pub(super) async fn abandoned(&self, zk: &Z, dir: &str, named: impl Fn(Header) -> Option<String>) -> Vec<String> {
+        let Ok(tags) = zk.list_children(dir).await else { return Vec::new() };
+        if tags.is_empty() {
+            return tags;
+        }
+        // Listed first, then the header and the leases in one read: a tag named after this read has a live lease.
         let leases: Vec<String> = tags.iter().map(|tag| self.paths.lease(tag)).collect();
         let mut ops = vec![ReadOp::Data(&self.paths.node)];
         ops.extend(leases.iter().map(|lease| ReadOp::Data(lease)));
-        let Ok(results) = zk.multi_read(&ops).await else { return };
+        let Ok(results) = zk.multi_read(&ops).await else { return Vec::new() };
         let mut results = results.into_iter();
         let named = match results.next() {
-            Some(ReadResult::Data(data, _)) => {
-                Header::parse(&data).ok().and_then(|h| h.state.change().map(str::to_owned))
-            }
-            _ => return,
+            Some(ReadResult::Data(data, _)) => Header::parse(&data).ok().and_then(named),
+            _ => return Vec::new(),
         };
-        for (tag, lease) in tags.iter().zip(results) {
-            let dead = matches!(lease, ReadResult::Failed(ZkError::NoNode));
-            if dead && named.as_deref() != Some(tag.as_str()) {
-                self.delete_tree(zk, &self.paths.change(tag)).await;
-            }
-        }
+        tags.into_iter()
+            .zip(results)
+            .filter(|(tag, lease)| {
+                matches!(lease, ReadResult::Failed(ZkError::NoNode)) && named.as_deref() != Some(tag.as_str())
+            })
+            .map(|(tag, _)| tag)
+            .collect()
     }
 }
 

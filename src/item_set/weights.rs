@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use super::layout::{self, Committed, SetView, State, TableRef};
 use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
 use crate::error::retry_transient;
-use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
+use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
 
 /// Chunks created per `multi` (each at most [`layout::TABLE_CHUNK_BYTES`]).
@@ -216,26 +216,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// its commit, or a deletion that did not finish). A table with a live lease may be about to be named: never
     /// touched. Best effort.
     pub(super) async fn collect_tables(&self, zk: &Z) {
-        let Ok(tags) = zk.list_children(&self.paths.weights).await else { return };
-        if tags.is_empty() {
-            return;
-        }
-        // Listed first, then the header and the leases in one read: a table named after this read has a live lease.
-        let leases: Vec<String> = tags.iter().map(|tag| self.paths.lease(tag)).collect();
-        let mut ops = vec![ReadOp::Data(&self.paths.node)];
-        ops.extend(leases.iter().map(|lease| ReadOp::Data(lease)));
-        let Ok(results) = zk.multi_read(&ops).await else { return };
-        let mut results = results.into_iter();
-        let named = match results.next() {
-            Some(ReadResult::Data(data, _)) => {
-                layout::Header::parse(&data).ok().and_then(|h| h.weights.map(|table| table.tag))
-            }
-            _ => return,
-        };
-        for (tag, lease) in tags.iter().zip(results) {
-            if matches!(lease, ReadResult::Failed(ZkError::NoNode)) && named.as_deref() != Some(tag.as_str()) {
-                self.delete_table(zk, tag).await;
-            }
+        let named = |header: layout::Header| header.weights.map(|table| table.tag);
+        for tag in self.abandoned(zk, &self.paths.weights, named).await {
+            self.delete_table(zk, &tag).await;
         }
     }
 }

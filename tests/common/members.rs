@@ -197,3 +197,17 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+/// Who owns each item, with its fencing token (the creation zxid of the lock node that holds it), by member name.
+pub fn owners_of<'a>(
+    partitioners: impl IntoIterator<Item = &'a SetPartitioner>,
+) -> BTreeMap<Item, (String, zk_partitioner::FencingToken)> {
+    let mut owners = BTreeMap::new();
+    for partitioner in partitioners {
+        let snapshot = partitioner.snapshot();
+        for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
+            owners.insert(item.clone(), (snapshot.member.to_string(), *token));
+        }
+    }
+    owners
+}
