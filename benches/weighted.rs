@@ -150,7 +150,7 @@ struct Member {
 
 async fn connect(endpoint: &str) -> Result<Client, String> {
     Client::connector()
-        .with_session_timeout(Duration::from_secs(30))
+        .with_session_timeout(Duration::from_secs(60))
         .connect(endpoint)
         .await
         .map_err(|e| format!("connect {endpoint}: {e}"))
@@ -293,7 +293,7 @@ async fn run(args: &Args) -> Result<(), String> {
     for k in 0..args.members {
         members.push(join(args, &path, &format!("m{k:03}"), 1 + (k % 8) as u32).await?);
     }
-    let current = set.read().await.map_err(|e| e.to_string())?;
+    let current = set.read().await.map_err(|e| format!("read the set: {e}"))?;
     converged(&members, current.version, &current.items, Duration::from_secs(600)).await?;
     eprintln!(
         "seeded and weighed {} items in {seeded:.2?}; {} members ACQUIRED after {:.2?}",
@@ -379,7 +379,8 @@ async fn run(args: &Args) -> Result<(), String> {
     let hot = hot.clone();
     let (before, cpu) = (owners(&members), cpu_now(&members));
     let started = Instant::now();
-    let after = set.set_weights([(hot.clone(), Weight::new(hot_weight * 2))]).await.map_err(|e| e.to_string())?;
+    let doubled = [(hot.clone(), Weight::new(hot_weight * 2))];
+    let after = set.set_weights(doubled).await.map_err(|e| format!("double the hottest item: {e}"))?;
     weights.insert(hot.clone(), hot_weight * 2);
     converged(&members, after.version, &after.items, Duration::from_secs(300)).await?;
     let now = owners(&members);
