@@ -31,14 +31,16 @@ pub const MAX_CAPACITY: u32 = 1_000_000;
 /// ```
 /// use zk_partitioner::Weight;
 ///
-/// assert_eq!(Weight::new(5).to_string(), "5");
-/// let both = Weight::named([("cpu", 3), ("bytes", 100)])?;
-/// assert_eq!(both.to_string(), "bytes=100,cpu=3");
-/// assert_eq!(both.get("cpu"), 3);
-/// assert_eq!(both.get("memory"), 0);
-/// assert_eq!("bytes=100,cpu=3".parse::<Weight>()?, both);
-/// assert!("cpu=-1".parse::<Weight>().is_err());
-/// # Ok::<(), zk_partitioner::Error>(())
+/// fn main() -> Result<(), zk_partitioner::Error> {
+///     assert_eq!(Weight::new(5).to_string(), "5");
+///     let both = Weight::named([("cpu", 3), ("bytes", 100)])?;
+///     assert_eq!(both.to_string(), "bytes=100,cpu=3");
+///     assert_eq!(both.get("cpu"), 3);
+///     assert_eq!(both.get("memory"), 0);
+///     assert_eq!("bytes=100,cpu=3".parse::<Weight>()?, both);
+///     assert!("cpu=-1".parse::<Weight>().is_err());
+///     Ok(())
+/// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Weight {
