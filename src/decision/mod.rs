@@ -466,7 +466,7 @@ impl Core {
             && self.set_fresh
             && self.connected
             && self.debounce.ready(self.now)
-            && self.capacities().is_some()
+            && self.capacities_known()
         {
             if !self.in_party {
                 self.rejoin();
@@ -495,7 +495,7 @@ impl Core {
             self.set_read = Some(self.request(Op::ReadSet, Pending::ReadSet));
         }
         // A weighted function waits for every member's capacity: a failed read of the announcements is sent again.
-        if may_send && self.party_fresh && self.capacities().is_none() {
+        if may_send && self.party_fresh && !self.capacities_known() {
             self.read_announcements(false);
         }
     }

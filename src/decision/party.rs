@@ -201,6 +201,11 @@ impl Core {
         let _ = guarded(|| self.cfg.partition_fn.prepare_weighted(&input));
     }
 
+    /// Whether [`capacities`](Core::capacities) is known, without building it (asked after every event).
+    pub(super) fn capacities_known(&self) -> bool {
+        self.cfg.partition_fn.load_bound().is_none() || self.capacities().is_some()
+    }
+
     /// Every member's capacity, in the order of the party, once known: always for a function that ignores them (all
     /// 1), else once every member's announcement was read (a member that announces none counts as 1).
     pub(super) fn capacities(&self) -> Option<Vec<u32>> {
