@@ -14,6 +14,7 @@ use zookeeper_client::Client;
 
 use crate::error::retry_transient;
 use crate::error::{is_transient, session_end};
+use crate::item_set::{Finisher, SharedSet};
 use crate::layout::Paths;
 use crate::session::SessionRef;
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
@@ -213,7 +214,71 @@ impl CheckpointWriter {
     }
 }
 
+impl CheckpointWriter {
+    /// Finishes the item, if this member still holds it through this writer's lock node: the item was closed
+    /// ([`ItemSet::close`](crate::ItemSet::close), or a split or merge of it) and the worker has drained it. One
+    /// `multi` checks the lock node (the same fence as [`save`](CheckpointWriter::save)), marks the item finished in
+    /// its lineage node, takes it out of the shared set (its owner then lets it go, as for any removed item), and
+    /// puts in every child of it whose parents have all finished now; with `final_checkpoint`, it also writes that
+    /// as the item's checkpoint, which the item keeps for its children's first owners to read
+    /// ([`SetPartitioner::load_checkpoint`](crate::SetPartitioner::load_checkpoint)). A finished item is never
+    /// assigned again. Returns the children that entered the set.
+    ///
+    /// With a final checkpoint the checkpoint node is first saved alone (to create it if needed), then written again
+    /// in the finish's `multi`.
+    ///
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::Item;
+    ///
+    /// let shard = Item::from("shard-1");
+    /// let writer = partitioner.checkpoint_writer(&shard)?;
+    /// // ... the source said shard-1 is closed, and every record of it was processed ...
+    /// let ready = writer.finish_item(Some(b"offset=9000")).await?;
+    /// println!("shard-1 finished; {ready:?} can start");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::CheckpointFenced`] if the member no longer holds the item through this writer's lock node: nothing
+    ///   was written;
+    /// - [`Error::InvalidItem`] if the item is not closed, or was already finished;
+    /// - [`Error::ItemSetMissing`] if the partition has no shared item set;
+    /// - [`Error::CheckpointTooLarge`], and the errors of [`ItemSet::read`](crate::ItemSet::read).
+    ///
+    /// # Cancel safety
+    /// As [`save`](CheckpointWriter::save): a dropped finish may or may not have been applied; if it was, it was
+    /// applied while the item was held. Calling it again tells: it returns `Ok` if its own earlier finish landed
+    /// unseen, and [`Error::InvalidItem`] ("already finished") once the item has left the set.
+    pub async fn finish_item(&self, final_checkpoint: Option<&[u8]>) -> Result<Vec<Item>, Error> {
+        self.0.finish_item(final_checkpoint).await
+    }
+}
+
 impl<Z: ZooKeeper> Writer<Z> {
+    /// See [`CheckpointWriter::finish_item`].
+    pub(crate) async fn finish_item(&self, final_checkpoint: Option<&[u8]>) -> Result<Vec<Item>, Error> {
+        let blob = match final_checkpoint {
+            Some(data) => {
+                self.save(data).await?;
+                Some(self.blob(data))
+            }
+            None => None,
+        };
+        let set = SharedSet::new(self.store.session.clone(), &self.store.path, self.store.paths.acls.clone());
+        let finisher =
+            Finisher { item: &self.item, lock_node: &self.lock_node, token: self.token.get(), member: &self.member };
+        let extra: Vec<WriteOp<'_>> =
+            blob.iter().map(|blob| WriteOp::SetData { path: &self.node, data: blob, version: None }).collect();
+        set.finish_item(&finisher, &extra).await
+    }
+
+    fn blob(&self, data: &[u8]) -> Vec<u8> {
+        let mut blob = format!("{MAGIC} {} {}\n", self.token.get(), self.member).into_bytes();
+        blob.extend_from_slice(data);
+        blob
+    }
+
     /// See [`CheckpointWriter::save`].
     pub(crate) async fn save(&self, data: &[u8]) -> Result<(), Error> {
         if data.len() > MAX_CHECKPOINT_SIZE {
@@ -223,8 +288,7 @@ impl<Z: ZooKeeper> Writer<Z> {
                 limit: MAX_CHECKPOINT_SIZE,
             });
         }
-        let mut blob = format!("{MAGIC} {} {}\n", self.token.get(), self.member).into_bytes();
-        blob.extend_from_slice(data);
+        let blob = self.blob(data);
         let Some(zk) = self.store.session.client() else {
             return Err(self.fenced("the partitioner has stopped, and its session with it"));
         };

@@ -268,7 +268,7 @@ pub type Orphan = describe::Orphan;
 pub type OutsideShare = describe::OutsideShare;
 pub use error::Error;
 pub use item::{Item, check_items};
-pub use item_set::{ItemSet, SharedItems};
+pub use item_set::{ItemLineage, ItemSet, Lineage, LineageStatus, SharedItems};
 pub use names::{check_identifier, check_path};
 pub use partition_fn::{KazooStride, PartitionFn, Rendezvous, Weighted, WeightedRendezvous};
 pub use partitioner::SetPartitioner;

@@ -256,6 +256,20 @@ impl SetPartitioner {
         self.handle.checkpoint_writer(item).map(CheckpointWriter)
     }
 
+    /// Finishes `item`, a closed item this member holds and has drained: the same as
+    /// `self.checkpoint_writer(item)?.finish_item(final_checkpoint)` (see [`CheckpointWriter::finish_item`]). The
+    /// item leaves the shared set for good, and its children whose parents have all finished enter it (returned).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `item` is not among [`items`](SetPartitioner::items) now, and those of
+    /// [`CheckpointWriter::finish_item`].
+    ///
+    /// # Cancel safety
+    /// As [`CheckpointWriter::finish_item`].
+    pub async fn finish_item(&self, item: &Item, final_checkpoint: Option<&[u8]>) -> Result<Vec<Item>, Error> {
+        self.checkpoint_writer(item)?.finish_item(final_checkpoint).await
+    }
+
     /// Saves `data` as `item`'s checkpoint, if this member holds the item, in one `multi` request that checks the
     /// member's lock node for the item and writes `<path>/checkpoints/<item>`: ZooKeeper refuses the write if the
     /// lock node is gone (the item was released, or the member's session ended), so an old owner, paused or late,

@@ -41,6 +41,8 @@ pub(crate) enum Sabotage {
     /// A lock node of our own session just ahead of ours (a create that the server applied late, after we had given
     /// it up) is waited for like anyone's: forever.
     OwnPredecessorWaited,
+    /// A finished parent puts every child of its in the set, even one still waiting on another parent.
+    ChildrenReadyEarly,
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::future::Future;
 
 use zookeeper_client::Client;
 
+use super::lineage::{Lineage, LineageChange};
 use super::{SharedItems, SharedSet};
 use crate::acl::NodeAcls;
 use crate::names::check_base_path;
@@ -268,5 +269,120 @@ impl ItemSet {
         let changes: Vec<(Item, Option<crate::Weight>)> = items.into_iter().map(|item| (item.into(), None)).collect();
         let inner = self.inner.clone();
         self.detached(async move { inner.change_weights(changes).await }).await
+    }
+
+    /// Splits `parent` into `children`, as a stream splits a shard: `parent` is closed (its source produces nothing
+    /// new for it) and the children are new items that enter the set only once `parent` has finished
+    /// ([`CheckpointWriter::finish_item`](crate::CheckpointWriter::finish_item)), so that no child is read before its
+    /// parent. One new version of the set.
+    ///
+    /// ```no_run
+    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// set.split("shard-1", ["shard-2", "shard-3"]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidItem`] if `parent` is neither in the set nor waiting, or has finished; if a child already
+    /// exists (in the set, waiting, or finished), is not a valid item of the set's kind, or is named twice; or if
+    /// there are no children. And the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
+    ///
+    /// # Cancel safety
+    /// As [`add`](ItemSet::add).
+    pub async fn split<P, I>(&self, parent: P, children: I) -> Result<SharedItems, Error>
+    where
+        P: Into<Item>,
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let change =
+            LineageChange::Split { parent: parent.into(), children: children.into_iter().map(Into::into).collect() };
+        self.change_lineage(change).await
+    }
+
+    /// Merges `parents` into `child`, as a stream merges shards: every parent is closed, and `child`, a new item,
+    /// enters the set once all of them have finished.
+    ///
+    /// # Errors
+    /// As [`split`](ItemSet::split), and [`Error::InvalidItem`] for fewer than two parents.
+    ///
+    /// # Cancel safety
+    /// As [`add`](ItemSet::add).
+    pub async fn merge<I, C>(&self, parents: I, child: C) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+        C: Into<Item>,
+    {
+        let change =
+            LineageChange::Merge { parents: parents.into_iter().map(Into::into).collect(), child: child.into() };
+        self.change_lineage(change).await
+    }
+
+    /// Adds `child`, a new item, after `parents`, which stay open: it enters the set once all of them have finished
+    /// (at once if they all have). A parent may be any item of the set, waiting or finished.
+    ///
+    /// # Errors
+    /// As [`split`](ItemSet::split); an unknown parent (not in the set nor in its lineage) is an
+    /// [`Error::InvalidItem`].
+    ///
+    /// # Cancel safety
+    /// As [`add`](ItemSet::add).
+    pub async fn add_child<C, I>(&self, child: C, parents: I) -> Result<SharedItems, Error>
+    where
+        C: Into<Item>,
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let change =
+            LineageChange::AddChild { child: child.into(), parents: parents.into_iter().map(Into::into).collect() };
+        self.change_lineage(change).await
+    }
+
+    /// Closes `items`: their source produces nothing new for them. An owner finishes a closed item once it has
+    /// drained it ([`CheckpointWriter::finish_item`](crate::CheckpointWriter::finish_item)); closing twice is not an
+    /// error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidItem`] for an item neither in the set nor waiting, or finished; and the errors of
+    /// [`read`](ItemSet::read). Nothing is changed when it fails.
+    ///
+    /// # Cancel safety
+    /// As [`add`](ItemSet::add).
+    pub async fn close<I>(&self, items: I) -> Result<SharedItems, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Item>,
+    {
+        let change = LineageChange::Close { items: items.into_iter().map(Into::into).collect() };
+        self.change_lineage(change).await
+    }
+
+    /// The set's lineage: every item that has a parent, a child or was closed, with where it stands (ready, waiting
+    /// on which parents, finished), consistent with one version of the set.
+    ///
+    /// ```no_run
+    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{Item, LineageStatus};
+    ///
+    /// let lineage = set.lineage().await?;
+    /// if let Some(LineageStatus::Waiting { on }) = lineage.get(&Item::from("shard-2")).map(|l| &l.status) {
+    ///     println!("shard-2 waits on {on:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read`](ItemSet::read).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn lineage(&self) -> Result<Lineage, Error> {
+        self.inner.lineage().await
+    }
+
+    async fn change_lineage(&self, change: LineageChange) -> Result<SharedItems, Error> {
+        let inner = self.inner.clone();
+        self.detached(async move { inner.change_lineage(change).await }).await
     }
 }

@@ -8,6 +8,7 @@
 //! <path>/item-changes/<tag>/remove/<item>  its removals
 //! <path>/item-writers/<tag>         ephemeral: the lease of the writer of change <tag>
 //! <path>/item-weights/<tag>/<k>     persistent, data = `<item>\t<weight>\n`...: chunk k of a weight table
+//! <path>/item-lineage/<item>        persistent: an item's parents, children, closed, finished (see `lineage`)
 //! ```
 //!
 //! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
@@ -234,6 +235,8 @@ pub(crate) struct SetPaths {
     pub writers: String,
     /// `<path>/item-weights`: the weight tables.
     pub weights: String,
+    /// `<path>/item-lineage`: the lineage nodes.
+    pub lineage: String,
 }
 
 impl SetPaths {
@@ -244,6 +247,7 @@ impl SetPaths {
             changes: format!("{base}/item-changes"),
             writers: format!("{base}/item-writers"),
             weights: format!("{base}/item-weights"),
+            lineage: format!("{base}/item-lineage"),
         }
     }
 
@@ -255,6 +259,11 @@ impl SetPaths {
     /// Chunk `k` of a weight table.
     pub fn table_chunk(&self, tag: &str, k: usize) -> String {
         format!("{}/{tag}/{k}", self.weights)
+    }
+
+    /// An item's lineage node.
+    pub fn lineage_node(&self, name: &str) -> String {
+        format!("{}/{name}", self.lineage)
     }
 
     /// The base set's child for an item name.

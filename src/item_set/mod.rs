@@ -44,6 +44,7 @@ mod apply;
 mod chunks;
 mod create;
 mod handle;
+mod lineage;
 mod read;
 mod recovery;
 mod update;
@@ -52,6 +53,8 @@ mod writes;
 
 pub(crate) use chunks::CHUNK_OPS;
 pub use handle::ItemSet;
+pub(crate) use lineage::Finisher;
+pub use lineage::{ItemLineage, Lineage, LineageStatus};
 pub use read::SharedItems;
 pub(crate) use read::read_raw;
 pub(crate) use recovery::recover;

@@ -135,6 +135,26 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let wanted: BTreeSet<String> = after.iter().map(Item::node_name).collect();
             let adds: Vec<String> = wanted.difference(&on_disk).cloned().collect();
             let removes: Vec<String> = on_disk.difference(&wanted).cloned().collect();
+            // Whether an item with lineage is in the set is lineage's business alone (see `lineage`).
+            if !adds.is_empty() || !removes.is_empty() {
+                let lineage = self.lineage_names(&zk).await?;
+                if let Some(name) = adds.iter().find(|name| lineage.contains(*name)) {
+                    return Err(Error::InvalidItem {
+                        item: name.clone(),
+                        reason: "has lineage (it waits on its parents, or has finished): only its parents' finish \
+                                 puts it in the set"
+                            .into(),
+                    });
+                }
+                if let Some(name) = removes.iter().find(|name| lineage.contains(*name)) {
+                    return Err(Error::InvalidItem {
+                        item: name.clone(),
+                        reason: "has lineage (it has children, or was closed): it leaves the set when its owner \
+                                 finishes it, not by a removal"
+                            .into(),
+                    });
+                }
+            }
             let kind = Kind::of(&after);
             if adds.is_empty() && removes.is_empty() && kind == current.header.kind && current.skipped.is_empty() {
                 return Ok(SharedItems::of(current));

@@ -190,7 +190,7 @@ pub fn auto_release(partitioner: &SetPartitioner) -> AbortOnDrop {
 }
 
 /// A task that is aborted when this handle drops.
-pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

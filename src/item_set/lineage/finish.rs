@@ -1,0 +1,143 @@
+//! The owner's finish: one `multi` that checks the owner's lock node, writes the header's next version, marks the
+//! item finished, takes it out of the set, puts in every child whose parents have all finished now, and writes the
+//! final checkpoint if there is one.
+
+use std::collections::BTreeMap;
+
+use super::entry::{Entry, Finished};
+use super::parent_finished;
+use crate::error::{is_transient, session_end};
+use crate::item_set::layout::{self, SetView, State};
+use crate::item_set::{MAX_ATTEMPTS, SharedSet, backoff};
+use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
+use crate::{Error, Item};
+
+/// Who finishes an item: the lock node that fences the finish, and what the lineage node records.
+pub(crate) struct Finisher<'a> {
+    pub item: &'a Item,
+    /// The owner's lock node's full path.
+    pub lock_node: &'a str,
+    /// The owner's fencing token for the item.
+    pub token: i64,
+    pub member: &'a str,
+}
+
+impl<Z: ZooKeeper> SharedSet<Z> {
+    /// Finishes `finisher.item`, fenced by its lock node, with `extra` writes in the same `multi` (the final
+    /// checkpoint). The item must be in the set and closed. Returns the children that entered the set.
+    pub async fn finish_item(&self, finisher: &Finisher<'_>, extra: &[WriteOp<'_>]) -> Result<Vec<Item>, Error> {
+        let zk = self.zk()?;
+        let name = finisher.item.node_name();
+        let token = layout::token(zk.random());
+        let mark = Finished { token: finisher.token, member: finisher.member.to_owned() };
+        let fenced = |reason: &str| Error::CheckpointFenced {
+            item: name.clone(),
+            lock_node: finisher.lock_node.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let invalid = |reason: &str| Error::InvalidItem { item: name.clone(), reason: reason.to_owned() };
+        let mut uncertain = false;
+        for attempt in 0..MAX_ATTEMPTS {
+            backoff(&zk, attempt).await;
+            let current = match self.view(&zk).await? {
+                SetView::Committed(committed) => committed,
+                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
+                SetView::Unreadable(reason) => {
+                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
+                }
+                SetView::Torn => continue,
+            };
+            if let Some(unfinished) = &current.unfinished {
+                self.settle(&zk, unfinished, &[]).await?;
+                continue;
+            }
+            let Some(read) = self.entries(&zk, std::slice::from_ref(&name)).await? else { continue };
+            let Some((entry, version)) = read.get(&name).cloned().flatten() else {
+                return Err(invalid("has no lineage: only a closed item can be finished (close it first)"));
+            };
+            match &entry.finished {
+                // Ours, landed with a lost reply.
+                Some(done) if uncertain && *done == mark => return Ok(Vec::new()),
+                Some(done) => {
+                    return Err(invalid(&format!("was already finished by {} (token {})", done.member, done.token)));
+                }
+                None => {}
+            }
+            if !entry.closed {
+                return Err(invalid("is not closed: its source may still produce for it (close it first)"));
+            }
+            if current.items.binary_search(finisher.item).is_err() {
+                return Err(invalid("is not in the shared item set"));
+            }
+            // The children, and the other parents of each: a child enters the set once all have finished.
+            let Some(children) = self.entries(&zk, &entry.children).await? else { continue };
+            let mut others: Vec<String> = children
+                .values()
+                .flatten()
+                .flat_map(|(child, _)| child.parents.iter().filter(|p| **p != name).cloned())
+                .collect();
+            others.sort();
+            others.dedup();
+            let Some(parents) = self.entries(&zk, &others).await? else { continue };
+            let parents: BTreeMap<String, Entry> =
+                parents.into_iter().filter_map(|(n, e)| e.map(|(e, _)| (n, e))).collect();
+            let ready: Vec<String> = entry
+                .children
+                .iter()
+                .filter(|child| {
+                    let Some(Some((child, _))) = children.get(*child) else { return false };
+                    child.parents.iter().all(|p| *p == name || parent_finished(&parents, p) || early())
+                })
+                .filter(|child| current.items.iter().all(|item| item.node_name() != **child))
+                .cloned()
+                .collect();
+            let header = current.header.next(current.header.kind, State::Ready, &token).render();
+            let node = self.paths.lineage_node(&name);
+            let finished = Entry { finished: Some(mark.clone()), ..entry }.render();
+            let item_path = self.paths.item(&name);
+            let ready_paths: Vec<String> = ready.iter().map(|child| self.paths.item(child)).collect();
+            let mut ops = vec![
+                WriteOp::Check { path: finisher.lock_node, version: None },
+                WriteOp::SetData {
+                    path: &self.paths.node,
+                    data: header.as_bytes(),
+                    version: Some(current.header_version),
+                },
+                WriteOp::SetData { path: &node, data: finished.as_bytes(), version: Some(version) },
+                WriteOp::Delete { path: &item_path, version: None },
+            ];
+            ops.extend(ready_paths.iter().map(|path| self.create_op(path)));
+            ops.extend(extra.iter().cloned());
+            #[cfg(test)]
+            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
+            match zk.multi_write(&ops).await {
+                Ok(_) => {
+                    tracing::info!(item = %finisher.item, children = ?ready, "item finished");
+                    return Ok(layout::parse_names(current.header.kind, ready).0);
+                }
+                Err(MultiError { error, .. }) if session_end(&error).is_some() => {
+                    return Err(fenced("its session has ended"));
+                }
+                Err(MultiError { index: None, error }) if is_transient(&error) => uncertain = true,
+                Err(MultiError { index: Some(0), error: ZkError::NoNode }) => {
+                    return Err(fenced("its lock node is gone: the item was released, or its session ended"));
+                }
+                // Another writer moved the header, or a node changed under us: read again.
+                Err(MultiError {
+                    index: Some(_),
+                    error: ZkError::BadVersion | ZkError::NoNode | ZkError::NodeExists,
+                }) => {}
+                Err(MultiError { error, .. }) => return Err(self.zk_error("multi", error)),
+            }
+        }
+        match uncertain {
+            true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
+            false => Err(self.too_busy()),
+        }
+    }
+}
+
+/// The simulation's sabotage: a child enters the set when any one of its parents finishes.
+fn early() -> bool {
+    crate::sabotage::breaks(crate::sabotage::Sabotage::ChildrenReadyEarly)
+}

@@ -1,0 +1,282 @@
+//! Lineage on a real ZooKeeper: a chain of three generations is processed parent before child while members join,
+//! crash and expire; a merge waits for both parents; a finish is fenced and only for closed items; bad lineage input
+//! gets clear errors and changes nothing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::members::{AbortOnDrop, Member, PATH, assert_disjoint_cover, auto_release, build_member};
+use common::{Ctx, Proxy, connect, expire, timing, wait_until};
+use zk_partitioner::{Error, Item, ItemSet, LineageStatus, PartitionState, Rebalance};
+
+const TIME_BOUNDARY: Duration = Duration::from_millis(300);
+/// How long a worker "drains" a closed item before it finishes it.
+const DRAIN: Duration = Duration::from_millis(200);
+
+fn item(name: &str) -> Item {
+    Item::from(name)
+}
+
+fn items(names: &[&str]) -> Vec<Item> {
+    names.iter().map(|n| Item::from(*n)).collect()
+}
+
+async fn shared_member(client: zk_partitioner::zookeeper_client::Client, name: &str) -> Member {
+    build_member(client, name, &[], |b| {
+        b.shared_item_set(true).rebalance(Rebalance::Incremental).time_boundary(TIME_BOUNDARY)
+    })
+    .await
+}
+
+/// What the workers saw and did, for the test to check afterwards (a spawned task cannot fail the test itself).
+#[derive(Default)]
+struct Log {
+    /// Each ownership's start: (item, member, when), once per fencing token.
+    acquired: Vec<(Item, String, Instant)>,
+    /// Each finish that succeeded: (item, member, when it returned).
+    finished: Vec<(Item, String, Instant)>,
+    /// Anything a worker found wrong.
+    problems: Vec<String>,
+}
+
+/// A user's worker loop: on every new ownership, reads the item's parents' final checkpoints (each must be there);
+/// a closed item is drained for [`DRAIN`], then finished with its final checkpoint, `final:<item>`.
+fn worker(member: &Member, set: ItemSet, log: Arc<Mutex<Log>>) -> AbortOnDrop {
+    let partitioner = member.partitioner.clone();
+    let me = partitioner.snapshot().member.to_string();
+    AbortOnDrop(tokio::spawn(async move {
+        let mut seen = BTreeMap::new();
+        let mut changes = partitioner.subscribe();
+        loop {
+            let snapshot = changes.borrow_and_update().clone();
+            if snapshot.state == PartitionState::Failure {
+                return;
+            }
+            if snapshot.state == PartitionState::Acquired {
+                for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
+                    if seen.insert(item.clone(), *token) == Some(*token) {
+                        continue;
+                    }
+                    log.lock().unwrap().acquired.push((item.clone(), me.clone(), Instant::now()));
+                    let Ok(lineage) = set.lineage().await else { continue };
+                    let Some(place) = lineage.get(item).cloned() else { continue };
+                    for parent in &place.parents {
+                        let checkpoint = partitioner.load_checkpoint(parent).await;
+                        let expected = format!("final:{parent}").into_bytes();
+                        if !matches!(&checkpoint, Ok(Some(c)) if c.data == expected) {
+                            log.lock().unwrap().problems.push(format!(
+                                "{me} took {item} but its parent {parent}'s final checkpoint is {checkpoint:?}"
+                            ));
+                        }
+                    }
+                    if !place.closed {
+                        continue;
+                    }
+                    tokio::time::sleep(DRAIN).await;
+                    let Ok(writer) = partitioner.checkpoint_writer(item) else { continue };
+                    match writer.finish_item(Some(format!("final:{item}").as_bytes())).await {
+                        Ok(_) => log.lock().unwrap().finished.push((item.clone(), me.clone(), Instant::now())),
+                        Err(Error::CheckpointFenced { .. }) => {}
+                        Err(err) => log.lock().unwrap().problems.push(format!("{me} could not finish {item}: {err}")),
+                    }
+                }
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+struct Worker {
+    member: Member,
+    _release: AbortOnDrop,
+    _work: AbortOnDrop,
+}
+
+async fn start_worker(
+    client: zk_partitioner::zookeeper_client::Client,
+    name: &str,
+    ctx: &Ctx,
+    log: &Arc<Mutex<Log>>,
+) -> Worker {
+    let member = shared_member(client, name).await;
+    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let release = auto_release(&member.partitioner);
+    let work = worker(&member, set, log.clone());
+    Worker { member, _release: release, _work: work }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_generations_are_processed_in_order_while_members_join_crash_and_expire() {
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let plain = items(&["p1", "p2", "p3", "p4"]);
+    let mut first = plain.clone();
+    first.push(item("root"));
+    admin.create_if_missing(first).await.expect("create");
+    // root -> g1a, g1b; g1a -> g2a, g2b; g2a -> g3. Splitting a waiting child is allowed: it closes it.
+    admin.split("root", ["g1a", "g1b"]).await.expect("split root");
+    admin.split("g1a", ["g2a", "g2b"]).await.expect("split g1a");
+    admin.split("g2a", ["g3"]).await.expect("split g2a");
+    let lineage = admin.lineage().await.expect("lineage");
+    assert_eq!(lineage.get(&item("g3")).map(|l| &l.status), Some(&LineageStatus::Waiting { on: items(&["g2a"]) }));
+    assert_eq!(lineage.roots().cloned().collect::<Vec<_>>(), items(&["root"]));
+
+    let log = Arc::new(Mutex::new(Log::default()));
+    let session = Duration::from_secs(4);
+    let (proxy_a, proxy_b) = (Proxy::start(ctx.addr).await, Proxy::start(ctx.addr).await);
+    let client_a = connect(&format!("{}{}", proxy_a.endpoint(), ctx.namespace), session).await;
+    let client_b = connect(&format!("{}{}", proxy_b.endpoint(), ctx.namespace), session).await;
+    let a = start_worker(client_a.clone(), "worker-a", &ctx, &log).await;
+    let b = start_worker(client_b, "worker-b", &ctx, &log).await;
+
+    // Once root is finished, a third member joins; then a's session expires and b crashes (its connection cut for
+    // good, its session left to expire), while the chain goes on.
+    wait_until("root finished", timing(Duration::from_secs(20)), || async {
+        log.lock().unwrap().finished.iter().any(|(i, _, _)| *i == item("root"))
+    })
+    .await;
+    let c = start_worker(ctx.client().await, "worker-c", &ctx, &log).await;
+    expire(&client_a, &proxy_a).await;
+    proxy_b.cut();
+    let d = start_worker(ctx.client().await, "worker-d", &ctx, &log).await;
+
+    let leaves = items(&["g1b", "g2b", "g3"]);
+    let mut final_set = plain.clone();
+    final_set.extend(leaves.iter().cloned());
+    final_set.sort();
+    wait_until("the chain finished and the leaves in the set", timing(Duration::from_secs(60)), || async {
+        admin.read().await.is_ok_and(|set| set.items == final_set)
+    })
+    .await;
+    let expected = admin.read().await.expect("read");
+    wait_until("c and d ACQUIRED over the final set", timing(Duration::from_secs(30)), || async {
+        [&c, &d].iter().all(|w| {
+            let s = w.member.partitioner.snapshot();
+            s.state == PartitionState::Acquired && s.set_version == Some(expected.version) && s.members.len() == 2
+        })
+    })
+    .await;
+    assert_disjoint_cover(&ctx.observer, PATH, &[&c.member, &d.member], &expected.items).await;
+
+    let lineage = admin.lineage().await.expect("lineage");
+    for done in ["root", "g1a", "g2a"] {
+        assert!(lineage.is_finished(&item(done)), "{done}: {:?}", lineage.get(&item(done)));
+    }
+    for leaf in &leaves {
+        assert_eq!(lineage.get(leaf).map(|l| &l.status), Some(&LineageStatus::Ready), "{leaf}");
+    }
+    let log = log.lock().unwrap();
+    assert!(log.problems.is_empty(), "{:#?}", log.problems);
+    // Parent before child: every ownership of a child began after each of its parents had finished, and no finished
+    // item was taken again.
+    let finish_of = |i: &Item| log.finished.iter().find(|(f, _, _)| f == i).map(|(_, _, at)| *at);
+    for (taken, member, at) in &log.acquired {
+        for parent in lineage.get(taken).map(|l| l.parents.clone()).unwrap_or_default() {
+            let finished = finish_of(&parent).unwrap_or_else(|| panic!("{parent} finished, by the log"));
+            assert!(*at >= finished, "{member} took {taken} before its parent {parent} finished");
+        }
+        if let Some(finished) = finish_of(taken) {
+            assert!(*at <= finished, "{member} took {taken} again after it finished");
+        }
+    }
+    assert_eq!(log.finished.len(), 3, "each closed item finished once: {:?}", log.finished);
+    drop((a, b));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_waits_for_both_parents() {
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    admin.create_if_missing(items(&["left", "right", "other"])).await.expect("create");
+    admin.merge(["left", "right"], "merged").await.expect("merge");
+    let member = shared_member(ctx.client().await, "solo").await;
+    let _release = auto_release(&member.partitioner);
+    member.wait_items(&items(&["left", "other", "right"]), timing(Duration::from_secs(10))).await;
+
+    let ready = member.partitioner.finish_item(&item("left"), Some(b"final:left")).await.expect("finish left");
+    assert!(ready.is_empty(), "merged still waits on right: {ready:?}");
+    let lineage = admin.lineage().await.expect("lineage");
+    assert_eq!(
+        lineage.get(&item("merged")).map(|l| &l.status),
+        Some(&LineageStatus::Waiting { on: items(&["right"]) })
+    );
+    member.wait_items(&items(&["other", "right"]), timing(Duration::from_secs(10))).await;
+    assert!(!admin.read().await.expect("read").items.contains(&item("merged")));
+
+    let ready = member.partitioner.finish_item(&item("right"), None).await.expect("finish right");
+    assert_eq!(ready, items(&["merged"]));
+    member.wait_items(&items(&["merged", "other"]), timing(Duration::from_secs(10))).await;
+    let checkpoint = member.partitioner.load_checkpoint(&item("left")).await.expect("load").expect("kept");
+    assert_eq!(checkpoint.data, b"final:left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finishing_is_fenced_and_only_for_closed_items() {
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    admin.create_if_missing(items(&["a", "b"])).await.expect("create");
+    let member = shared_member(ctx.client().await, "solo").await;
+    let _release = auto_release(&member.partitioner);
+    member.wait_items(&items(&["a", "b"]), timing(Duration::from_secs(10))).await;
+
+    let open = member.partitioner.finish_item(&item("a"), None).await;
+    assert!(matches!(&open, Err(Error::InvalidItem { reason, .. }) if reason.contains("close")), "{open:?}");
+    admin.close(["a"]).await.expect("close");
+    admin.close(["a"]).await.expect("closing twice is not an error");
+    // A writer whose ownership ended is fenced: a second member takes "a" after the first one lets it go.
+    let writer = member.partitioner.checkpoint_writer(&item("a")).expect("writer");
+    let before = admin.read().await.expect("read");
+    member.partitioner.finish().await;
+    let fenced = writer.finish_item(Some(b"late")).await;
+    assert!(matches!(fenced, Err(Error::CheckpointFenced { .. } | Error::Stopped)), "{fenced:?}");
+    assert_eq!(admin.read().await.expect("read").items, before.items, "a fenced finish changes nothing");
+
+    let second = shared_member(ctx.client().await, "second").await;
+    let _release2 = auto_release(&second.partitioner);
+    second.wait_items(&items(&["a", "b"]), timing(Duration::from_secs(15))).await;
+    assert_eq!(second.partitioner.finish_item(&item("a"), None).await.expect("finish"), Vec::<Item>::new());
+    second.wait_items(&items(&["b"]), timing(Duration::from_secs(10))).await;
+    let again = admin.add(["a"]).await;
+    assert!(matches!(&again, Err(Error::InvalidItem { reason, .. }) if reason.contains("lineage")), "{again:?}");
+}
+
+#[tokio::test]
+async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    admin.create_if_missing(items(&["a", "b"])).await.expect("create");
+    let before = admin.read().await.expect("read");
+    let invalid = |result: Result<zk_partitioner::SharedItems, Error>, needle: &str| match result {
+        Err(Error::InvalidItem { reason, .. }) if reason.contains(needle) => {}
+        other => panic!("expected an InvalidItem error about {needle:?}, got {other:?}"),
+    };
+    invalid(admin.split("nope", ["c"]).await, "not in the shared item set");
+    invalid(admin.split("a", ["b"]).await, "already exists");
+    invalid(admin.split("a", Vec::<Item>::new()).await, "no children");
+    invalid(admin.split("a", ["c", "c"]).await, "twice");
+    invalid(admin.split("a", ["x/y"]).await, "'/'");
+    invalid(admin.merge(["a"], "c").await, "two parents");
+    invalid(admin.add_child("c", ["ghost"]).await, "unknown parent");
+    invalid(admin.split("a", [7]).await, "kind");
+    invalid(admin.close(["ghost"]).await, "not in the shared item set");
+    assert_eq!(admin.read().await.expect("read").version, before.version, "nothing changed");
+    assert!(admin.lineage().await.expect("lineage").items.is_empty());
+
+    // A waiting child cannot be added by hand, nor a parent removed by hand.
+    admin.split("a", ["c"]).await.expect("split");
+    invalid(admin.add(["c"]).await, "lineage");
+    invalid(admin.remove(["a"]).await, "lineage");
+    invalid(admin.replace(["b", "c"]).await, "lineage");
+    invalid(admin.split("c", ["a"]).await, "already exists");
+    // A child of a finished parent is ready at once; a child of an open one waits.
+    let after = admin.add_child("d", ["b"]).await.expect("add child");
+    assert!(!after.items.contains(&item("d")));
+    let lineage = admin.lineage().await.expect("lineage");
+    assert_eq!(lineage.get(&item("d")).map(|l| &l.status), Some(&LineageStatus::Waiting { on: items(&["b"]) }));
+    assert_eq!(lineage.get(&item("b")).map(|l| (l.closed, l.children.clone())), Some((false, items(&["d"]))));
+}
