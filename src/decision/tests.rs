@@ -57,7 +57,8 @@ fn node_of(member: &str) -> String {
 /// A read of a shared set in force at `version` with `items` (integers or strings), nothing under way.
 fn set_read(items: &[Item], version: u64) -> crate::item_set::layout::RawRead {
     use crate::item_set::layout::{Header, Kind, RawRead, State};
-    let header = Header { kind: Kind::of(items), version, state: State::Ready, log: Vec::new(), weights: None };
+    let header =
+        Header { kind: Kind::of(items), version, state: State::Ready, log: Vec::new(), weights: None, lineage: false };
     RawRead {
         header: Some((header.render().into_bytes(), version as i32)),
         children: items.iter().map(Item::node_name).collect(),
@@ -701,8 +702,14 @@ const TAG: &str = "00000000000000a1";
 fn unfinished_read(items: &[Item], version: u64, tag: &str, lease: bool) -> crate::item_set::layout::RawRead {
     use crate::item_set::layout::{Header, Kind, State};
     let mut read = set_read(items, version);
-    let header =
-        Header { kind: Kind::of(items), version, state: State::Staging(tag.into()), log: Vec::new(), weights: None };
+    let header = Header {
+        kind: Kind::of(items),
+        version,
+        state: State::Staging(tag.into()),
+        log: Vec::new(),
+        weights: None,
+        lineage: false,
+    };
     read.header = Some((header.render().into_bytes(), version as i32 + 1));
     read.lease = Some(lease);
     read

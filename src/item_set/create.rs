@@ -70,7 +70,14 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         };
         let kind = Kind::of(items);
         let names: Vec<String> = items.iter().map(Item::node_name).collect();
-        let ready = Header { kind, version: 1, state: State::Ready, log: vec![token.to_owned()], weights: None };
+        let ready = Header {
+            kind,
+            version: 1,
+            state: State::Ready,
+            log: vec![token.to_owned()],
+            weights: None,
+            lineage: false,
+        };
         let ready_text = ready.render();
         let created = paths_of(&self.paths.node, &names);
         if fits_one_request(&self.paths, self.chunk, &names, &[]) {
@@ -81,9 +88,15 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         if retry_transient(zk, || zk.mkdir(&self.paths.writers, &self.acls)).await.is_err() {
             return Err(Retry::Unknown);
         }
-        let creating =
-            Header { kind, version: 0, state: State::Creating(tag.to_owned()), log: Vec::new(), weights: None }
-                .render();
+        let creating = Header {
+            kind,
+            version: 0,
+            state: State::Creating(tag.to_owned()),
+            log: Vec::new(),
+            weights: None,
+            lineage: false,
+        }
+        .render();
         let lease = self.paths.lease(tag);
         let ops = [
             self.header_write(creating.as_bytes(), absent_at),

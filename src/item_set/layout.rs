@@ -12,9 +12,10 @@
 //! ```
 //!
 //! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
-//! [log=<token>,...] [weights=<tag>.<chunks>]`. `version` is the committed version: it counts the updates in force.
+//! [log=<token>,...] [weights=<tag>.<chunks>] [lineage=on]`. `version` is the committed version: it counts the updates in force.
 //! `weights` names the weight table in force: the items it lists weigh what it says, the others 1 (no `weights`: all
-//! weigh 1). A table is written whole under a fresh tag before a header write names it, and deleted only once the
+//! weigh 1). `lineage=on` says that some item has a lineage node (written by the first lineage change, kept after).
+//! A table is written whole under a fresh tag before a header write names it, and deleted only once the
 //! header names another, so a reader that finds a table missing read a header that has since moved on (torn).
 //! The set in force is:
 //!
@@ -117,6 +118,8 @@ pub(crate) struct Header {
     pub log: Vec<String>,
     /// The weight table in force, if any.
     pub weights: Option<TableRef>,
+    /// Some item has lineage (`item-lineage` has nodes): plain updates must check what they add and remove.
+    pub lineage: bool,
 }
 
 /// A weight table: its tag and how many chunk nodes it has.
@@ -139,7 +142,7 @@ impl Header {
             return Err(format!("its data {} does not start with {MAGIC:?} (not written by this crate?)", shown(text)));
         };
         let (mut kind, mut version, mut state, mut change, mut log) = (None, None, None, None, Vec::new());
-        let mut weights = None;
+        let (mut weights, mut lineage) = (None, false);
         for word in rest.split_whitespace() {
             match word.split_once('=') {
                 Some(("kind", "int")) => kind = Some(Kind::Int),
@@ -151,6 +154,7 @@ impl Header {
                     log = tokens.split(',').map(str::to_owned).collect();
                 }
                 Some(("weights", table)) if TableRef::parse(table).is_some() => weights = TableRef::parse(table),
+                Some(("lineage", "on")) => lineage = true,
                 _ => return Err(format!("its data has an unknown or malformed field {}", shown(word))),
             }
         }
@@ -166,7 +170,7 @@ impl Header {
             ("absent", None) => State::Absent,
             (state, change) => return Err(format!("its state {} with change {change:?} is not one", shown(state))),
         };
-        Ok(Header { kind, version, state, log, weights })
+        Ok(Header { kind, version, state, log, weights, lineage })
     }
 
     pub fn render(&self) -> String {
@@ -181,6 +185,9 @@ impl Header {
         if let Some(table) = &self.weights {
             text.push_str(&format!(" weights={}.{}", table.tag, table.chunks));
         }
+        if self.lineage {
+            text.push_str(" lineage=on");
+        }
         text
     }
 
@@ -190,7 +197,7 @@ impl Header {
         log.push(token.to_owned());
         let excess = log.len().saturating_sub(LOG);
         log.drain(..excess);
-        Header { kind, version: self.version + 1, state, log, weights: self.weights.clone() }
+        Header { kind, version: self.version + 1, state, log, weights: self.weights.clone(), lineage: self.lineage }
     }
 
     /// The same version in another state (the log unchanged).
@@ -486,7 +493,14 @@ mod tests {
     use super::*;
 
     fn header(state: State) -> Header {
-        Header { kind: Kind::Int, version: 3, state, log: vec!["00000000000000aa".into()], weights: None }
+        Header {
+            kind: Kind::Int,
+            version: 3,
+            state,
+            log: vec!["00000000000000aa".into()],
+            weights: None,
+            lineage: false,
+        }
     }
 
     fn read(header: &Header, children: &[&str]) -> RawRead {
@@ -582,7 +596,12 @@ mod tests {
             h.weights,
             "carried to the next version"
         );
-        for garbage in ["weights=xyz.1", "weights=00000000000000cc", "weights=00000000000000cc.0"] {
+        let mut marked = h.clone();
+        marked.lineage = true;
+        assert!(marked.render().ends_with(" lineage=on"), "{}", marked.render());
+        assert_eq!(Header::parse(marked.render().as_bytes()), Ok(marked.clone()));
+        assert!(marked.next(Kind::Int, State::Ready, "00000000000000dd").lineage, "carried to the next version");
+        for garbage in ["weights=xyz.1", "weights=00000000000000cc", "weights=00000000000000cc.0", "lineage=yes"] {
             let text = format!("{MAGIC} kind=int version=1 state=ready {garbage}");
             assert!(Header::parse(text.as_bytes()).is_err(), "{garbage}");
         }

@@ -55,6 +55,8 @@ pub(crate) use chunks::CHUNK_OPS;
 pub use handle::ItemSet;
 pub(crate) use lineage::Finisher;
 pub use lineage::{ItemLineage, Lineage, LineageStatus};
+#[cfg(test)]
+pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
 pub use read::SharedItems;
 pub(crate) use read::read_raw;
 pub(crate) use recovery::recover;

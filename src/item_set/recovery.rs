@@ -170,8 +170,15 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
             if !emptied {
                 return Err(set.too_busy());
             }
-            let absent =
-                Header { kind: header.kind, version: 0, state: State::Absent, log: Vec::new(), weights: None }.render();
+            let absent = Header {
+                kind: header.kind,
+                version: 0,
+                state: State::Absent,
+                log: Vec::new(),
+                weights: None,
+                lineage: false,
+            }
+            .render();
             let ops = [WriteOp::SetData { path: &set.paths.node, data: absent.as_bytes(), version: Some(version) }];
             match set.commit(zk, &ops).await {
                 Ok(()) => {

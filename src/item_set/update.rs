@@ -136,7 +136,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let adds: Vec<String> = wanted.difference(&on_disk).cloned().collect();
             let removes: Vec<String> = on_disk.difference(&wanted).cloned().collect();
             // Whether an item with lineage is in the set is lineage's business alone (see `lineage`).
-            if !adds.is_empty() || !removes.is_empty() {
+            if current.header.lineage && (!adds.is_empty() || !removes.is_empty()) {
                 let lineage = self.lineage_names(&zk).await?;
                 if let Some(name) = adds.iter().find(|name| lineage.contains(*name)) {
                     return Err(Error::InvalidItem {

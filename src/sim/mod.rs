@@ -112,6 +112,9 @@ pub(crate) struct Plan {
     /// Members have capacities 1 to 3 (by slot), the rendezvous combinations divide by weight
     /// ([`WeightedRendezvous`](crate::WeightedRendezvous)), and admins of a shared set change weights too.
     pub weighted: bool,
+    /// With a shared set: admins also split, merge, close and add children, and workers finish the closed items they
+    /// hold (fenced, through the handle's checkpoint writer).
+    pub lineage: bool,
     pub sabotage: Sabotage,
 }
 
@@ -133,6 +136,7 @@ impl Plan {
             // Drawn last: the fields above stay what they were for every seed.
             large_party_jitter: rng.below(2) == 0,
             weighted: rng.below(3) == 0,
+            lineage: rng.below(2) == 0,
         }
     }
 }
@@ -146,6 +150,10 @@ pub(crate) struct Outcome {
     pub shared_set: bool,
     /// Capacities and weights (see [`Plan::weighted`]).
     pub weighted: bool,
+    /// Lineage (see [`Plan::lineage`]): a shared set's run with lineage.
+    pub lineage: bool,
+    /// Items finished by their owners.
+    pub finishes: usize,
     /// Set changes admins made (committed).
     pub set_changes: usize,
     /// Checkpoints saved through the handles.

@@ -137,7 +137,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         retry_transient(zk, || zk.mkdir(&self.paths.lineage, &self.acls))
             .await
             .map_err(|e| Err(self.zk_error("mkdir", e)))?;
-        let header = current.header.next(current.header.kind, State::Ready, token).render();
+        let mut header = current.header.next(current.header.kind, State::Ready, token);
+        header.lineage = true;
+        let header = header.render();
         let created: Vec<(String, String)> =
             plan.created.iter().map(|(name, entry)| (self.paths.lineage_node(name), entry.render())).collect();
         let updated: Vec<(String, String, i32)> = plan

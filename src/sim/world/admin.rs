@@ -87,11 +87,24 @@ impl World {
             .unwrap_or_default();
         let count = 1 + self.rng().below(5) as usize;
         // Weighted runs also change weights (a fifth kind: other runs draw as they always did).
-        let kind = self.rng().below(if self.plan.weighted { 5 } else { 4 });
+        // Lineage runs also split, merge, close and add children (kinds 5 to 8).
+        let kinds = if self.plan.lineage {
+            9
+        } else if self.plan.weighted {
+            5
+        } else {
+            4
+        };
+        let kind = self.rng().below(kinds);
         let Actor::Admin(admin) = &mut self.actors[actor] else { return };
         let set = admin.set.clone();
-        let (what, future): (String, BoxFuture<'static, Result<crate::SharedItems, Error>>) = match kind {
-            0 if current.len() > count + 1 => {
+        let lineage = match kind {
+            5.. => self.lineage_change(kind, &current, set.clone()),
+            _ => None,
+        };
+        let (what, future): (String, BoxFuture<'static, Result<crate::SharedItems, Error>>) = match (lineage, kind) {
+            (Some(change), _) => change,
+            (None, 0) if current.len() > count + 1 => {
                 let mut removed = Vec::new();
                 let mut rng = lock(&self.net);
                 for _ in 0..count {
@@ -104,7 +117,7 @@ impl World {
                 let items: Vec<Item> = removed.iter().copied().map(Item::from).collect();
                 (format!("remove {removed:?}"), async move { set.remove(items).await }.boxed())
             }
-            4 if !current.is_empty() => {
+            (None, 4) if !current.is_empty() => {
                 let mut rng = lock(&self.net);
                 let mut changes = Vec::new();
                 for _ in 0..count.min(3) {
@@ -117,7 +130,7 @@ impl World {
                 let what = format!("weigh {changes:?}");
                 (what, async move { set.change_weights(changes).await }.boxed())
             }
-            1 if !current.is_empty() => {
+            (None, 1) if !current.is_empty() => {
                 // A compare-and-set from the version read: keep most, add some.
                 let version = self.committed.last_key_value().map_or(0, |(v, _)| *v);
                 let mut items: Vec<Item> = current.iter().skip(count / 2).copied().map(Item::from).collect();

@@ -37,10 +37,12 @@ impl World {
     /// landed unless its lock node was the lowest contender.
     pub(super) fn record_set(&mut self) {
         let writes = std::mem::take(&mut lock(&self.net).writes);
-        for net::Write { session, ops, result, checks_lowest: lowest } in writes {
-            if result.is_err() {
+        for write in writes {
+            if write.result.is_err() {
                 continue;
             }
+            self.record_finish(&write);
+            let net::Write { session, ops, checks_lowest: lowest, .. } = write;
             let checkpoint = ops.iter().any(|op| {
                 matches!(op, zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. } if path.starts_with(CHECKPOINTS))
             });
@@ -121,6 +123,7 @@ impl World {
                 Some(_) => {}
                 None => {
                     self.note(format!("set version {} = {names:?}", committed.version));
+                    self.check_ready_set(committed.version, &names);
                     self.committed.insert(committed.version, names);
                 }
             }
@@ -245,7 +248,7 @@ impl World {
                     return Err(format!("{} has a stray lock node {path}", core.me()));
                 }
             }
-            if !m.worker.saves.is_empty() || m.worker.release.is_some() {
+            if !m.worker.saves.is_empty() || m.worker.release.is_some() || !m.worker.finishing.is_empty() {
                 return Err(format!("{}'s worker is still busy", core.me()));
             }
         }

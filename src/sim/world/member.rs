@@ -71,6 +71,10 @@ pub(super) struct Worker {
     pub(super) saves: Vec<(Item, Call)>,
     /// A `finish()` in flight.
     pub(super) finish: Option<BoxFuture<'static, ()>>,
+    /// Item finishes in flight (lineage runs).
+    pub(super) finishing: Vec<super::lineage::Finishing>,
+    /// The ownership (fencing token) under which each item's finish was last tried: once per ownership.
+    pub(super) finish_tried: super::lineage::Tried,
 }
 
 impl World {
@@ -311,6 +315,7 @@ impl World {
                 m.worker.release_at = Some(at);
                 lock(&self.net).wake_at(actor, at);
             }
+            self.start_finishes(m, &snapshot);
             if snapshot.state == PartitionState::Acquired {
                 for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
                     if m.handle.fencing_token(item) != Some(*token) {
@@ -370,6 +375,7 @@ impl World {
                 k += 1;
             }
         }
+        self.poll_finishes(actor, m);
         if let Some(finish) = &mut m.worker.finish
             && poll_with(finish, &waker).is_ready()
         {

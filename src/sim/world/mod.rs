@@ -8,6 +8,7 @@
 mod admin;
 mod checker;
 mod faults;
+mod lineage;
 mod member;
 mod processes;
 
@@ -134,6 +135,8 @@ pub(super) struct World {
     /// The next new item value an admin adds.
     next_value: i64,
     saves: usize,
+    /// Items finished by their owners, and when each finish landed (lineage runs).
+    finished_at: BTreeMap<String, Duration>,
     /// A `Check` is scheduled.
     checking: bool,
 }
@@ -196,6 +199,7 @@ impl World {
             header_seen: None,
             next_value,
             saves: 0,
+            finished_at: BTreeMap::new(),
             checking: false,
         };
         for _ in 0..world.plan.members {
@@ -265,7 +269,7 @@ impl World {
             self.replace_failed();
             self.drive();
             self.record_set();
-            if let Err(violation) = self.check_safety() {
+            if let Err(violation) = self.check_safety().and_then(|()| self.check_listings()) {
                 self.violate(violation);
             }
             if let Some(violation) = self.violation.take() {
@@ -313,6 +317,8 @@ impl World {
             static_membership: self.plan.static_membership,
             shared_set: self.plan.shared_set,
             weighted: self.plan.weighted,
+            lineage: self.plan.shared_set && self.plan.lineage,
+            finishes: self.finished_at.len(),
             set_changes: self.committed.len().saturating_sub(1),
             saves: self.saves,
             recovery: Duration::ZERO,
