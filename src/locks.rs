@@ -99,25 +99,44 @@ pub(crate) async fn make_dirs<Z: ZooKeeper>(zk: &Z, dirs: &[String], acls: &Node
     made.into_iter().find(|result| !matches!(result, Ok(()) | Err(ZkError::NodeExists))).unwrap_or(Ok(()))
 }
 
-/// The outcome of listing one lock directory: its children and our node's creation zxid (0 if not read).
-pub(crate) type Listing = Result<(Vec<String>, i64), ZkError>;
+/// The outcome of listing one lock directory: its children and our node's creation zxid (0 if not read); or, when
+/// the item's lineage node was read along and says the item was finished, [`ListError::Finished`].
+pub(crate) type Listing = Result<(Vec<String>, i64), ListError>;
 
-/// Lists several lock directories in one read-only `multi`, reading our node in each where its path is known (for
-/// its creation zxid, the fencing token). Each read succeeds or fails on its own.
-pub(crate) async fn list_dirs<Z: ZooKeeper>(
-    zk: &Z,
-    dirs: &[(String, Option<String>)],
-) -> Result<Vec<Listing>, ZkError> {
-    let mut ops = Vec::with_capacity(dirs.len() * 2);
-    for (dir, node) in dirs {
+/// Why a lock directory's listing says nothing of its children.
+#[derive(Debug)]
+pub(crate) enum ListError {
+    /// ZooKeeper refused the read.
+    Zk(ZkError),
+    /// The item was finished (its lineage node says so, in the same consistent read as the directory): its lock is
+    /// not to be held any more, whoever's contender comes first.
+    Finished,
+}
+
+/// One lock directory to list: the directory, our node in it (read for its creation zxid, the fencing token), and the
+/// item's lineage node (read for whether it was finished).
+pub(crate) struct DirRead {
+    pub dir: String,
+    pub node: Option<String>,
+    pub lineage: Option<String>,
+}
+
+/// Lists several lock directories in one read-only `multi`: one consistent read, so a contender found first in it
+/// was first while the lineage read along said what it says. Each read succeeds or fails on its own.
+pub(crate) async fn list_dirs<Z: ZooKeeper>(zk: &Z, dirs: &[DirRead]) -> Result<Vec<Listing>, ZkError> {
+    let mut ops = Vec::with_capacity(dirs.len() * 3);
+    for DirRead { dir, node, lineage } in dirs {
         ops.push(ReadOp::Children(dir));
         if let Some(node) = node {
             ops.push(ReadOp::Data(node));
         }
+        if let Some(lineage) = lineage {
+            ops.push(ReadOp::Data(lineage));
+        }
     }
     let mut results = zk.multi_read(&ops).await?.into_iter();
     let mut listings = Vec::with_capacity(dirs.len());
-    for (_, node) in dirs {
+    for DirRead { node, lineage, .. } in dirs {
         let children = match results.next() {
             Some(ReadResult::Children(children)) => Ok(children),
             Some(ReadResult::Failed(err)) => Err(err),
@@ -127,7 +146,15 @@ pub(crate) async fn list_dirs<Z: ZooKeeper>(
             Some(ReadResult::Data(_, stat)) => stat.czxid,
             _ => 0,
         };
-        listings.push(children.map(|children| (children, czxid)));
+        let finished = match lineage.as_ref().and_then(|_| results.next()) {
+            Some(ReadResult::Data(data, _)) => crate::item_set::finished(&data),
+            _ => false,
+        };
+        listings.push(match children {
+            _ if finished => Err(ListError::Finished),
+            Ok(children) => Ok((children, czxid)),
+            Err(err) => Err(ListError::Zk(err)),
+        });
     }
     Ok(listings)
 }

@@ -125,6 +125,11 @@ pub enum DisagreementKind {
     /// [`Rendezvous`](crate::Rendezvous), or any weighted function): they would wait for each other's locks. A
     /// party with kazoo members must use `KazooStride`, which ignores weights and capacities.
     Unannounced,
+    /// It announces nothing (a kazoo member, or an older build), and the shared set uses lineage
+    /// ([`ItemSet::split`](crate::ItemSet::split) and the like), which such a member knows nothing of: it would take a
+    /// child whenever its own item list says, whether or not the child's parents have finished. A party whose set
+    /// uses lineage must be of this crate's members only.
+    Lineage,
 }
 
 /// A member of the party whose configuration disagrees with this member's (see [`Snapshot::disagreements`]).
@@ -148,6 +153,7 @@ impl fmt::Display for Disagreement {
             DisagreementKind::PartitionFn => "partition function",
             DisagreementKind::ItemSetVersion => "version of the shared item set",
             DisagreementKind::Unannounced => "partition function, or none this crate can check",
+            DisagreementKind::Lineage => "kind of set: this one has lineage, which it cannot follow",
         };
         write!(f, "member {} uses a different {what} ({} here, {} there)", self.member, self.ours, self.theirs)
     }

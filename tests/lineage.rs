@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::members::{AbortOnDrop, Member, PATH, assert_disjoint_cover, auto_release, build_member};
+use common::members::{AbortOnDrop, Member, PATH, assert_disjoint_cover, auto_release, build_member, wait_snapshot};
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
-use zk_partitioner::{Error, Item, ItemSet, LineageStatus, PartitionState, Rebalance};
+use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, LineageStatus, PartitionState, Rebalance};
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(300);
 /// How long a worker "drains" a closed item before it finishes it.
@@ -213,6 +213,17 @@ async fn a_merge_waits_for_both_parents() {
     member.wait_items(&items(&["merged", "other"]), timing(Duration::from_secs(10))).await;
     let checkpoint = member.partitioner.load_checkpoint(&item("left")).await.expect("load").expect("kept");
     assert_eq!(checkpoint.data, b"final:left");
+
+    // Retirement: not before the age, then both parents (their child has started), with their checkpoints.
+    assert_eq!(admin.retire(Duration::from_secs(3600)).await.expect("retire"), Vec::<Item>::new());
+    assert_eq!(admin.retire(Duration::ZERO).await.expect("retire"), items(&["left", "right"]));
+    let lineage = admin.lineage().await.expect("lineage");
+    assert_eq!(lineage.items.keys().cloned().collect::<Vec<_>>(), items(&["merged"]));
+    assert_eq!(lineage.roots().cloned().collect::<Vec<_>>(), items(&["merged"]));
+    assert_eq!(lineage.get(&item("merged")).map(|l| &l.status), Some(&LineageStatus::Ready));
+    assert_eq!(member.partitioner.load_checkpoint(&item("left")).await.expect("load"), None);
+    // A retired name may be used again.
+    admin.add(["left"]).await.expect("a retired name is free");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,4 +290,34 @@ async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
     let lineage = admin.lineage().await.expect("lineage");
     assert_eq!(lineage.get(&item("d")).map(|l| &l.status), Some(&LineageStatus::Waiting { on: items(&["b"]) }));
     assert_eq!(lineage.get(&item("b")).map(|l| (l.closed, l.children.clone())), Some((false, items(&["d"]))));
+}
+
+/// A kazoo member knows nothing of lineage: once the set has some, a member reports it, instead of letting kazoo
+/// take children whenever its own list says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kazoo_member_in_a_party_whose_set_has_lineage_is_reported() {
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let ints = [Item::from(1), Item::from(2)];
+    admin.create_if_missing(ints.clone()).await.expect("create");
+    let kazoo = common::kazoo::KazooWorker::start(&ctx, PATH, "kazoo", &ints, TIME_BOUNDARY).await;
+    let member = shared_member(ctx.client().await, "ours").await;
+    let _release = auto_release(&member.partitioner);
+    // The default function answers as kazoo's: without lineage, the kazoo member is taken to agree.
+    wait_snapshot(&member.partitioner, "ACQUIRED beside kazoo", timing(Duration::from_secs(15)), |s| {
+        s.state == PartitionState::Acquired && s.members.len() == 2
+    })
+    .await;
+    assert!(member.partitioner.snapshot().disagreements.is_empty());
+    admin.split(1, [10]).await.expect("split");
+    let seen = wait_snapshot(
+        &member.partitioner,
+        "a lineage disagreement with the kazoo member",
+        timing(Duration::from_secs(10)),
+        |s| s.disagreements.iter().any(|d| d.kind == DisagreementKind::Lineage && d.member.starts_with("kazoo")),
+    )
+    .await;
+    let d = seen.disagreements.iter().find(|d| d.kind == DisagreementKind::Lineage).expect("found");
+    assert!(d.to_string().contains("lineage"), "{d}");
+    kazoo.stop().await;
 }

@@ -224,6 +224,8 @@ pub(crate) struct Core {
     /// The update under way as of the latest read of the shared set: taken care of by whoever is the first member,
     /// also one that becomes first later.
     unfinished: Option<Unfinished>,
+    /// The shared set followed uses lineage: a member that announces nothing (kazoo) cannot take part.
+    lineage: bool,
     /// The set the assignment in force was computed from (indexes), and its change.
     assigned_set: Vec<usize>,
     set_in_force: SetInForce,
@@ -281,6 +283,7 @@ impl Core {
             announcements_read: None,
             set_recovery: None,
             unfinished: None,
+            lineage: false,
             assigned_set: catalogue.set().to_vec(),
             catalogue,
             set_read: None,

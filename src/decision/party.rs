@@ -168,6 +168,9 @@ impl Core {
                 // its own (an older build): it agrees only if ours answers as kazoo's does.
                 let (kind, theirs) = match theirs {
                     Some(theirs) => (ours.compare(&theirs)?, theirs.to_string()),
+                    None if self.lineage => {
+                        (crate::DisagreementKind::Lineage, "nothing (a kazoo member? it knows no lineage)".to_owned())
+                    }
                     None if self.cfg.kazoo_compatible => return None,
                     None => (crate::DisagreementKind::Unannounced, "nothing (a kazoo member?)".to_owned()),
                 };

@@ -116,6 +116,10 @@ pub(crate) enum Code {
     Unimplemented,
     /// Another party node carries our static identifier (a rejoin's answer).
     IdentifierInUse,
+    /// A lock directory's listing found the item finished (its lineage node, in the same consistent read): the lock
+    /// is not to be held, whoever comes first. Retried as a lost request is: by then the set change that took the
+    /// item out has arrived, and the lock is no longer wanted.
+    Finished,
     Other,
 }
 
@@ -142,7 +146,9 @@ impl Failed {
     pub fn classify(self) -> ReqError {
         match self.code {
             Code::NoNode => ReqError::NoNode,
-            Code::ConnectionLoss | Code::Io | Code::Throttled | Code::Timeout | Code::NoHosts => ReqError::Transient,
+            Code::ConnectionLoss | Code::Io | Code::Throttled | Code::Timeout | Code::NoHosts | Code::Finished => {
+                ReqError::Transient
+            }
             Code::SessionExpired | Code::SessionMoved => ReqError::Fatal(Cause::SessionEnded(SessionEnd::Expired)),
             Code::ClientClosed => ReqError::Fatal(Cause::SessionEnded(SessionEnd::Closed)),
             Code::AuthFailed => ReqError::Fatal(Cause::SessionEnded(SessionEnd::AuthFailed)),

@@ -33,6 +33,10 @@ impl Core {
                 if let Some(unfinished) = &committed.unfinished {
                     self.watch_unfinished(unfinished);
                 }
+                if committed.header.lineage != self.lineage {
+                    self.lineage = committed.header.lineage;
+                    self.note_agreements();
+                }
                 if committed.items.is_empty() {
                     // Only a child deleted by hand can do this (updates refuse to empty the set).
                     return;

@@ -109,6 +109,15 @@ impl Failed {
         Failed { code: Code::of(&err), error: Error::zk(op, path, err) }
     }
 
+    /// A lock directory's listing that found its item finished ([`Code::Finished`]).
+    pub(crate) fn finished(dir: &str) -> Failed {
+        let item = dir.rsplit('/').next().unwrap_or_default().to_owned();
+        Failed {
+            code: Code::Finished,
+            error: Error::InvalidItem { item, reason: "was finished: its lock is not held again".into() },
+        }
+    }
+
     /// An operation of several requests that failed with `error` (the requests' errors already wrapped).
     pub(crate) fn from_error(error: Error) -> Failed {
         use zookeeper_client::SessionState;
@@ -230,19 +239,27 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             Done::reply_to(id, Reply::Created(result))
         }
         Op::List(items) => {
-            let dirs: Vec<(String, Option<String>)> = items
+            // With a shared set, each item's lineage node is read along: a finished item is never held again.
+            let dirs: Vec<locks::DirRead> = items
                 .into_iter()
                 .map(|(item, node)| {
                     let dir = dir(item);
                     let node = node.map(|node| format!("{dir}/{node}"));
-                    (dir, node)
+                    let name = dir.rsplit('/').next().unwrap_or_default();
+                    let lineage = ctx.set.as_ref().map(|set| set.lineage_node(name));
+                    locks::DirRead { dir, node, lineage }
                 })
                 .collect();
             let result = match locks::list_dirs(&zk, &dirs).await {
                 Ok(listings) => Ok(listings
                     .into_iter()
                     .zip(&dirs)
-                    .map(|(listing, (dir, _))| listing.map_err(|err| Failed::of("get_children", dir, err)))
+                    .map(|(listing, read)| {
+                        listing.map_err(|err| match err {
+                            locks::ListError::Zk(err) => Failed::of("get_children", &read.dir, err),
+                            locks::ListError::Finished => Failed::finished(&read.dir),
+                        })
+                    })
                     .collect()),
                 Err(err) => Err(Failed::of("multi get_children", &paths.locks, err)),
             };

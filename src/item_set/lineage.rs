@@ -29,13 +29,14 @@
 mod change;
 pub(crate) mod entry;
 mod finish;
+mod retire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{self, SetView};
 use super::{MAX_ATTEMPTS, SharedSet, backoff};
 use crate::error::retry_transient;
-use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
+use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
 pub(crate) use change::LineageChange;
 use entry::Entry;
@@ -137,6 +138,11 @@ impl Lineage {
     }
 }
 
+/// Whether a lineage node's data says its item was finished (a lock listing reads it along).
+pub(crate) fn finished(data: &[u8]) -> bool {
+    Entry::parse(data).is_ok_and(|entry| entry.finished.is_some())
+}
+
 /// Whether parent `name` counts as finished: its node says so, or it was retired (no node).
 pub(crate) fn parent_finished(entries: &BTreeMap<String, Entry>, name: &str) -> bool {
     entries.get(name).is_none_or(|entry| entry.finished.is_some())
@@ -179,12 +185,12 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         })
     }
 
-    /// The lineage nodes of `names`, with their data versions (`None`: no node). `None` when one is unreadable.
+    /// The lineage nodes of `names`, with their stats (`None`: no node). `None` when one is unreadable.
     pub(super) async fn entries(
         &self,
         zk: &Z,
         names: &[String],
-    ) -> Result<Option<BTreeMap<String, Option<(Entry, i32)>>>, Error> {
+    ) -> Result<Option<BTreeMap<String, Option<(Entry, Stat)>>>, Error> {
         let paths: Vec<String> = names.iter().map(|name| self.paths.lineage_node(name)).collect();
         let mut found = BTreeMap::new();
         for (names, paths) in names.chunks(ENTRIES_PER_READ).zip(paths.chunks(ENTRIES_PER_READ)) {
@@ -194,7 +200,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             for (name, result) in names.iter().zip(results) {
                 let entry = match result {
                     ReadResult::Data(data, stat) => match Entry::parse(&data) {
-                        Ok(entry) => Some((entry, stat.version)),
+                        Ok(entry) => Some((entry, stat)),
                         Err(reason) => {
                             return Err(Error::ItemSetCorrupt {
                                 path: self.paths.lineage_node(name),

@@ -53,7 +53,7 @@ mod writes;
 
 pub(crate) use chunks::CHUNK_OPS;
 pub use handle::ItemSet;
-pub(crate) use lineage::Finisher;
+pub(crate) use lineage::{Finisher, finished};
 pub use lineage::{ItemLineage, Lineage, LineageStatus};
 #[cfg(test)]
 pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
@@ -127,6 +127,17 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
     fn zk_error(&self, op: &'static str, err: ZkError) -> Error {
         Error::zk(op, self.paths.node.as_str(), err)
+    }
+
+    /// An update's result, once one of its attempts may have landed unseen (`uncertain`): a session that ended since
+    /// means its outcome is unknown, not that it failed.
+    fn unless_uncertain<T>(&self, result: Result<T, Error>, uncertain: bool) -> Result<T, Error> {
+        match result {
+            Err(Error::SessionLost { .. } | Error::Stopped) if uncertain => {
+                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() })
+            }
+            result => result,
+        }
     }
 
     fn too_busy(&self) -> Error {

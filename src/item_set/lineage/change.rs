@@ -8,7 +8,7 @@ use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
 use crate::item_set::layout::{self, Committed, SetView, State};
 use crate::item_set::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
-use crate::zookeeper::{WriteOp, ZooKeeper};
+use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
 
 /// A change of lineage, as an admin asks for it.
@@ -78,6 +78,20 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
         let mut uncertain = false;
+        let result = self.change_lineage_as(&zk, &token, &mut uncertain, &change).await;
+        self.unless_uncertain(result, uncertain)
+    }
+
+    /// [`SharedSet::change_lineage`]'s attempts, with our change's `token`; `uncertain` says whether one of them may
+    /// have landed unseen.
+    async fn change_lineage_as(
+        &self,
+        zk: &Z,
+        token: &str,
+        uncertain: &mut bool,
+        change: &LineageChange,
+    ) -> Result<SharedItems, Error> {
+        let zk = zk.clone();
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             let current = match self.view(&zk).await? {
@@ -88,7 +102,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
                 SetView::Torn => continue,
             };
-            if uncertain && current.header.landed(&token) {
+            if *uncertain && current.header.landed(token) {
                 return Ok(SharedItems::of(current));
             }
             if let Some(unfinished) = &current.unfinished {
@@ -101,13 +115,13 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             let names: Vec<String> = named.iter().map(Item::node_name).collect();
             let Some(entries) = self.entries(&zk, &names).await? else { continue };
-            let plan = plan(&change, &current, &entries)?;
+            let plan = plan(change, &current, &entries)?;
             if plan.created.is_empty() && plan.updated.is_empty() {
                 return Ok(SharedItems::of(current));
             }
             #[cfg(test)]
-            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
-            match self.write_plan(&zk, &current, &plan, &token).await {
+            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.to_owned());
+            match self.write_plan(&zk, &current, &plan, token).await {
                 Ok(()) => {
                     let mut after = SharedItems::of(current);
                     after.version += 1;
@@ -117,11 +131,11 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     return Ok(after);
                 }
                 Err(Ok(Retry::Moved)) => {}
-                Err(Ok(Retry::Unknown)) => uncertain = true,
+                Err(Ok(Retry::Unknown)) => *uncertain = true,
                 Err(Err(err)) => return Err(err),
             }
         }
-        match uncertain {
+        match *uncertain {
             true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
             false => Err(self.too_busy()),
         }
@@ -173,7 +187,7 @@ fn after_kind(after: &SharedItems) -> layout::Kind {
 fn plan(
     change: &LineageChange,
     current: &Committed,
-    entries: &BTreeMap<String, Option<(Entry, i32)>>,
+    entries: &BTreeMap<String, Option<(Entry, Stat)>>,
 ) -> Result<Plan, Error> {
     let in_set = |name: &str| current.items.iter().any(|item| item.node_name() == name);
     let entry = |name: &str| entries.get(name).and_then(Option::as_ref);
@@ -260,13 +274,13 @@ fn plan(
 
 /// Writes `edit` of `name`'s entry into `plan`: an update at the version read, or a new node for an item of the set
 /// that had none. An edit that changes nothing writes nothing.
-fn touch(plan: &mut Plan, entries: &BTreeMap<String, Option<(Entry, i32)>>, name: &str, edit: &dyn Fn(&mut Entry)) {
+fn touch(plan: &mut Plan, entries: &BTreeMap<String, Option<(Entry, Stat)>>, name: &str, edit: &dyn Fn(&mut Entry)) {
     match entries.get(name).and_then(Option::as_ref) {
-        Some((read, version)) => {
+        Some((read, stat)) => {
             let mut entry = read.clone();
             edit(&mut entry);
             if entry != *read {
-                plan.updated.push((name.to_owned(), entry, *version));
+                plan.updated.push((name.to_owned(), entry, stat.version));
             }
         }
         None => {

@@ -26,6 +26,18 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// Finishes `finisher.item`, fenced by its lock node, with `extra` writes in the same `multi` (the final
     /// checkpoint). The item must be in the set and closed. Returns the children that entered the set.
     pub async fn finish_item(&self, finisher: &Finisher<'_>, extra: &[WriteOp<'_>]) -> Result<Vec<Item>, Error> {
+        let mut uncertain = false;
+        let result = self.finish_item_as(finisher, extra, &mut uncertain).await;
+        self.unless_uncertain(result, uncertain)
+    }
+
+    /// [`SharedSet::finish_item`]'s attempts; `uncertain` says whether one of them may have landed unseen.
+    async fn finish_item_as(
+        &self,
+        finisher: &Finisher<'_>,
+        extra: &[WriteOp<'_>],
+        uncertain: &mut bool,
+    ) -> Result<Vec<Item>, Error> {
         let zk = self.zk()?;
         let name = finisher.item.node_name();
         let token = layout::token(zk.random());
@@ -36,7 +48,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             reason: reason.to_owned(),
         };
         let invalid = |reason: &str| Error::InvalidItem { item: name.clone(), reason: reason.to_owned() };
-        let mut uncertain = false;
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             let current = match self.view(&zk).await? {
@@ -52,12 +63,12 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 continue;
             }
             let Some(read) = self.entries(&zk, std::slice::from_ref(&name)).await? else { continue };
-            let Some((entry, version)) = read.get(&name).cloned().flatten() else {
+            let Some((entry, stat)) = read.get(&name).cloned().flatten() else {
                 return Err(invalid("has no lineage: only a closed item can be finished (close it first)"));
             };
             match &entry.finished {
                 // Ours, landed with a lost reply.
-                Some(done) if uncertain && *done == mark => return Ok(Vec::new()),
+                Some(done) if *uncertain && *done == mark => return Ok(Vec::new()),
                 Some(done) => {
                     return Err(invalid(&format!("was already finished by {} (token {})", done.member, done.token)));
                 }
@@ -103,7 +114,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     data: header.as_bytes(),
                     version: Some(current.header_version),
                 },
-                WriteOp::SetData { path: &node, data: finished.as_bytes(), version: Some(version) },
+                WriteOp::SetData { path: &node, data: finished.as_bytes(), version: Some(stat.version) },
                 WriteOp::Delete { path: &item_path, version: None },
             ];
             ops.extend(ready_paths.iter().map(|path| self.create_op(path)));
@@ -118,7 +129,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(MultiError { error, .. }) if session_end(&error).is_some() => {
                     return Err(fenced("its session has ended"));
                 }
-                Err(MultiError { index: None, error }) if is_transient(&error) => uncertain = true,
+                Err(MultiError { index: None, error }) if is_transient(&error) => *uncertain = true,
                 Err(MultiError { index: Some(0), error: ZkError::NoNode }) => {
                     return Err(fenced("its lock node is gone: the item was released, or its session ended"));
                 }
@@ -130,7 +141,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(MultiError { error, .. }) => return Err(self.zk_error("multi", error)),
             }
         }
-        match uncertain {
+        match *uncertain {
             true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
             false => Err(self.too_busy()),
         }

@@ -1,0 +1,98 @@
+//! Retiring finished items: their lineage nodes go (a parent without a node counts as finished), with their
+//! checkpoints, once every child has started and the finish is old enough.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::entry::Entry;
+use crate::item_set::layout::{self, SetView, State};
+use crate::item_set::{MAX_ATTEMPTS, Retry, SharedSet, backoff};
+use crate::zookeeper::{Stat, WriteOp, ZkError, ZooKeeper};
+use crate::{Error, Item};
+
+impl<Z: ZooKeeper> SharedSet<Z> {
+    /// Deletes the lineage nodes of the items finished more than `age` ago (by the ZooKeeper server's clock, against
+    /// this machine's) whose children have all started (entered the set), and then their checkpoints; returns them.
+    /// One new version of the set, in one `multi` of at most the chunk size (what is left goes at the next call).
+    pub async fn retire(&self, age: Duration) -> Result<Vec<Item>, Error> {
+        let mut uncertain = false;
+        let result = self.retire_as(age, &mut uncertain).await;
+        self.unless_uncertain(result, uncertain)
+    }
+
+    /// [`SharedSet::retire`]'s attempts; `uncertain` says whether one of them may have landed unseen.
+    async fn retire_as(&self, age: Duration, uncertain: &mut bool) -> Result<Vec<Item>, Error> {
+        let zk = self.zk()?;
+        let token = layout::token(zk.random());
+        for attempt in 0..MAX_ATTEMPTS {
+            backoff(&zk, attempt).await;
+            let current = match self.view(&zk).await? {
+                SetView::Committed(committed) => committed,
+                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
+                SetView::Unreadable(reason) => {
+                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
+                }
+                SetView::Torn => continue,
+            };
+            if let Some(unfinished) = &current.unfinished {
+                self.settle(&zk, unfinished, &[]).await?;
+                continue;
+            }
+            let names: Vec<String> = self.lineage_names(&zk).await?.into_iter().collect();
+            let Some(read) = self.entries(&zk, &names).await? else { continue };
+            let entries: BTreeMap<String, (Entry, Stat)> =
+                read.into_iter().filter_map(|(name, entry)| Some((name, entry?))).collect();
+            if *uncertain && current.header.landed(&token) {
+                // Our retirement landed unseen: the nodes are gone; their checkpoints may not be.
+                return Ok(Vec::new());
+            }
+            let in_set = |name: &str| current.items.iter().any(|item| item.node_name() == name);
+            // Started: in the set, finished, or retired (no node).
+            let started = |name: &String| in_set(name) || entries.get(name).is_none_or(|(e, _)| e.finished.is_some());
+            let cutoff = SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH);
+            let old = |stat: &Stat| {
+                SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)) <= cutoff
+            };
+            let retired: Vec<(&String, i32)> = entries
+                .iter()
+                .filter(|(_, (entry, stat))| {
+                    entry.finished.is_some() && old(stat) && entry.children.iter().all(started)
+                })
+                .map(|(name, (_, stat))| (name, stat.version))
+                .take(self.chunk.saturating_sub(1).max(1))
+                .collect();
+            if retired.is_empty() {
+                return Ok(Vec::new());
+            }
+            let header = current.header.next(current.header.kind, State::Ready, &token).render();
+            let paths: Vec<(String, i32)> =
+                retired.iter().map(|(name, version)| (self.paths.lineage_node(name), *version)).collect();
+            let mut ops = vec![WriteOp::SetData {
+                path: &self.paths.node,
+                data: header.as_bytes(),
+                version: Some(current.header_version),
+            }];
+            ops.extend(paths.iter().map(|(path, version)| WriteOp::Delete { path, version: Some(*version) }));
+            match self.commit(&zk, &ops).await {
+                Ok(()) => {
+                    let names: Vec<String> = retired.iter().map(|(name, _)| (*name).clone()).collect();
+                    for name in &names {
+                        let checkpoint = format!("{}/checkpoints/{name}", self.paths.base);
+                        match zk.delete(&checkpoint, None).await {
+                            Ok(()) | Err(ZkError::NoNode) => {}
+                            Err(err) => tracing::debug!(%err, %checkpoint, "a retired item's checkpoint stays"),
+                        }
+                    }
+                    return Ok(layout::parse_names(current.header.kind, names).0);
+                }
+                Err(Ok(Retry::Moved)) => {}
+                Err(Ok(Retry::Unknown)) => *uncertain = true,
+                Err(Err(err)) => return Err(err),
+            }
+        }
+        match *uncertain {
+            true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
+            false => Err(self.too_busy()),
+        }
+    }
+}
