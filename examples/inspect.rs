@@ -14,7 +14,9 @@
 //! With the set known (`--items`, or `--shared-set`, which reads the shared set with its weights), it also prints
 //! each member's load: with `--partition`, the weight of its share per dimension against its ideal share (the
 //! dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load bound
-//! is passed; and the weight it actually holds. `--json` prints the same as one JSON document; `--watch` prints again
+//! is passed; and the weight it actually holds. With `--shared-set`, it also prints the set's lineage trees, if it has
+//! any (each item with parents, children or closed: ready, waiting on which parents, or finished by whom), as
+//! `item_set lineage` does. `--json` prints the same as one JSON document; `--watch` prints again
 //! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
 //! Sessions are printed in decimal (a number in the JSON), as the worker prints its own.
 //!
@@ -34,6 +36,8 @@ use zk_partitioner::{Item, KazooStride, Load, PartitionFn, Rendezvous, WeightedR
 
 #[path = "common/connection.rs"]
 mod connection;
+#[path = "common/lineage.rs"]
+mod lineage;
 #[path = "common/tls.rs"]
 mod tls;
 
@@ -324,6 +328,14 @@ fn table(d: &Description, limit: usize) -> String {
     if !d.foreign_party_nodes.is_empty() {
         let _ = writeln!(out, "\nNOT MEMBER NODES under {}/party: {}", d.path, d.foreign_party_nodes.join(", "));
     }
+    if let Some(lineage) = d.lineage.as_ref().filter(|l| !l.items.is_empty()) {
+        let _ = write!(
+            out,
+            "\nLINEAGE ({} items with parents, children or closed)\n{}",
+            lineage.items.len(),
+            lineage::trees(lineage)
+        );
+    }
     out
 }
 
@@ -416,6 +428,8 @@ struct Document<'a> {
     owner_counts: &'a BTreeMap<String, usize>,
     foreign_party_nodes: &'a [String],
     item_set_version: Option<u64>,
+    /// With `--shared-set`: the lineage trees (see `item_set lineage --json`).
+    lineage: Option<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -561,6 +575,7 @@ impl<'a> From<&'a Description> for Document<'a> {
             owner_counts: &d.owner_counts,
             foreign_party_nodes: &d.foreign_party_nodes,
             item_set_version: d.item_set_version,
+            lineage: d.lineage.as_ref().map(lineage::to_json),
         }
     }
 }

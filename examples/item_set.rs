@@ -8,6 +8,12 @@
 //! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues replace a,b,c --if-version 7
 //! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues weigh a 5 b cpu=3,bytes=100
 //! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues reset-weights a,b
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards split shard-1 shard-2,shard-3
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards merge shard-2,shard-3 shard-4
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards add-child shard-5 shard-4
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards close shard-5
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards lineage
+//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards retire --age-secs 86400
 //! cargo run --example item_set -- --help
 //! ```
 //!
@@ -18,6 +24,13 @@
 //! `weigh` gives items weights for a weighted partition function (`worker --partition weighted`), all in one update:
 //! a weight is a whole number (`5`) or values in named dimensions (`cpu=3,bytes=100`); items not named keep theirs,
 //! and an item without a weight weighs 1. `reset-weights` gives items back the weight of 1.
+//! Lineage (for shards that split and merge): `split` closes a parent and gives it new children, which enter the set
+//! only once it has finished; `merge` closes parents and gives them one new child; `add-child` adds a child after
+//! parents that stay open; `close` says the source produces nothing new for items (their owners finish them once
+//! drained: `worker --drain-secs`); `lineage` prints the trees (`--json`: `version`, `roots`, and per item its
+//! `parents`, `children`, `closed` and `status`, `ready`, `waiting` with `waiting_on`, or `finished` with
+//! `finished_by` and `token`); `retire` deletes the lineage and checkpoints of items finished more than `--age-secs`
+//! ago whose children have all started, and prints them.
 //! Exits 1 with the reason when the update is refused (an item that is not there, an item of the other kind, a set
 //! left empty, a stale `--if-version`) or the session cannot be opened (the same messages as the worker's and
 //! inspect's), 2 on bad arguments (checked before connecting). `--connect` is required, as by worker and inspect.
@@ -26,10 +39,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use zk_partitioner::{Item, ItemSet, SharedItems, Weight};
+use zk_partitioner::{Item, ItemSet, Lineage, SharedItems, Weight};
 
 #[path = "common/connection.rs"]
 mod connection;
+#[path = "common/lineage.rs"]
+mod lineage;
 #[path = "common/tls.rs"]
 mod tls;
 
@@ -96,6 +111,47 @@ enum Command {
         #[arg(value_name = "A,B,C", value_delimiter = ',', required = true)]
         items: Vec<String>,
     },
+    /// Split PARENT into new children: PARENT is closed, and the children enter the set once it has finished
+    Split {
+        #[arg(value_name = "PARENT")]
+        parent: String,
+        #[arg(value_name = "C1,C2", value_delimiter = ',', required = true)]
+        children: Vec<String>,
+    },
+    /// Merge parents into one new child: every parent is closed, and the child enters the set once all have finished
+    Merge {
+        #[arg(value_name = "P1,P2", value_delimiter = ',', required = true)]
+        parents: Vec<String>,
+        #[arg(value_name = "CHILD")]
+        child: String,
+    },
+    /// Add a new child after parents that stay open: it enters the set once they have all finished
+    AddChild {
+        #[arg(value_name = "CHILD")]
+        child: String,
+        #[arg(value_name = "P1,P2", value_delimiter = ',', required = true)]
+        parents: Vec<String>,
+    },
+    /// Close items: their source produces nothing new for them (their owners finish them once drained)
+    Close {
+        #[arg(value_name = "A,B,C", value_delimiter = ',', required = true)]
+        items: Vec<String>,
+    },
+    /// Print the lineage trees: each item with parents, children or closed, and where it stands
+    Lineage,
+    /// Retire the items finished more than --age-secs ago whose children have all started
+    Retire {
+        /// How long after its finish an item is kept (for its children's first owners to read its checkpoint)
+        #[arg(long, value_name = "SECS", default_value = "86400")]
+        age_secs: u64,
+    },
+}
+
+/// What a command prints.
+enum Output {
+    Set(SharedItems),
+    Lineage(Lineage),
+    Retired(Vec<Item>),
 }
 
 /// A partition path, checked as the partitioners check it.
@@ -131,8 +187,18 @@ struct Given {
 impl Command {
     /// The items (and weights) given to the command, checked: bad ones are bad arguments.
     fn given(&self, ints: bool) -> Result<Given, String> {
+        let joined: Vec<String>;
         let raw = match self {
-            Command::Show => return Ok(Given::default()),
+            Command::Show | Command::Lineage | Command::Retire { .. } => return Ok(Given::default()),
+            Command::Split { parent, children } => {
+                joined = std::iter::once(parent).chain(children).cloned().collect();
+                &joined
+            }
+            Command::Merge { parents, child } | Command::AddChild { child, parents } => {
+                joined = std::iter::once(child).chain(parents).cloned().collect();
+                &joined
+            }
+            Command::Close { items } => items,
             Command::Weigh { pairs } => return weighed(pairs, ints),
             Command::Create { items }
             | Command::Add { items }
@@ -167,8 +233,28 @@ async fn main() -> ExitCode {
         }
     };
     match run(&args, given).await {
-        Ok(set) => {
+        Ok(Output::Set(set)) => {
             print(&set, args.json);
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Lineage(lineage)) => {
+            match args.json {
+                true => println!("{}", lineage::to_json(&lineage)),
+                false => print!(
+                    "version {}: {} items with lineage\n{}",
+                    lineage.version,
+                    lineage.items.len(),
+                    lineage::trees(&lineage)
+                ),
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Retired(items)) => {
+            let names: Vec<String> = items.iter().map(Item::to_string).collect();
+            match args.json {
+                true => println!("{}", json!({ "retired": names })),
+                false => println!("retired {} items: {}", names.len(), names.join(",")),
+            }
             ExitCode::SUCCESS
         }
         Err(message) => {
@@ -178,7 +264,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &Args, given: Given) -> Result<SharedItems, String> {
+async fn run(args: &Args, given: Given) -> Result<Output, String> {
     let Given { items, weights } = given;
     let client = args.session.open(args.session_timeout).await?;
     let mut set = ItemSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
@@ -186,6 +272,15 @@ async fn run(args: &Args, given: Given) -> Result<SharedItems, String> {
         set = set.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
     let result = match &args.command {
+        Command::Lineage => return set.lineage().await.map(Output::Lineage).map_err(|e| e.to_string()),
+        Command::Retire { age_secs } => {
+            let age = std::time::Duration::from_secs(*age_secs);
+            return set.retire(age).await.map(Output::Retired).map_err(|e| e.to_string());
+        }
+        Command::Split { .. } => set.split(items[0].clone(), items[1..].to_vec()).await,
+        Command::Merge { .. } => set.merge(items[1..].to_vec(), items[0].clone()).await,
+        Command::AddChild { .. } => set.add_child(items[0].clone(), items[1..].to_vec()).await,
+        Command::Close { .. } => set.close(items).await,
         Command::Show => set.read().await,
         Command::Create { .. } => set.create_if_missing(items).await.map(|(set, _)| set),
         Command::Add { .. } => set.add(items).await,
@@ -195,7 +290,7 @@ async fn run(args: &Args, given: Given) -> Result<SharedItems, String> {
         Command::Weigh { .. } => set.set_weights(items.into_iter().zip(weights)).await,
         Command::ResetWeights { .. } => set.reset_weights(items).await,
     };
-    result.map_err(|e| e.to_string())
+    result.map(Output::Set).map_err(|e| e.to_string())
 }
 
 fn print(set: &SharedItems, json: bool) {

@@ -34,6 +34,12 @@
 //! checkpoint), and `load` when ACQUIRED (`capacity`, `dimensions`: `[{dimension, assigned, ideal}]`, `imbalance`,
 //! `over_capacity`).
 //!
+//! `--drain-secs N` (with `--shared-set`) is the lineage worker: an item this member holds that its source closed
+//! (`item_set close`, `split` or `merge`) is drained for N seconds, then finished
+//! ([`SetPartitioner::finish_item`]), so that its children can start; each finish is printed (`finished` with the
+//! item and the children it made ready, `{"ts", "finished_item", "ready"}` with `--json`). The lineage is read once a
+//! second while the member holds items.
+//!
 //! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
 //! when it does not exist yet. Change it with the admin command: `cargo run --example item_set -- --connect .. --path
 //! /p add e,f` (or `remove`, `replace`, `show`).
@@ -117,6 +123,10 @@ struct Args {
     /// --items-file seed it if it does not exist yet (change it with `cargo run --example item_set`)
     #[arg(long)]
     shared_set: bool,
+    /// With --shared-set: finish each item this member holds once it has been closed (`item_set close`, or a split
+    /// or merge of it) and drained for this many seconds, so that its children can start; prints each finish
+    #[arg(long, value_name = "SECS", requires = "shared_set", value_parser = seconds)]
+    drain_secs: Option<Duration>,
     /// Keep a fenced checkpoint per item (`<path>/checkpoints/<item>`): a count of the times the item was taken,
     /// read and increased by each new owner, so a new owner resumes where the last one stopped
     #[arg(long)]
@@ -261,8 +271,12 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
         }
         joined = join(&args, items) => joined?,
     };
-    let (partitioner, session, mut session_state) = joined;
+    let (partitioner, session, mut session_state, admin) = joined;
     let mut changes = partitioner.changes();
+    // With --drain-secs: when each held item was first seen closed, by ownership (fencing token).
+    let mut draining: std::collections::HashMap<Item, (zk_partitioner::FencingToken, tokio::time::Instant)> =
+        Default::default();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     // With --checkpoints: the items whose checkpoint this member already counted, by fencing token.
     let mut counted = std::collections::HashMap::new();
     loop {
@@ -270,6 +284,11 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
             result = stop.as_mut() => {
                 result?;
                 break;
+            }
+            _ = tick.tick(), if args.drain_secs.is_some() => {
+                if let (Some(drain), Some(admin)) = (args.drain_secs, &admin) {
+                    drain_closed(&partitioner, admin, drain, &mut draining, args.json).await;
+                }
             }
             snapshot = changes.next() => {
                 let Some(snapshot) = snapshot else { break };
@@ -313,9 +332,64 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Connects and joins the party; returns the partitioner, its session id and a watcher of the session's state.
-async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, StateWatcher), String> {
+/// Finishes the held items that were closed and have been drained for `drain` (see `--drain-secs`).
+async fn drain_closed(
+    partitioner: &SetPartitioner,
+    admin: &zk_partitioner::ItemSet,
+    drain: Duration,
+    draining: &mut std::collections::HashMap<Item, (zk_partitioner::FencingToken, tokio::time::Instant)>,
+    json: bool,
+) {
+    let snapshot = partitioner.snapshot();
+    draining.retain(|item, (token, _)| partitioner.fencing_token(item) == Some(*token));
+    if snapshot.items.is_empty() {
+        return;
+    }
+    let lineage = match admin.lineage().await {
+        Ok(lineage) => lineage,
+        Err(err) => return tracing::warn!(%err, "cannot read the lineage"),
+    };
+    let now = tokio::time::Instant::now();
+    for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
+        let closed = lineage.get(item).is_some_and(|l| l.closed && !lineage.is_finished(item));
+        if !closed {
+            continue;
+        }
+        let (_, since) = *draining.entry(item.clone()).or_insert((*token, now));
+        if now.duration_since(since) < drain {
+            continue;
+        }
+        match partitioner.finish_item(item, None).await {
+            Ok(ready) => {
+                draining.remove(item);
+                let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
+                if json {
+                    let ready: Vec<Value> = ready.iter().map(item_json).collect();
+                    println!(
+                        "{}",
+                        json!({"ts": (ts * 1e6).round() / 1e6, "finished_item": item_json(item), "ready": ready})
+                    );
+                } else {
+                    let ready: Vec<String> = ready.iter().map(Item::to_string).collect();
+                    println!("finished {item} (drained {}s); ready now: [{}]", drain.as_secs_f64(), ready.join(", "));
+                }
+            }
+            Err(err) => eprintln!("worker: could not finish {item}: {err}"),
+        }
+    }
+}
+
+/// Connects and joins the party; returns the partitioner, its session id, a watcher of the session's state and (with
+/// `--drain-secs`) an admin handle on the shared set for reading its lineage.
+async fn join(
+    args: &Args,
+    items: Vec<Item>,
+) -> Result<(SetPartitioner, i64, StateWatcher, Option<zk_partitioner::ItemSet>), String> {
     let client = args.session.open(args.session_timeout).await?;
+    let admin = match args.drain_secs {
+        Some(_) => Some(zk_partitioner::ItemSet::new(client.clone(), args.path.clone()).map_err(|e| e.to_string())?),
+        None => None,
+    };
     let session = client.session_id().0;
     let session_state = client.state_watcher();
     let mut builder = SetPartitioner::builder(client, args.path.clone(), items)
@@ -351,7 +425,7 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
         builder = builder.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
     let partitioner = builder.build().await.map_err(|e| e.to_string())?;
-    Ok((partitioner, session, session_state))
+    Ok((partitioner, session, session_state, admin))
 }
 
 /// Whether `snapshot` is the end of a clean `finish()`.

@@ -359,3 +359,72 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
         let _ = worker.wait().await;
     }
 }
+
+/// Lineage end to end: `item_set split` and `merge`, `worker --drain-secs` finishing the closed items it holds so that
+/// the children start, `item_set lineage` and `inspect --shared-set` showing the trees.
+#[tokio::test]
+async fn split_drain_finish_and_show_the_trees() {
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let item_set = |args: &[&str]| {
+        let args = [&["--connect", &connect, "--path", "/p"], args].concat();
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        async move { output("item_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+    assert_eq!(item_set(&["create", "s1,s2,other"]).await.0, Some(0));
+    let (code, stdout, stderr) = item_set(&["split", "s1", "s3,s4"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("version 2: 3 items: other,s1,s2\n"), "the children wait: {stdout}");
+    assert_eq!(item_set(&["merge", "s2,s4", "s5"]).await.0, Some(0));
+    let (code, _, stderr) = item_set(&["split", "s1", "s2"]).await;
+    assert_eq!(code, Some(1), "a child must be new: {stderr}");
+    assert!(stderr.contains("already exists"), "{stderr}");
+    let (_, json, _) = item_set(&["--json", "lineage"]).await;
+    let lineage: Value = serde_json::from_str(&json).expect("one JSON object");
+    assert_eq!(lineage["items"]["s5"]["status"], "waiting", "{lineage}");
+    assert_eq!(lineage["items"]["s5"]["waiting_on"], serde_json::json!(["s2", "s4"]), "{lineage}");
+    assert_eq!(lineage["roots"], serde_json::json!(["s1", "s2"]), "{lineage}");
+
+    // A worker drains each closed item for a second, then finishes it: s1, then s2 (closed by the merge) and s3, s4
+    // (s4 closed by the merge too) once they start; s5 starts last, after both its parents.
+    let mut worker = Command::new(example("worker"))
+        .args(["--connect", &connect, "--path", "/p", "--shared-set", "--rebalance", "incremental"])
+        .args(["--time-boundary", "0.3", "--drain-secs", "1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn a worker");
+    let finished: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut lines = BufReader::new(worker.stdout.take().expect("stdout")).lines();
+    let sink = finished.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let line: Value = serde_json::from_str(&line).expect("a JSON line");
+            if let Some(item) = line["finished_item"].as_str() {
+                sink.lock().unwrap().push(item.to_owned());
+            }
+        }
+    });
+    wait_for("s5 in the set and every closed item finished", timing(Duration::from_secs(40)), || async {
+        let (_, json, _) = item_set(&["--json", "show"]).await;
+        let shown: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+        let done = shown["items"] == serde_json::json!(["other", "s3", "s5"]);
+        if done { Ok(()) } else { Err(format!("{shown}; finished {:?}", finished.lock().unwrap())) }
+    })
+    .await;
+    let order = finished.lock().unwrap().clone();
+    assert_eq!(order.len(), 3, "s1, s2 and s4 finished, each once: {order:?}");
+    assert_eq!(order[0], "s1", "{order:?}");
+
+    // inspect shows the trees; the table and the JSON agree
+    let (code, table, stderr) = output("inspect", &["--connect", &connect, "--path", "/p", "--shared-set"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    println!("{table}");
+    assert!(table.contains("LINEAGE (5 items"), "{table}");
+    assert!(table.contains("s5  ready (merge of s2, s4)"), "{table}");
+    let (_, json, _) = output("inspect", &["--connect", &connect, "--path", "/p", "--shared-set", "--json"]).await;
+    let doc: Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(doc["lineage"]["items"]["s1"]["status"], "finished", "{doc}");
+    worker.start_kill().expect("kill the worker");
+}

@@ -21,7 +21,7 @@ use crate::layout::{self, Paths};
 use crate::layout::{contenders_in_order, sequence};
 use crate::locks::READ_BATCH;
 use crate::names::check_base_path;
-use crate::{Error, FencingToken, Item, ItemSet, Load, PartitionFn, SharedItems, Weight};
+use crate::{Error, FencingToken, Item, ItemSet, Lineage, Load, PartitionFn, SharedItems, Weight};
 
 mod shares;
 use shares::Inputs;
@@ -165,6 +165,10 @@ pub struct Description {
     pub foreign_party_nodes: Vec<String>,
     /// With [`shared_item_set`](DescribeOptions::shared_item_set): the version of the shared set that was read.
     pub item_set_version: Option<u64>,
+    /// With [`shared_item_set`](DescribeOptions::shared_item_set): the set's lineage ([`ItemSet::lineage`]), where
+    /// each item with parents, children or closed stands: ready, waiting on which parents, or finished. Read just
+    /// after the set (its [`version`](Lineage::version) says which one it belongs to).
+    pub lineage: Option<Lineage>,
 }
 
 /// One member of the party.
@@ -372,7 +376,12 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
 
     let (member_names, foreign) = split_party(party_children);
     let shared = async {
-        if options.shared_item_set { ItemSet::new(client.clone(), path)?.read().await.map(Some) } else { Ok(None) }
+        if !options.shared_item_set {
+            return Ok(None);
+        }
+        let set = ItemSet::new(client.clone(), path)?;
+        let items = set.read().await?;
+        Ok::<_, Error>(Some((items, set.lineage().await?)))
     };
     let (members, listings, shared) = futures::join!(
         read_members(client, &paths, member_names, options.concurrency),
@@ -386,12 +395,14 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
         shared
     );
     let members = members?;
-    let shared: Option<SharedItems> = shared?;
+    let (shared, lineage): (Option<SharedItems>, Option<Lineage>) = shared?.unzip();
     let mut dirs_read: Vec<(String, Vec<RawContender>)> = Vec::with_capacity(dirs.len());
     for batch in listings {
         dirs_read.extend(batch?);
     }
-    assemble(path, members, foreign, dirs_read, &options, shared)
+    let mut description = assemble(path, members, foreign, dirs_read, &options, shared)?;
+    description.lineage = lineage;
+    Ok(description)
 }
 
 /// A listing's children, with a missing node read as no children.
@@ -702,6 +713,7 @@ fn assemble(
         owner_counts,
         foreign_party_nodes: foreign,
         item_set_version: shared.map(|set| set.version),
+        lineage: None,
     })
 }
 
