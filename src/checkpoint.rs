@@ -243,6 +243,8 @@ impl CheckpointWriter {
     /// - [`Error::CheckpointFenced`] if the member no longer holds the item through this writer's lock node: nothing
     ///   was written;
     /// - [`Error::InvalidItem`] if the item is not closed, or was already finished;
+    /// - [`Error::EmptyItemSet`] if it is the set's last item and no child of it would enter the set (a shared set
+    ///   is never empty: add its successor first);
     /// - [`Error::ItemSetMissing`] if the partition has no shared item set;
     /// - [`Error::CheckpointTooLarge`], and the errors of [`ItemSet::read`](crate::ItemSet::read).
     ///

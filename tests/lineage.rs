@@ -254,6 +254,12 @@ async fn finishing_is_fenced_and_only_for_closed_items() {
     second.wait_items(&items(&["b"]), timing(Duration::from_secs(10))).await;
     let again = admin.add(["a"]).await;
     assert!(matches!(&again, Err(Error::InvalidItem { reason, .. }) if reason.contains("lineage")), "{again:?}");
+    // The last item stays until it has a successor: a shared set is never empty.
+    admin.close(["b"]).await.expect("close");
+    let last = second.partitioner.finish_item(&item("b"), None).await;
+    assert!(matches!(last, Err(Error::EmptyItemSet { .. })), "{last:?}");
+    admin.add_child("c", ["b"]).await.expect("a successor");
+    assert_eq!(second.partitioner.finish_item(&item("b"), None).await.expect("finish"), items(&["c"]));
 }
 
 #[tokio::test]

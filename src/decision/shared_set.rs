@@ -51,6 +51,20 @@ impl Core {
                     self.debounce.changed(self.now, self.latest_party.len());
                     self.locks.want_is_target = false;
                     self.on_inputs_changed(Reason::ItemSetChanged);
+                } else if self.set_in_force.generation == self.catalogue.generation()
+                    && self.set_in_force.version.is_some()
+                    && self.set_in_force.version != self.catalogue.version()
+                {
+                    // The same items and weights at a newer version (a lineage change that made no item ready): the
+                    // assignment in force is the new version's as it is. Follow it and say so, so that a member that
+                    // starts at that version agrees with us.
+                    self.set_in_force.version = self.catalogue.version();
+                    self.announce_set_version();
+                    // Shown ACQUIRED: shown again, at the new version. In any other state the next publication
+                    // carries it.
+                    if self.shown.state == crate::PartitionState::Acquired {
+                        self.acquired_if_complete();
+                    }
                 }
             }
             SetView::Missing { unfinished: Some(unfinished) } => self.watch_unfinished(&unfinished),
@@ -104,7 +118,12 @@ impl Core {
         let version = self.catalogue.version();
         self.set_in_force =
             SetInForce { generation, version, added: change.added.into(), removed: change.removed.into() };
-        if let Some(version) = version
+        self.announce_set_version();
+    }
+
+    /// Announces the version of the shared set the assignment in force follows, if it is new.
+    fn announce_set_version(&mut self) {
+        if let Some(version) = self.set_in_force.version
             && self.cfg.agreement.set != crate::agreement::SetSource::Shared(Some(version))
         {
             self.cfg.agreement.set = crate::agreement::SetSource::Shared(Some(version));

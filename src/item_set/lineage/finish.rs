@@ -102,6 +102,10 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 .filter(|child| current.items.iter().all(|item| item.node_name() != **child))
                 .cloned()
                 .collect();
+            // A shared set is never empty (members refuse to start on one): the last item stays until it has a successor.
+            if current.items.len() == 1 && ready.is_empty() {
+                return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
+            }
             let header = current.header.next(current.header.kind, State::Ready, &token).render();
             let node = self.paths.lineage_node(&name);
             let finished = Entry { finished: Some(mark.clone()), ..entry }.render();

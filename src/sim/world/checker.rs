@@ -231,6 +231,10 @@ impl World {
             if *snapshot.members != party {
                 return Err(format!("{} allocated for {:?}, the party is {party:?}", core.me(), snapshot.members));
             }
+            // Every member runs the same configuration and follows the same set: nothing to disagree on.
+            if let Some(disagreement) = snapshot.disagreements.first() {
+                return Err(format!("{} reports a disagreement: {disagreement}", core.me()));
+            }
             for &index in core.listed() {
                 let item = core.item(index).node_name();
                 if !covered.insert(item.clone()) {

@@ -150,7 +150,8 @@ impl World {
                     | Error::Stopped
                     | Error::SessionLost { .. }
                     | Error::ItemSetOutcomeUnknown { .. }
-                    | Error::ItemSetConflict { .. },
+                    | Error::ItemSetConflict { .. }
+                    | Error::EmptyItemSet { .. },
                 ) => {}
                 Err(err) => self.violate(format!("a{actor}'s finish of {item} failed: {err}")),
             }
