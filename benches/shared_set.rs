@@ -15,13 +15,12 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use support::party::{connect, converged, owners, release_when_asked};
 use support::{counter_delta, mntr};
-use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{FencingToken, Item, ItemSet, PartitionState, Rebalance, Rendezvous, SetPartitioner};
+use zk_partitioner::{Item, ItemSet, Rebalance, Rendezvous, SetPartitioner};
 
 struct Args {
     connect: String,
@@ -96,51 +95,6 @@ fn main() -> ExitCode {
     }
 }
 
-async fn connect(endpoint: &str) -> Result<Client, String> {
-    Client::connector()
-        .with_session_timeout(Duration::from_secs(20))
-        .connect(endpoint)
-        .await
-        .map_err(|e| format!("connect {endpoint}: {e}"))
-}
-
-/// Who owns each item, with its fencing token.
-type Owners = BTreeMap<Item, (usize, FencingToken)>;
-
-fn owners(members: &[SetPartitioner]) -> Owners {
-    let mut owners = BTreeMap::new();
-    for (index, member) in members.iter().enumerate() {
-        let snapshot = member.snapshot();
-        for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-            owners.insert(item.clone(), (index, *token));
-        }
-    }
-    owners
-}
-
-/// Waits until every member is ACQUIRED at `version` and the listings are a disjoint cover of `items`.
-async fn converged(members: &[SetPartitioner], version: u64, items: &[Item], limit: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
-    let expected: BTreeSet<&Item> = items.iter().collect();
-    loop {
-        let ready = members.iter().all(|m| {
-            let s = m.snapshot();
-            s.state == PartitionState::Acquired && s.set_version == Some(version) && s.members.len() == members.len()
-        });
-        if ready {
-            let mut listed = BTreeSet::new();
-            let disjoint = members.iter().all(|m| m.snapshot().items.iter().all(|item| listed.insert(item.clone())));
-            if disjoint && listed.iter().collect::<BTreeSet<_>>() == expected {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("no convergence at version {version} within {limit:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 async fn run(args: &Args) -> Result<(), String> {
     let admin_client = connect(&args.connect).await?;
     let path = format!("{}-{}-{}", args.path, args.items, std::process::id());
@@ -162,23 +116,11 @@ async fn run(args: &Args) -> Result<(), String> {
             .build()
             .await
             .map_err(|e| format!("member {k}: {e}"))?;
-        // The worker loop: stop what is revoked at once.
-        let worker = member.clone();
-        tokio::spawn(async move {
-            let mut changes = worker.subscribe();
-            loop {
-                if changes.borrow_and_update().state == PartitionState::Release {
-                    let _ = worker.release_set().await;
-                }
-                if changes.changed().await.is_err() {
-                    return;
-                }
-            }
-        });
+        release_when_asked(&member);
         members.push(member);
     }
     let current = set.read().await.map_err(|e| e.to_string())?;
-    converged(&members, current.version, &current.items, Duration::from_secs(120)).await?;
+    converged(&members, Some(current.version), &current.items, Duration::from_secs(120)).await?;
     let cold = started.elapsed();
     eprintln!("seeded {} items in {seeded:.2?}; {} members ACQUIRED after {cold:.2?}", args.items, args.members);
 
@@ -199,7 +141,7 @@ async fn run(args: &Args) -> Result<(), String> {
         let after = if add { set.add(items).await } else { set.remove(items).await };
         let after = after.map_err(|e| format!("{name}: {e}"))?;
         let written = started.elapsed();
-        converged(&members, after.version, &after.items, Duration::from_secs(120)).await?;
+        converged(&members, Some(after.version), &after.items, Duration::from_secs(120)).await?;
         let elapsed = started.elapsed();
         let stats_after = mntr(&args.connect)?;
         let now = owners(&members);

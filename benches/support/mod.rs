@@ -2,6 +2,8 @@
 //! part of it.
 #![allow(dead_code)]
 
+pub mod party;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::Duration;

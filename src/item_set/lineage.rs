@@ -33,7 +33,7 @@ mod retire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::layout::{self, SetView};
+use super::layout;
 use super::{MAX_ATTEMPTS, SharedSet, backoff};
 use crate::error::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
@@ -158,14 +158,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let zk = self.zk()?;
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
-            let current = match self.view(&zk).await? {
-                SetView::Committed(committed) => committed,
-                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-                SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
-                }
-                SetView::Torn => continue,
-            };
+            let Some(current) = self.committed(&zk).await? else { continue };
             let names = match retry_transient(&zk, || zk.list_children(&self.paths.lineage)).await {
                 Ok(names) => names,
                 Err(ZkError::NoNode) => Vec::new(),

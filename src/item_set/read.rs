@@ -55,6 +55,17 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }
     }
 
+    /// The set in force, for one attempt of a change: `None` when the read was torn (the attempt reads again); no set,
+    /// or one that cannot be read, is an error.
+    pub(super) async fn committed(&self, zk: &Z) -> Result<Option<Committed>, Error> {
+        match self.view(zk).await? {
+            SetView::Committed(committed) => Ok(Some(committed)),
+            SetView::Missing { .. } => Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
+            SetView::Unreadable(reason) => Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason }),
+            SetView::Torn => Ok(None),
+        }
+    }
+
     /// Reads the set until a read is whole (a torn read means an update landed between two reads).
     pub(super) async fn view(&self, zk: &Z) -> Result<SetView, Error> {
         for _ in 0..MAX_ATTEMPTS {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::entry::Entry;
 use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
-use crate::item_set::layout::{self, Committed, SetView, State};
+use crate::item_set::layout::{self, Committed, State};
 use crate::item_set::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
 use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
@@ -94,14 +94,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let zk = zk.clone();
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
-            let current = match self.view(&zk).await? {
-                SetView::Committed(committed) => committed,
-                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-                SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
-                }
-                SetView::Torn => continue,
-            };
+            let Some(current) = self.committed(&zk).await? else { continue };
             if *uncertain && current.header.landed(token) {
                 return Ok(SharedItems::of(current));
             }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::entry::{Entry, Finished};
 use super::parent_finished;
 use crate::error::{is_transient, session_end};
-use crate::item_set::layout::{self, SetView, State};
+use crate::item_set::layout::{self, State};
 use crate::item_set::{MAX_ATTEMPTS, SharedSet, backoff};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
@@ -50,14 +50,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let invalid = |reason: &str| Error::InvalidItem { item: name.clone(), reason: reason.to_owned() };
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
-            let current = match self.view(&zk).await? {
-                SetView::Committed(committed) => committed,
-                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-                SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
-                }
-                SetView::Torn => continue,
-            };
+            let Some(current) = self.committed(&zk).await? else { continue };
             if let Some(unfinished) = &current.unfinished {
                 self.settle(&zk, unfinished, &[]).await?;
                 continue;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::entry::Entry;
-use crate::item_set::layout::{self, SetView, State};
+use crate::item_set::layout::{self, State};
 use crate::item_set::{MAX_ATTEMPTS, Retry, SharedSet, backoff};
 use crate::zookeeper::{Stat, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
@@ -26,14 +26,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let token = layout::token(zk.random());
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
-            let current = match self.view(&zk).await? {
-                SetView::Committed(committed) => committed,
-                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-                SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
-                }
-                SetView::Torn => continue,
-            };
+            let Some(current) = self.committed(&zk).await? else { continue };
             if let Some(unfinished) = &current.unfinished {
                 self.settle(&zk, unfinished, &[]).await?;
                 continue;

@@ -1,0 +1,250 @@
+//! The lineage benchmark (BENCHMARKS.md, "Splitting shards"): a party of members (in this process, each on its own
+//! ZooKeeper session) over a shared set of N items; an admin on another session splits S of them into two children
+//! each; then the members finish the parents they hold, each member one after another as a worker would, all members
+//! at once. Measured: the requests per split and per finish (`mntr`), the time from each finish's return until both
+//! children are `ACQUIRED` by their owners, and the items other than the parents and children that were stopped
+//! (released and taken again, seen as a new fencing token: the goal is 0 under `Rebalance::Incremental`).
+//!
+//! ```text
+//! cargo bench --bench lineage -- --connect HOST:PORT [--members 10] [--items 10000] [--splits 1000]
+//!     [--rebalance incremental|eager] [--time-boundary SECS] [--path /p]
+//! ```
+//!
+//! One JSON line on stdout. `bash bench/lineage.sh` starts a ZooKeeper and prints the table of BENCHMARKS.md. Not a
+//! criterion benchmark (`harness = false`): it needs a ZooKeeper server.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::party::{connect, converged, owners, release_when_asked};
+use support::{counter_delta, mntr};
+use zk_partitioner::{Item, ItemSet, PartitionState, Rebalance, Rendezvous, SetPartitioner};
+
+struct Args {
+    connect: String,
+    members: usize,
+    items: i64,
+    splits: i64,
+    rebalance: Rebalance,
+    time_boundary: Duration,
+    path: String,
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    // `cargo bench` appends `--bench`; a bare `cargo bench` names no server: nothing to do.
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench" && a != "--test").peekable();
+    if args.peek().is_none() {
+        return Ok(None);
+    }
+    let mut parsed = Args {
+        connect: String::new(),
+        members: 10,
+        items: 10_000,
+        splits: 1_000,
+        rebalance: Rebalance::Incremental,
+        time_boundary: Duration::from_secs(1),
+        path: "/bench/lineage".into(),
+    };
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = |v: &str| v.parse::<f64>().map_err(|_| format!("{flag}: {v:?} is not a number"));
+        match flag.as_str() {
+            "--connect" => parsed.connect = value,
+            "--members" => parsed.members = number(&value)? as usize,
+            "--items" => parsed.items = number(&value)? as i64,
+            "--splits" => parsed.splits = number(&value)? as i64,
+            "--time-boundary" => parsed.time_boundary = Duration::from_secs_f64(number(&value)?),
+            "--path" => parsed.path = value,
+            "--rebalance" => {
+                parsed.rebalance = match value.as_str() {
+                    "incremental" => Rebalance::Incremental,
+                    "eager" => Rebalance::Eager,
+                    other => return Err(format!("--rebalance: {other:?} is not incremental or eager")),
+                }
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if parsed.connect.is_empty() {
+        return Err("--connect HOST:PORT is required".into());
+    }
+    if parsed.splits > parsed.items {
+        return Err("--splits cannot be more than --items".into());
+    }
+    Ok(Some(parsed))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("lineage: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("lineage: no runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("lineage: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0)
+}
+
+async fn run(args: &Args) -> Result<(), String> {
+    let admin = connect(&args.connect).await?;
+    let path = format!("{}-{}-{}", args.path, args.items, std::process::id());
+    let set = ItemSet::new(admin.clone(), path.clone()).map_err(|e| e.to_string())?;
+    set.create_if_missing((0..args.items).map(Item::from)).await.map_err(|e| format!("seed the set: {e}"))?;
+    let mut members = Vec::new();
+    for k in 0..args.members {
+        let client = connect(&args.connect).await?;
+        let member = SetPartitioner::builder(client, path.clone(), Vec::<Item>::new())
+            .identifier(format!("m{k}"))
+            .shared_item_set(true)
+            .partition_func(Rendezvous::default())
+            .rebalance(args.rebalance)
+            .time_boundary(args.time_boundary)
+            .build()
+            .await
+            .map_err(|e| format!("member {k}: {e}"))?;
+        release_when_asked(&member);
+        members.push(member);
+    }
+    let current = set.read().await.map_err(|e| e.to_string())?;
+    converged(&members, Some(current.version), &current.items, Duration::from_secs(120)).await?;
+
+    // 1. The admin splits parents 0..S, each into two new children.
+    let child = |parent: i64, k: i64| Item::from(args.items + 2 * parent + k);
+    let before = mntr(&args.connect)?;
+    let started = Instant::now();
+    for parent in 0..args.splits {
+        set.split(parent, [child(parent, 0), child(parent, 1)]).await.map_err(|e| format!("split {parent}: {e}"))?;
+    }
+    let split_s = started.elapsed().as_secs_f64();
+    let split_requests = counter_delta(&before, &mntr(&args.connect)?, "zk_packets_received") - 1;
+    let current = set.read().await.map_err(|e| e.to_string())?;
+    converged(&members, Some(current.version), &current.items, Duration::from_secs(120)).await?;
+    let tokens_before = owners(&members);
+
+    // 2. Each member finishes the parents it holds, one after another; every member at once. A watcher notes when
+    // each child is first ACQUIRED by its owner.
+    let acquired: Arc<Mutex<BTreeMap<Item, Instant>>> = Arc::default();
+    let watching = {
+        let (members, acquired) = (members.clone(), acquired.clone());
+        let children: BTreeSet<Item> = (0..args.splits).flat_map(|p| [child(p, 0), child(p, 1)]).collect();
+        tokio::spawn(async move {
+            loop {
+                let now = Instant::now();
+                let done = {
+                    let mut seen = acquired.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for member in &members {
+                        let snapshot = member.snapshot();
+                        if snapshot.state != PartitionState::Acquired {
+                            continue;
+                        }
+                        for item in snapshot.items.iter().filter(|item| children.contains(*item)) {
+                            seen.entry(item.clone()).or_insert(now);
+                        }
+                    }
+                    seen.len() == children.len()
+                };
+                if done {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let before = mntr(&args.connect)?;
+    let started = Instant::now();
+    let parents: BTreeSet<Item> = (0..args.splits).map(Item::from).collect();
+    let finishers: Vec<_> = members
+        .iter()
+        .map(|member| {
+            let member = member.clone();
+            let mine: Vec<Item> = member.items().into_iter().filter(|item| parents.contains(item)).collect();
+            tokio::spawn(async move {
+                let mut finished = Vec::new();
+                for item in mine {
+                    match member.finish_item(&item, None).await {
+                        Ok(_) => finished.push((item, Instant::now())),
+                        Err(err) => return Err(format!("finish {item}: {err}")),
+                    }
+                }
+                Ok(finished)
+            })
+        })
+        .collect();
+    let mut finished_at = BTreeMap::new();
+    for finisher in finishers {
+        for (item, at) in finisher.await.map_err(|e| e.to_string())?? {
+            finished_at.insert(item, at);
+        }
+    }
+    let finish_s = started.elapsed().as_secs_f64();
+    tokio::time::timeout(Duration::from_secs(120), watching)
+        .await
+        .map_err(|_| "the children were not all ACQUIRED within 120 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let current = set.read().await.map_err(|e| e.to_string())?;
+    converged(&members, Some(current.version), &current.items, Duration::from_secs(120)).await?;
+    let total_s = started.elapsed().as_secs_f64();
+    let finish_requests = counter_delta(&before, &mntr(&args.connect)?, "zk_packets_received") - 1;
+
+    let acquired = acquired.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let mut latencies: Vec<f64> = (0..args.splits)
+        .filter_map(|p| {
+            let finished = finished_at.get(&Item::from(p))?;
+            let last = [child(p, 0), child(p, 1)].iter().filter_map(|c| acquired.get(c)).max().copied()?;
+            Some(last.saturating_duration_since(*finished).as_secs_f64())
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let now = owners(&members);
+    let stopped = tokens_before
+        .iter()
+        .filter(|(item, _)| !parents.contains(*item))
+        .filter(|(item, (_, token))| now.get(*item).is_some_and(|(_, t)| t != token))
+        .count();
+    let rebalance = match args.rebalance {
+        Rebalance::Incremental => "incremental",
+        _ => "eager",
+    };
+    println!(
+        "{{\"members\":{},\"items\":{},\"splits\":{},\"rebalance\":\"{rebalance}\",\"time_boundary_s\":{},\
+         \"split_s\":{split_s:.3},\"requests_per_split\":{:.2},\"finish_s\":{finish_s:.3},\"all_acquired_s\":{total_s:.3},\
+         \"requests_per_finish\":{:.2},\"finish_to_children_acquired_s\":{{\"median\":{:.3},\"p99\":{:.3},\"max\":{:.3}}},\
+         \"measured\":{},\"kept_but_stopped\":{stopped}}}",
+        args.members,
+        args.items,
+        args.splits,
+        args.time_boundary.as_secs_f64(),
+        split_requests as f64 / args.splits as f64,
+        finish_requests as f64 / args.splits as f64,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or(0.0),
+        latencies.len(),
+    );
+    for member in &members {
+        member.finish().await;
+    }
+    Ok(())
+}
