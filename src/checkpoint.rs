@@ -242,7 +242,7 @@ impl CheckpointWriter {
     /// # Errors
     /// - [`Error::CheckpointFenced`] if the member no longer holds the item through this writer's lock node: nothing
     ///   was written;
-    /// - [`Error::InvalidItem`] if the item is not closed, or was already finished;
+    /// - [`Error::InvalidItem`] if the item is not closed;
     /// - [`Error::EmptyItemSet`] if it is the set's last item and no child of it would enter the set (a shared set
     ///   is never empty: add its successor first);
     /// - [`Error::ItemSetMissing`] if the partition has no shared item set;
@@ -250,8 +250,8 @@ impl CheckpointWriter {
     ///
     /// # Cancel safety
     /// As [`save`](CheckpointWriter::save): a dropped finish may or may not have been applied; if it was, it was
-    /// applied while the item was held. Calling it again tells: it returns `Ok` if its own earlier finish landed
-    /// unseen, and [`Error::InvalidItem`] ("already finished") once the item has left the set.
+    /// applied while the item was held. Calling it again tells: it returns `Ok` (with no children) if a finish under
+    /// the same ownership landed, [`Error::CheckpointFenced`] if another owner's did.
     pub async fn finish_item(&self, final_checkpoint: Option<&[u8]>) -> Result<Vec<Item>, Error> {
         self.0.finish_item(final_checkpoint).await
     }

@@ -250,7 +250,10 @@ async fn finishing_is_fenced_and_only_for_closed_items() {
     let second = shared_member(ctx.client().await, "second").await;
     let _release2 = auto_release(&second.partitioner);
     second.wait_items(&items(&["a", "b"]), timing(Duration::from_secs(15))).await;
-    assert_eq!(second.partitioner.finish_item(&item("a"), None).await.expect("finish"), Vec::<Item>::new());
+    let writer = second.partitioner.checkpoint_writer(&item("a")).expect("writer");
+    assert_eq!(writer.finish_item(None).await.expect("finish"), Vec::<Item>::new());
+    // Again under the same ownership: done already, so Ok.
+    assert_eq!(writer.finish_item(None).await.expect("finish again"), Vec::<Item>::new());
     second.wait_items(&items(&["b"]), timing(Duration::from_secs(10))).await;
     let again = admin.add(["a"]).await;
     assert!(matches!(&again, Err(Error::InvalidItem { reason, .. }) if reason.contains("lineage")), "{again:?}");

@@ -147,8 +147,15 @@ impl Core {
                 }
                 self.note_agreements();
             }
-            // Read again at the next party change, or when due.
-            Err(ReqError::Transient | ReqError::NoNode) => {}
+            // Read again at the next party change, or when due; while a member is reported on another version of
+            // the shared set, due again a `time_boundary` from now, so that a lost read does not leave the report
+            // standing after it has caught up.
+            Err(ReqError::Transient | ReqError::NoNode) => {
+                let lagging = self.disagreements.iter().any(|d| d.kind == crate::DisagreementKind::ItemSetVersion);
+                if lagging && !self.timers.is_armed(Timer::Announcements) {
+                    self.timers.set(Timer::Announcements, Some(self.now + self.cfg.time_boundary));
+                }
+            }
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
     }

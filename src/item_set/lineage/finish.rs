@@ -60,10 +60,12 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 return Err(invalid("has no lineage: only a closed item can be finished (close it first)"));
             };
             match &entry.finished {
-                // Ours, landed with a lost reply.
-                Some(done) if *uncertain && *done == mark => return Ok(Vec::new()),
+                // Finished under this ownership: an earlier call, or this one's attempt whose reply was lost.
+                Some(done) if done.token == mark.token => return Ok(Vec::new()),
+                // Under another ownership, which came after ours (a finished item is never taken again): ours ended.
                 Some(done) => {
-                    return Err(invalid(&format!("was already finished by {} (token {})", done.member, done.token)));
+                    let reason = format!("the item was finished since by {} (token {})", done.member, done.token);
+                    return Err(fenced(&reason));
                 }
                 None => {}
             }
