@@ -1,9 +1,11 @@
 //! The lineage benchmark (BENCHMARKS.md, "Splitting shards"): a party of members (in this process, each on its own
 //! ZooKeeper session) over a shared set of N items; an admin on another session splits S of them into two children
-//! each; then the members finish the parents they hold, each member one after another as a worker would, all members
-//! at once. Measured: the requests per split and per finish (`mntr`), the time from each finish's return until both
-//! children are `ACQUIRED` by their owners, and the items other than the parents and children that were stopped
-//! (released and taken again, seen as a new fencing token: the goal is 0 under `Rebalance::Incremental`).
+//! each; then the parents' owners finish them: 20 one at a time (the next once both children of the last are
+//! `ACQUIRED`: a stream that closes a shard now and then), then the rest in a burst, each member finishing the parents
+//! it holds one after another, every member at once. Measured: the requests per split and per finish (`mntr`), the
+//! time from each finish's return until both children are `ACQUIRED` by their owners (paced and burst apart), and the
+//! items other than the parents and children that were stopped (released and taken again, seen as a new fencing
+//! token: the goal is 0 under `Rebalance::Incremental`).
 //!
 //! ```text
 //! cargo bench --bench lineage -- --connect HOST:PORT [--members 10] [--items 10000] [--splits 1000]
@@ -103,6 +105,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parents finished one at a time, before the burst.
+const PACED: i64 = 20;
+
+/// Finishes `item` through whichever member holds it (waiting for one to, up to a minute); returns when it returned.
+async fn finish_somewhere(members: &[SetPartitioner], item: &Item) -> Result<Instant, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for member in members {
+            if member.items().contains(item) && member.finish_item(item, None).await.is_ok() {
+                return Ok(Instant::now());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("nobody could finish {item} within 60 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0)
 }
@@ -143,8 +164,8 @@ async fn run(args: &Args) -> Result<(), String> {
     converged(&members, Some(current.version), &current.items, Duration::from_secs(120)).await?;
     let tokens_before = owners(&members);
 
-    // 2. Each member finishes the parents it holds, one after another; every member at once. A watcher notes when
-    // each child is first ACQUIRED by its owner.
+    // 2. The parents are finished by their owners, first one at a time, then all at once. A watcher notes when each
+    // child is first ACQUIRED by its owner.
     let acquired: Arc<Mutex<BTreeMap<Item, Instant>>> = Arc::default();
     let watching = {
         let (members, acquired) = (members.clone(), acquired.clone());
@@ -175,26 +196,62 @@ async fn run(args: &Args) -> Result<(), String> {
     let before = mntr(&args.connect)?;
     let started = Instant::now();
     let parents: BTreeSet<Item> = (0..args.splits).map(Item::from).collect();
+    // When both children of parent `p` were first ACQUIRED, once they both were.
+    let both = |p: i64| {
+        let seen = acquired.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Some((*seen.get(&child(p, 0))?).max(*seen.get(&child(p, 1))?))
+    };
+    // 2a. Paced: one finish at a time, the next once both children of the last are ACQUIRED (a stream that closes a
+    // shard now and then).
+    let paced = PACED.min(args.splits);
+    let mut paced_latencies = Vec::new();
+    for p in 0..paced {
+        let finished = finish_somewhere(&members, &Item::from(p)).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let last = loop {
+            if let Some(last) = both(p) {
+                break last;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the children of {p} were not ACQUIRED within 60 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        paced_latencies.push(last.saturating_duration_since(finished).as_secs_f64());
+    }
+    // 2b. A burst: every other parent, each finished by whoever holds it, every member at once (a finish that finds
+    // the parent moved is tried again by its next owner).
+    let queue: Arc<Mutex<Vec<Item>>> = Arc::new(Mutex::new((paced..args.splits).map(Item::from).collect()));
     let finishers: Vec<_> = members
         .iter()
         .map(|member| {
-            let member = member.clone();
-            let mine: Vec<Item> = member.items().into_iter().filter(|item| parents.contains(item)).collect();
+            let (member, queue) = (member.clone(), queue.clone());
             tokio::spawn(async move {
                 let mut finished = Vec::new();
-                for item in mine {
+                loop {
+                    let mine = {
+                        let mut queue = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if queue.is_empty() {
+                            return finished;
+                        }
+                        let held = member.items();
+                        queue.iter().position(|item| held.contains(item)).map(|at| queue.swap_remove(at))
+                    };
+                    let Some(item) = mine else {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    };
                     match member.finish_item(&item, None).await {
                         Ok(_) => finished.push((item, Instant::now())),
-                        Err(err) => return Err(format!("finish {item}: {err}")),
+                        Err(_) => queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(item),
                     }
                 }
-                Ok(finished)
             })
         })
         .collect();
     let mut finished_at = BTreeMap::new();
     for finisher in finishers {
-        for (item, at) in finisher.await.map_err(|e| e.to_string())?? {
+        for (item, at) in finisher.await.map_err(|e| e.to_string())? {
             finished_at.insert(item, at);
         }
     }
@@ -209,7 +266,7 @@ async fn run(args: &Args) -> Result<(), String> {
     let finish_requests = counter_delta(&before, &mntr(&args.connect)?, "zk_packets_received") - 1;
 
     let acquired = acquired.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-    let mut latencies: Vec<f64> = (0..args.splits)
+    let mut latencies: Vec<f64> = (paced..args.splits)
         .filter_map(|p| {
             let finished = finished_at.get(&Item::from(p))?;
             let last = [child(p, 0), child(p, 1)].iter().filter_map(|c| acquired.get(c)).max().copied()?;
@@ -217,6 +274,7 @@ async fn run(args: &Args) -> Result<(), String> {
         })
         .collect();
     latencies.sort_by(f64::total_cmp);
+    paced_latencies.sort_by(f64::total_cmp);
     let now = owners(&members);
     let stopped = tokens_before
         .iter()
@@ -230,7 +288,8 @@ async fn run(args: &Args) -> Result<(), String> {
     println!(
         "{{\"members\":{},\"items\":{},\"splits\":{},\"rebalance\":\"{rebalance}\",\"time_boundary_s\":{},\
          \"split_s\":{split_s:.3},\"requests_per_split\":{:.2},\"finish_s\":{finish_s:.3},\"all_acquired_s\":{total_s:.3},\
-         \"requests_per_finish\":{:.2},\"finish_to_children_acquired_s\":{{\"median\":{:.3},\"p99\":{:.3},\"max\":{:.3}}},\
+         \"requests_per_finish\":{:.2},\"paced\":{paced},\"paced_finish_to_children_acquired_s\":{{\"median\":{:.3},\
+         \"max\":{:.3}}},\"burst_finish_to_children_acquired_s\":{{\"median\":{:.3},\"p99\":{:.3},\"max\":{:.3}}},\
          \"measured\":{},\"kept_but_stopped\":{stopped}}}",
         args.members,
         args.items,
@@ -238,6 +297,8 @@ async fn run(args: &Args) -> Result<(), String> {
         args.time_boundary.as_secs_f64(),
         split_requests as f64 / args.splits as f64,
         finish_requests as f64 / args.splits as f64,
+        percentile(&paced_latencies, 0.5),
+        paced_latencies.last().copied().unwrap_or(0.0),
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         latencies.last().copied().unwrap_or(0.0),
