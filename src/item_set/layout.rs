@@ -339,6 +339,17 @@ pub(crate) struct Committed {
     pub weights: BTreeMap<Item, Weight>,
 }
 
+impl Committed {
+    /// Whether the item whose node name is `name` is in the set: parsed by the set's kind and searched, not by
+    /// rendering every item.
+    pub fn holds(&self, name: &str) -> bool {
+        parse_names(self.header.kind, [name.to_owned()])
+            .0
+            .first()
+            .is_some_and(|item| self.items.binary_search(item).is_ok())
+    }
+}
+
 /// An update under way, or abandoned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Unfinished {

@@ -116,9 +116,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.to_owned());
             match self.write_plan(&zk, &current, &plan, token).await {
                 Ok(()) => {
+                    let (mut ready, _) = layout::parse_names(current.header.kind, plan.ready);
                     let mut after = SharedItems::of(current);
                     after.version += 1;
-                    let (mut ready, _) = layout::parse_names(after_kind(&after), plan.ready);
                     after.items.append(&mut ready);
                     after.items.sort();
                     return Ok(after);
@@ -171,10 +171,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     }
 }
 
-fn after_kind(after: &SharedItems) -> layout::Kind {
-    layout::Kind::of(&after.items)
-}
-
 /// Checks `change` against the set and its lineage nodes (`entries`, by name, each with its version), and says what
 /// to write.
 fn plan(
@@ -182,7 +178,7 @@ fn plan(
     current: &Committed,
     entries: &BTreeMap<String, Option<(Entry, Stat)>>,
 ) -> Result<Plan, Error> {
-    let in_set = |name: &str| current.items.iter().any(|item| item.node_name() == name);
+    let in_set = |name: &str| current.holds(name);
     let entry = |name: &str| entries.get(name).and_then(Option::as_ref);
     let invalid = |name: &str, reason: String| Error::InvalidItem { item: name.to_owned(), reason };
     // An item that exists and has not finished: in the set, or waiting.

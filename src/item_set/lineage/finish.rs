@@ -94,7 +94,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     let Some(Some((child, _))) = children.get(*child) else { return false };
                     child.parents.iter().all(|p| *p == name || parent_finished(&parents, p) || early())
                 })
-                .filter(|child| current.items.iter().all(|item| item.node_name() != **child))
+                .filter(|child| !current.holds(child))
                 .cloned()
                 .collect();
             // A shared set is never empty (members refuse to start on one): the last item stays until it has a successor.

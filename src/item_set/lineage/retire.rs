@@ -39,9 +39,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 // Our retirement landed unseen: the nodes are gone; their checkpoints may not be.
                 return Ok(Vec::new());
             }
-            let in_set = |name: &str| current.items.iter().any(|item| item.node_name() == name);
             // Started: in the set, finished, or retired (no node).
-            let started = |name: &String| in_set(name) || entries.get(name).is_none_or(|(e, _)| e.finished.is_some());
+            let started =
+                |name: &String| current.holds(name) || entries.get(name).is_none_or(|(e, _)| e.finished.is_some());
             let cutoff = SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH);
             let old = |stat: &Stat| {
                 SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)) <= cutoff
@@ -57,6 +57,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             if retired.is_empty() {
                 return Ok(Vec::new());
             }
+            #[cfg(test)]
+            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
             let header = current.header.next(current.header.kind, State::Ready, &token).render();
             let paths: Vec<(String, i32)> =
                 retired.iter().map(|(name, version)| (self.paths.lineage_node(name), *version)).collect();

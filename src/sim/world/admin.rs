@@ -87,9 +87,9 @@ impl World {
             .unwrap_or_default();
         let count = 1 + self.rng().below(5) as usize;
         // Weighted runs also change weights (a fifth kind: other runs draw as they always did).
-        // Lineage runs also split, merge, close and add children (kinds 5 to 8).
+        // Lineage runs also split, merge, close, add children and retire (kinds 5 to 9).
         let kinds = if self.plan.lineage {
-            9
+            10
         } else if self.plan.weighted {
             5
         } else {

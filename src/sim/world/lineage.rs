@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -39,14 +40,24 @@ impl World {
         names.into_iter().filter_map(|name| Some((name.clone(), self.entry(&name)?))).collect()
     }
 
-    /// An admin's lineage change, for kinds 5 to 8 of a lineage run's draw: split (a ready item, or now and then a
-    /// waiting one), merge two items, close some, add a child to one or two (a finished one, now and then).
+    /// An admin's lineage change, for kinds 5 to 9 of a lineage run's draw: split (a ready item, or now and then a
+    /// waiting one), merge two items, close some, add a child to one or two (a finished one, now and then), or retire
+    /// the finished items whose children have started (and read the lineage).
     pub(super) fn lineage_change(
         &mut self,
         kind: u64,
         current: &[i64],
         set: SharedSet<SimClient>,
     ) -> Option<(String, BoxFuture<'static, Result<SharedItems, Error>>)> {
+        if kind == 9 {
+            // Retirement of everything finished whose children started, then the lineage read the tools make.
+            let retire = async move {
+                set.retire(Duration::ZERO).await?;
+                set.lineage().await?;
+                set.read().await
+            };
+            return Some(("retire".to_owned(), retire.boxed()));
+        }
         if current.len() < 2 {
             return None;
         }
@@ -140,7 +151,7 @@ impl World {
             match result {
                 Ok(ready) => {
                     self.note(format!("a{actor} finished {item}; ready: {ready:?}"));
-                    if !self.finished_at.contains_key(&name) {
+                    if !self.ever_finished.contains(&name) {
                         self.violate(format!("a{actor}'s finish of {item} returned Ok but no finish of it landed"));
                     }
                     self.quiet_since = self.quiet_since.max(self.now());
@@ -166,6 +177,13 @@ impl World {
     /// item's lowest contender.
     pub(super) fn record_finish(&mut self, write: &net::Write) {
         for op in &write.ops {
+            // A retired item's name is free again: a new item of that name is not the finished one.
+            if let zk::WriteOp::Delete { path, .. } = op
+                && let Some(name) = path.strip_prefix(LINEAGE).and_then(|rest| rest.strip_prefix('/'))
+            {
+                self.finished_at.remove(name);
+                continue;
+            }
             let zk::WriteOp::SetData { path, data, .. } = op else { continue };
             let Some(name) = path.strip_prefix(LINEAGE).and_then(|rest| rest.strip_prefix('/')) else { continue };
             // The write that first marks an item finished is its finish (an admin's later write of a finished
@@ -173,6 +191,7 @@ impl World {
             if !self.finished_at.contains_key(name) && LineageEntry::parse(data).is_ok_and(|e| e.finished.is_some()) {
                 let now = self.now();
                 self.finished_at.insert(name.to_owned(), now);
+                self.ever_finished.insert(name.to_owned());
                 let checked =
                     write.ops.iter().any(|op| matches!(op, zk::WriteOp::Check { path, .. } if path.starts_with(LOCKS)));
                 if !checked || !write.checks_lowest {

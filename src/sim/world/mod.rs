@@ -137,6 +137,8 @@ pub(super) struct World {
     saves: usize,
     /// Items finished by their owners, and when each finish landed (lineage runs).
     finished_at: BTreeMap<String, Duration>,
+    /// Every item name ever finished (a retired one included): a finish reported `Ok` must be among them.
+    ever_finished: BTreeSet<String>,
     /// A `Check` is scheduled.
     checking: bool,
 }
@@ -200,6 +202,7 @@ impl World {
             next_value,
             saves: 0,
             finished_at: BTreeMap::new(),
+            ever_finished: BTreeSet::new(),
             checking: false,
         };
         for _ in 0..world.plan.members {
@@ -318,7 +321,7 @@ impl World {
             shared_set: self.plan.shared_set,
             weighted: self.plan.weighted,
             lineage: self.plan.shared_set && self.plan.lineage,
-            finishes: self.finished_at.len(),
+            finishes: self.ever_finished.len(),
             set_changes: self.committed.len().saturating_sub(1),
             saves: self.saves,
             recovery: Duration::ZERO,
