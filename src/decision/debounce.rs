@@ -1,5 +1,6 @@
 //! The `time_boundary` debounce: the party counts as stable once it has gone `boundary` without a change, and every
-//! change restarts the wait (where kazoo's fixed windows need between one and two boundaries of quiet).
+//! change restarts the wait (where kazoo's fixed windows need between one and two boundaries of quiet). A change of
+//! the shared set restarts it only when no wait is under way (the core's `on_inputs_changed` decides).
 //!
 //! Every member sees a change at about the same moment, so without more they would all start allocating in the same
 //! millisecond: a burst of every member's requests at once. In a large party each wait is lengthened by a random

@@ -17,6 +17,7 @@
 //! | the party changes, `S` = Allocating | give up every lock, wait for stability | give up the contenders not yet held |
 //! | `T` known, `S` = Allocating | take `T`; all held: `Acquired` | listed items outside `T`: `Release` revoking them; else take `T`; all held: `Acquired` |
 //! | `T` known, `S` = Acquired | — | as above (gains published as `Allocating` with `L` kept) |
+//! | the shared set changes | as the party changes | `T` stays in force less the items that left the set (listed ones: `Release`); the new `T` once the quiet period ends |
 //! | `release_set()` | `Allocating`, then delete every lock, wait a full `time_boundary` | revoked items only (or everything, if not asked) |
 //!
 //! | session | Standard | SessionAware |
@@ -31,8 +32,10 @@
 //! is still decided only once the period has lasted `time_boundary`.
 //!
 //! The inputs of the assignment are the party and the item set. With the shared set in ZooKeeper, a read that shows
-//! a different set is a change exactly like a party change (every "the party changes" row above applies, debounced by
-//! the same `time_boundary`); a set marked `updating` is not used, the set in force stays. Items keep their index
+//! a different set is a change like a party change (debounced by the same `time_boundary`, and under Eager every
+//! "the party changes" row above applies), except that a set change does not restart a quiet period already under
+//! way: a stream of versions (a burst of finishes) waits `time_boundary` after its first, not after its last. Under
+//! Incremental the target in force is kept meanwhile (its row above), so gains under way complete; a set marked `updating` is not used, the set in force stays. Items keep their index
 //! for the life of the core ([`catalogue`]), so a removed item's lock is released under the index it was taken with;
 //! once released, its directory is deleted (and the first member of the party deletes those of removed items nobody
 //! held).
@@ -201,6 +204,9 @@ pub(crate) struct Core {
     members: Arc<[String]>,
     /// Our share under the latest stable party; `None` while the party settles.
     target: Option<BTreeSet<usize>>,
+    /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
+    /// once the quiet period ends.
+    target_outdated: bool,
     /// Our load under that share (weights against capacity).
     load: Option<Arc<Load>>,
     /// Members announcing another set or function (as of the latest party read).
@@ -276,6 +282,7 @@ impl Core {
             joining: None,
             members: Arc::from([]),
             target: None,
+            target_outdated: false,
             load: None,
             disagreements: Arc::from([]),
             party_nodes: Vec::new(),
@@ -464,7 +471,7 @@ impl Core {
             return self.settle_locks();
         }
         self.prepare_if_due();
-        if self.target.is_none()
+        if self.target_due()
             && self.party_fresh
             && self.set_fresh
             && self.connected
@@ -481,6 +488,11 @@ impl Core {
         }
         self.decide_rebalance();
         self.settle_locks();
+    }
+
+    /// Whether a target is to be computed once the quiet period ends: none is in force, or the set changed since.
+    fn target_due(&self) -> bool {
+        self.target.is_none() || self.target_outdated
     }
 
     /// Whether requests that a lost connection would only make fail again may be sent.

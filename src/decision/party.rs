@@ -37,6 +37,7 @@ impl Core {
         self.load = Some(Arc::new(load));
         self.members = self.latest_party.clone().into();
         self.target = Some(target);
+        self.target_outdated = false;
         self.locks.want_is_target = false;
         self.note_set_in_force();
         Ok(())
@@ -47,12 +48,37 @@ impl Core {
         if self.ending.is_some() {
             return;
         }
-        self.debounce.changed(self.now, self.latest_party.len());
+        // A party change restarts the quiet period, as in kazoo. A set change starts one only when none is under
+        // way: every finish or split is a version of its own, and a stream of them (one per shard a stream closes)
+        // must not postpone every member's allocation until it ends. The set read when the period ends is the one
+        // used, so a change waits `time_boundary` after the first one at most.
+        let set_change = reason == Reason::ItemSetChanged;
+        if !set_change || (self.target.is_some() && !self.target_outdated) {
+            self.debounce.changed(self.now, self.latest_party.len());
+        }
         self.locks.want_is_target = false;
+        if set_change && self.cfg.rebalance == crate::Rebalance::Incremental && self.target.is_some() {
+            return self.outdate_target();
+        }
+        self.target_outdated = false;
         if self.target.take().is_none() {
             return;
         }
         self.on_new_episode(reason);
+    }
+
+    /// Incremental, the set changed under a stable party: the target stays in force, less the items that left the
+    /// set, until the quiet period ends and the new one replaces it. Gains under way are not given up (a stream of
+    /// versions closer together than a lock's round trip would otherwise keep a member from ever completing them),
+    /// and listed items that left the set are revoked at once.
+    fn outdate_target(&mut self) {
+        if let Some(target) = &mut self.target {
+            target.retain(|&item| self.catalogue.contains(item));
+        }
+        if !self.target_outdated {
+            self.target_outdated = true;
+            self.on_new_episode(Reason::ItemSetChanged);
+        }
     }
 
     pub(super) fn on_party(&mut self, result: Result<PartyRead, ReqError>) {
@@ -197,7 +223,7 @@ impl Core {
     /// When the partition function may work ahead for this quiet period ([`PartitionFn::prepare`]): a quarter of
     /// `time_boundary` into it, while the assignment is still to be decided, once per period.
     pub(super) fn prepare_due(&self) -> Option<Instant> {
-        let settling = self.target.is_none() && self.party_fresh && self.set_fresh && self.connected && self.in_party;
+        let settling = self.target_due() && self.party_fresh && self.set_fresh && self.connected && self.in_party;
         (settling && self.prepared != Some(self.debounce.last_change())).then(|| self.debounce.prepare_at())
     }
 

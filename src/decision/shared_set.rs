@@ -48,7 +48,6 @@ impl Core {
                 let (change, reweighed) = self.catalogue.replace(committed.items, committed.version, committed.weights);
                 self.locks.dirs_known.resize(self.catalogue.len(), false);
                 if !change.is_empty() || reweighed {
-                    self.debounce.changed(self.now, self.latest_party.len());
                     self.locks.want_is_target = false;
                     self.on_inputs_changed(Reason::ItemSetChanged);
                 } else if self.set_in_force.generation == self.catalogue.generation()

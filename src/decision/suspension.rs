@@ -106,6 +106,7 @@ impl Core {
         if ours && breaks(Sabotage::ResumeAbandonsRebalance) {
             self.owed = None;
             self.target = Some(self.locks.held.clone());
+            self.target_outdated = false;
             self.locks.want_is_target = false;
             let held = self.locks.held.clone();
             self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::SessionSurvived);

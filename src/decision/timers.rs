@@ -97,7 +97,7 @@ impl Core {
             Timer::Allocation | Timer::Backoff => self.timers.get(timer),
             Timer::Announcements | Timer::Recovery => ahead(self.timers.get(timer)),
             Timer::Settled => {
-                let settling = self.target.is_none() && self.party_fresh && self.set_fresh && self.connected;
+                let settling = self.target_due() && self.party_fresh && self.set_fresh && self.connected;
                 ahead(settling.then(|| self.debounce.ready_at()))
             }
             Timer::Prepare => ahead(self.prepare_due()),

@@ -73,6 +73,7 @@ impl Core {
                 );
                 self.set_want(BTreeSet::new());
                 self.target = None;
+                self.target_outdated = false;
                 self.locks.want_is_target = false;
                 self.debounce.changed(self.now, self.latest_party.len());
                 self.start_allocation_clock();

@@ -188,8 +188,8 @@ const PINNED: [(Sabotage, usize, u64); 12] = [
     (Sabotage::IndexOrder, 3, 20_360_183_784_069),
     (Sabotage::NoSetRecovery, 5, 20_360_183_784_089),
     (Sabotage::ApplyingReadAsBase, 0, 20_360_183_784_062),
-    (Sabotage::CreatingReadAsCommitted, 1, 20_360_183_789_585),
-    (Sabotage::LostRepliesUnresolved, 0, 20_360_183_785_886),
+    (Sabotage::CreatingReadAsCommitted, 1, 20_360_183_790_394),
+    (Sabotage::LostRepliesUnresolved, 0, 20_360_183_788_575),
     (Sabotage::CleanupOnce, 4, 20_360_183_784_711),
     (Sabotage::ChildrenReadyEarly, 2, 20_360_183_784_064),
 ];
