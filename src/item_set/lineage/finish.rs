@@ -55,8 +55,16 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 self.settle(&zk, unfinished, &[]).await?;
                 continue;
             }
+            // An attempt whose reply was lost landed: done (its item may since have been retired, node and all).
+            if *uncertain && current.header.landed(&token) {
+                return Ok(Vec::new());
+            }
             let Some(read) = self.entries(&zk, std::slice::from_ref(&name)).await? else { continue };
             let Some((entry, stat)) = read.get(&name).cloned().flatten() else {
+                // An attempt of ours may have landed, and the item been retired since, past the log's memory.
+                if *uncertain {
+                    return Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() });
+                }
                 return Err(invalid("has no lineage: only a closed item can be finished (close it first)"));
             };
             match &entry.finished {
