@@ -37,8 +37,8 @@
 //! `--drain-secs N` (with `--shared-set`) is the lineage worker: an item this member holds that its source closed
 //! (`item_set close`, `split` or `merge`) is drained for N seconds, then finished
 //! ([`SetPartitioner::finish_item`]), so that its children can start; each finish is printed (`finished` with the
-//! item and the children it made ready, `{"ts", "finished_item", "ready"}` with `--json`). The lineage is read once a
-//! second while the member holds items.
+//! item and the children it made ready, `{"ts", "finished_item", "ready"}` with `--json`). Which held items are
+//! closed comes from the snapshot ([`Snapshot::closed`](zk_partitioner::Snapshot::closed)), checked once a second.
 //!
 //! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
 //! when it does not exist yet. Change it with the admin command: `cargo run --example item_set -- --connect .. --path
@@ -271,7 +271,7 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
         }
         joined = join(&args, items) => joined?,
     };
-    let (partitioner, session, mut session_state, admin) = joined;
+    let (partitioner, session, mut session_state) = joined;
     let mut changes = partitioner.changes();
     // With --drain-secs: when each held item was first seen closed, by ownership (fencing token).
     let mut draining: std::collections::HashMap<Item, (zk_partitioner::FencingToken, tokio::time::Instant)> =
@@ -286,8 +286,8 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
                 break;
             }
             _ = tick.tick(), if args.drain_secs.is_some() => {
-                if let (Some(drain), Some(admin)) = (args.drain_secs, &admin) {
-                    drain_closed(&partitioner, admin, drain, &mut draining, args.json).await;
+                if let Some(drain) = args.drain_secs {
+                    drain_closed(&partitioner, drain, &mut draining, args.json).await;
                 }
             }
             snapshot = changes.next() => {
@@ -332,27 +332,19 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Finishes the held items that were closed and have been drained for `drain` (see `--drain-secs`).
+/// Finishes the held items that were closed (as the snapshot shows them) and have been drained for `drain` (see
+/// `--drain-secs`).
 async fn drain_closed(
     partitioner: &SetPartitioner,
-    admin: &zk_partitioner::ItemSet,
     drain: Duration,
     draining: &mut std::collections::HashMap<Item, (zk_partitioner::FencingToken, tokio::time::Instant)>,
     json: bool,
 ) {
     let snapshot = partitioner.snapshot();
     draining.retain(|item, (token, _)| partitioner.fencing_token(item) == Some(*token));
-    if snapshot.items.is_empty() {
-        return;
-    }
-    let lineage = match admin.lineage().await {
-        Ok(lineage) => lineage,
-        Err(err) => return tracing::warn!(%err, "cannot read the lineage"),
-    };
     let now = tokio::time::Instant::now();
     for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-        let closed = lineage.get(item).is_some_and(|l| l.closed && !lineage.is_finished(item));
-        if !closed {
+        if !snapshot.is_closed(item) {
             continue;
         }
         let (_, since) = *draining.entry(item.clone()).or_insert((*token, now));
@@ -379,17 +371,9 @@ async fn drain_closed(
     }
 }
 
-/// Connects and joins the party; returns the partitioner, its session id, a watcher of the session's state and (with
-/// `--drain-secs`) an admin handle on the shared set for reading its lineage.
-async fn join(
-    args: &Args,
-    items: Vec<Item>,
-) -> Result<(SetPartitioner, i64, StateWatcher, Option<zk_partitioner::ItemSet>), String> {
+/// Connects and joins the party; returns the partitioner, its session id and a watcher of the session's state.
+async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, StateWatcher), String> {
     let client = args.session.open(args.session_timeout).await?;
-    let admin = match args.drain_secs {
-        Some(_) => Some(zk_partitioner::ItemSet::new(client.clone(), args.path.clone()).map_err(|e| e.to_string())?),
-        None => None,
-    };
     let session = client.session_id().0;
     let session_state = client.state_watcher();
     let mut builder = SetPartitioner::builder(client, args.path.clone(), items)
@@ -425,7 +409,7 @@ async fn join(
         builder = builder.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
     let partitioner = builder.build().await.map_err(|e| e.to_string())?;
-    Ok((partitioner, session, session_state, admin))
+    Ok((partitioner, session, session_state))
 }
 
 /// Whether `snapshot` is the end of a clean `finish()`.

@@ -104,6 +104,14 @@ pub struct Snapshot {
     /// against its ideal share, and whether it is over what the partition function's load bound allows (an item too
     /// large for any member's room). `None` until the first allocation.
     pub load: Option<Arc<crate::Load>>,
+    /// The items of [`items`](Snapshot::items) that are closed, in the same order: their source produces nothing new
+    /// ([`ItemSet::close`](crate::ItemSet::close), or a split or merge of them), so drain each, then
+    /// [`finish_item`](crate::SetPartitioner::finish_item) it. Only with a [shared item set](crate::Builder::shared_item_set)
+    /// that has lineage: each member reads its items' lineage after each version of the set and after it lists new
+    /// items, at most once per `time_boundary`, so a close shows here within about `time_boundary`. The rest of the
+    /// set's trees (waiting children, finished items) are read with [`ItemSet::lineage`](crate::ItemSet::lineage) or
+    /// [`describe`](crate::describe).
+    pub closed: Arc<[Item]>,
     /// Our lock node's name (in the item's lock directory) for each item in [`items`](Snapshot::items), in the same
     /// order: what a checkpoint save checks.
     pub(crate) lock_nodes: Arc<[String]>,
@@ -173,6 +181,7 @@ pub(crate) struct Transition {
     pub set: Option<SetChange>,
     pub disagreements: Arc<[Disagreement]>,
     pub load: Option<Arc<crate::Load>>,
+    pub closed: Arc<[Item]>,
     pub lock_nodes: Arc<[String]>,
 }
 
@@ -184,6 +193,12 @@ pub(crate) struct SetChange {
 }
 
 impl Snapshot {
+    /// Whether `item` is one of this member's items and closed ([`closed`](Snapshot::closed)).
+    pub fn is_closed(&self, item: &Item) -> bool {
+        // In item order, as `items`.
+        self.closed.binary_search(item).is_ok()
+    }
+
     pub(crate) fn initial(member: Arc<str>) -> Self {
         Snapshot {
             state: PartitionState::Allocating,
@@ -200,6 +215,7 @@ impl Snapshot {
             removed: Arc::from([]),
             disagreements: Arc::from([]),
             load: None,
+            closed: Arc::from([]),
             lock_nodes: Arc::from([]),
         }
     }
@@ -219,6 +235,7 @@ impl Snapshot {
             set,
             disagreements,
             load,
+            closed,
             lock_nodes,
         } = transition;
         if let Some(SetChange { version, added, removed }) = set {
@@ -237,6 +254,7 @@ impl Snapshot {
         self.suspended = suspended;
         self.disagreements = disagreements;
         self.load = load;
+        self.closed = closed;
         self.lock_nodes = lock_nodes;
     }
 
@@ -248,6 +266,7 @@ impl Snapshot {
         self.items = Arc::from([]);
         self.tokens = Arc::from([]);
         self.revoked = Arc::from([]);
+        self.closed = Arc::from([]);
         self.lock_nodes = Arc::from([]);
         self.cause = Some(cause);
         self.suspended = false;

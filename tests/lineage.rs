@@ -265,6 +265,69 @@ async fn finishing_is_fenced_and_only_for_closed_items() {
     assert_eq!(second.partitioner.finish_item(&item("b"), None).await.expect("finish"), items(&["c"]));
 }
 
+/// A member's snapshot shows which of its own items are closed: closed by `close`, by a split and by a merge, each a
+/// version of the set that changes no item. The other member's snapshot does not show them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_shows_which_of_its_items_are_closed() {
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let names: Vec<String> = (0..8).map(|k| format!("shard-{k}")).collect();
+    admin.create_if_missing(names.iter().map(|n| Item::from(n.as_str()))).await.expect("create");
+    let first = shared_member(ctx.client().await, "first").await;
+    let second = shared_member(ctx.client().await, "second").await;
+    let (_r1, _r2) = (auto_release(&first.partitioner), auto_release(&second.partitioner));
+    let all: Vec<Item> = admin.read().await.expect("read").items;
+    let deadline = timing(Duration::from_secs(15));
+    for member in [&first, &second] {
+        wait_snapshot(&member.partitioner, "ACQUIRED with half the items", deadline, |s| {
+            s.state == PartitionState::Acquired && s.items.len() == all.len() / 2
+        })
+        .await;
+    }
+    assert!(first.partitioner.snapshot().closed.is_empty(), "nothing is closed yet");
+    // One of the first member's items closed, one split, and one of the second's merged with another of its own.
+    let mine = first.partitioner.snapshot().items.clone();
+    let theirs = second.partitioner.snapshot().items.clone();
+    admin.close([mine[0].clone()]).await.expect("close");
+    admin.split(mine[1].clone(), ["child-a", "child-b"]).await.expect("split");
+    admin.merge([theirs[0].clone(), theirs[1].clone()], "merged").await.expect("merge");
+
+    let expect = |items: &[Item]| {
+        let mut items = items.to_vec();
+        items.sort();
+        items
+    };
+    // Within about time_boundary of the last change (each member reads at most once per time_boundary).
+    let deadline = timing(Duration::from_secs(5));
+    let closed_first = expect(&mine[..2]);
+    wait_snapshot(&first.partitioner, "its two closed items shown", deadline, |s| *s.closed == *closed_first).await;
+    let closed_second = expect(&theirs[..2]);
+    wait_snapshot(&second.partitioner, "its two merged items shown", deadline, |s| *s.closed == *closed_second).await;
+    let snapshot = first.partitioner.snapshot();
+    assert!(snapshot.is_closed(&mine[0]) && snapshot.is_closed(&mine[1]) && !snapshot.is_closed(&mine[2]));
+    assert!(!snapshot.is_closed(&theirs[0]), "another member's item is not among ours");
+
+    // Finished, the split parent leaves; its children enter, not closed. Items may move (the default function is
+    // kazoo's stride): a closed item's new owner shows it closed too, so the two members show the other three.
+    first.partitioner.finish_item(&mine[1], None).await.expect("finish the split parent");
+    let mut still_closed = vec![mine[0].clone(), theirs[0].clone(), theirs[1].clone()];
+    still_closed.sort();
+    let version = admin.read().await.expect("read").version;
+    let started = Instant::now();
+    loop {
+        let (a, b) = (first.partitioner.snapshot(), second.partitioner.snapshot());
+        let settled = [&a, &b].iter().all(|s| s.state == PartitionState::Acquired && s.set_version == Some(version));
+        let mut shown: Vec<Item> = a.closed.iter().chain(b.closed.iter()).cloned().collect();
+        shown.sort();
+        if settled && shown == still_closed {
+            assert!(a.items.iter().chain(b.items.iter()).any(|i| *i == item("child-a")), "the children entered");
+            break;
+        }
+        assert!(started.elapsed() < deadline, "closed items shown after the finish: {shown:?}, not {still_closed:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
     let ctx = Ctx::new().await;

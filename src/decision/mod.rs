@@ -66,7 +66,8 @@
 //! - [`protocol`]: the types that cross the boundary (events, operations, replies, actions, publications);
 //! - [`replies`]: each reply handed to the concern whose request it answers;
 //! - [`party`]: party reads, announcements, the quiet period's early work and our share (the target);
-//! - [`shared_set`]: following the shared set, and seeing to an update whose writer is gone;
+//! - [`shared_set`]: following the shared set, and seeing to an update whose writer is gone; [`closed`]: which of
+//!   our items a lineage change closed;
 //! - [`rebalance`]: the only place that tells Eager from Incremental;
 //! - [`suspension`]: the session rows;
 //! - [`locks`]: the lock table, which reports held, lost and released back to the core;
@@ -77,6 +78,7 @@
 //! Tests break one rule on purpose through a single hook ([`crate::sabotage`]), never by branches of their own.
 
 mod catalogue;
+mod closed;
 mod congestion;
 mod debounce;
 mod ending;
@@ -179,6 +181,8 @@ enum Pending {
     WatchLease,
     /// Stray party nodes of ours, being deleted.
     Strays,
+    /// A read of these items' lineage nodes (whether each is closed).
+    Closed(Vec<usize>),
 }
 
 /// The decision core. See the module docs for the table.
@@ -232,6 +236,8 @@ pub(crate) struct Core {
     unfinished: Option<Unfinished>,
     /// The shared set followed uses lineage: a member that announces nothing (kazoo) cannot take part.
     lineage: bool,
+    /// Which of our items are closed.
+    closed: closed::Closed,
     /// The set the assignment in force was computed from (indexes), and its change.
     assigned_set: Vec<usize>,
     set_in_force: SetInForce,
@@ -291,6 +297,7 @@ impl Core {
             set_recovery: None,
             unfinished: None,
             lineage: false,
+            closed: closed::Closed::default(),
             assigned_set: catalogue.set().to_vec(),
             catalogue,
             set_read: None,
@@ -307,6 +314,7 @@ impl Core {
                 set: SetInForce::default(),
                 disagreements: Arc::from([]),
                 load: None,
+                closed: BTreeSet::new(),
             },
             owed: None,
             release_acks: Vec::new(),
@@ -454,6 +462,9 @@ impl Core {
         if !self.stopped && self.ending.is_none() {
             self.decide_running();
             self.watch_held();
+            if self.suspension.is_none() {
+                self.read_closed_if_due();
+            }
         }
         // Also when the decision just now was to end.
         if !self.stopped && self.ending.is_some() {

@@ -83,6 +83,8 @@ pub(crate) enum Op {
     /// Tell when our held lock node (in the item's directory) is deleted: by us when we release it, or by someone
     /// else while we hold it.
     WatchHeld { item: usize, node: String },
+    /// Read these items' lineage nodes (read-only `multi`s): whether each item is closed.
+    ReadClosed(Vec<usize>),
 }
 
 /// One of our contender nodes, to delete: found by its prefix when its name is unknown (a create whose reply was
@@ -211,6 +213,8 @@ pub(crate) enum Reply {
     DirsRemoved,
     /// The watched held lock node is gone.
     HeldGone(Result<(), Failed>),
+    /// Per item, in request order: whether its lineage node says it is closed (no node: not closed).
+    Closed(Result<Vec<bool>, Failed>),
 }
 
 impl Reply {
@@ -232,7 +236,8 @@ pub(crate) enum Action {
     Request(ReqId, Op),
     /// Stop waiting for this request (a watch): its reply is no longer wanted.
     Cancel(ReqId),
-    Publish(Publication),
+    /// Boxed: a publication is several times the size of the other actions.
+    Publish(Box<Publication>),
     Ack(AckId, Result<(), Cause>),
     /// The partitioner is done: nothing more will be asked.
     Stop,
@@ -258,6 +263,8 @@ pub(crate) struct Publication {
     pub disagreements: Arc<[Disagreement]>,
     /// Our load under the assignment in force.
     pub load: Option<Arc<crate::Load>>,
+    /// The listed items known to be closed, in item order (a subsequence of `items`).
+    pub closed: Vec<usize>,
     pub reason: Reason,
 }
 
@@ -288,6 +295,7 @@ pub(crate) enum Reason {
     HeldLockDeleted,
     ReleaseSet,
     Disagreement,
+    ItemsClosed,
 }
 
 impl Reason {
@@ -307,6 +315,7 @@ impl Reason {
             Reason::HeldLockDeleted => "a held lock node was deleted by someone else",
             Reason::ReleaseSet => "release_set",
             Reason::Disagreement => "members disagree on their configuration",
+            Reason::ItemsClosed => "items closed",
         }
     }
 
@@ -320,7 +329,7 @@ impl Reason {
             Reason::LockLostInSuspension | Reason::HeldLockDeleted => Some("lock_lost"),
             Reason::ReleaseSet => Some("release_set"),
             Reason::AllAcquired | Reason::Ended | Reason::RevokedReleased | Reason::SessionSurvived => None,
-            Reason::Disagreement => None,
+            Reason::Disagreement | Reason::ItemsClosed => None,
         }
     }
 }

@@ -131,6 +131,7 @@ impl Core {
             (Pending::HeldWatch(item, node), Reply::HeldGone(result)) => {
                 self.on_held_gone(item, node, result.map_err(classify));
             }
+            (Pending::Closed(items), Reply::Closed(result)) => self.on_closed(items, result.map_err(classify)),
             (pending, reply) => {
                 self.fail(Cause::Internal(format!("reply {reply:?} to a {pending:?} request")));
             }

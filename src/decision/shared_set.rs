@@ -37,6 +37,8 @@ impl Core {
                     self.lineage = committed.header.lineage;
                     self.note_agreements();
                 }
+                // A lineage change may have closed one of our items (it changes no item).
+                self.items_may_have_closed();
                 if committed.items.is_empty() {
                     // Only a child deleted by hand can do this (updates refuse to empty the set).
                     return;

@@ -30,10 +30,12 @@ pub(super) enum Timer {
     LockRetry,
     /// Held locks' watches are asked for.
     HeldWatches,
+    /// Our items' lineage is read again (whether a change closed one).
+    ClosedRead,
 }
 
 impl Timer {
-    const ALL: [Timer; 8] = [
+    const ALL: [Timer; 9] = [
         Timer::Settled,
         Timer::Prepare,
         Timer::LockRetry,
@@ -42,6 +44,7 @@ impl Timer {
         Timer::Recovery,
         Timer::Allocation,
         Timer::Backoff,
+        Timer::ClosedRead,
     ];
 
     fn slot(self) -> Option<usize> {
@@ -50,7 +53,7 @@ impl Timer {
             Timer::Backoff => Some(1),
             Timer::Announcements => Some(2),
             Timer::Recovery => Some(3),
-            Timer::Settled | Timer::Prepare | Timer::LockRetry | Timer::HeldWatches => None,
+            Timer::Settled | Timer::Prepare | Timer::LockRetry | Timer::HeldWatches | Timer::ClosedRead => None,
         }
     }
 }
@@ -103,6 +106,7 @@ impl Core {
             Timer::Prepare => ahead(self.prepare_due()),
             Timer::LockRetry => self.locks.delayed.first().map(|&(at, _)| at),
             Timer::HeldWatches => ahead(self.held_watches_due()),
+            Timer::ClosedRead => ahead(self.closed_read_due()),
         }
     }
 

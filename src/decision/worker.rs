@@ -29,6 +29,8 @@ pub(super) struct Shown {
     pub(super) set: SetInForce,
     pub(super) disagreements: Arc<[Disagreement]>,
     pub(super) load: Option<Arc<crate::Load>>,
+    /// The listed items known closed.
+    pub(super) closed: BTreeSet<usize>,
 }
 
 impl Core {
@@ -110,8 +112,13 @@ impl Core {
             // The party's first allocation made the directories of every share: from now on, assume them all.
             self.locks.dirs_known.fill(true);
         }
+        if listed.difference(&self.shown.listed).next().is_some() {
+            self.items_may_have_closed();
+        }
+        let closed = self.closed_among(&listed);
         let shown = Shown {
             state,
+            closed,
             listed,
             revoked,
             suspended,
@@ -134,7 +141,7 @@ impl Core {
             .iter()
             .map(|item| self.locks.entries.get(item).and_then(|lock| lock.node.clone()).unwrap_or_default())
             .collect();
-        self.actions.push_back(Action::Publish(Publication {
+        self.actions.push_back(Action::Publish(Box::new(Publication {
             state,
             member: self.me.clone(),
             items,
@@ -146,8 +153,9 @@ impl Core {
             set: self.set_in_force.clone(),
             disagreements: self.disagreements.clone(),
             load: self.load.clone(),
+            closed: self.catalogue.in_item_order(shown.closed.iter().copied()),
             reason,
-        }));
+        })));
         self.shown = shown;
     }
 }

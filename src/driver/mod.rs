@@ -191,7 +191,7 @@ impl Driver {
                     abort.abort();
                 }
             }
-            Action::Publish(publication) => self.publisher.publish(&self.core, publication, now()),
+            Action::Publish(publication) => self.publisher.publish(&self.core, *publication, now()),
             Action::Ack(id, result) => {
                 if let Some(ack) = self.release_acks.remove(&id) {
                     let _ = ack.send(result.map_err(publish::error_of));

@@ -86,6 +86,7 @@ impl Publisher {
             set,
             disagreements: p.disagreements,
             load: p.load,
+            closed: core.items_of(&p.closed),
             lock_nodes: p.nodes.into(),
         };
         self.sender.send_modify(|snapshot| {

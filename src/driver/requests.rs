@@ -265,6 +265,15 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             };
             Done::reply_to(id, Reply::Listed(result))
         }
+        Op::ReadClosed(items) => {
+            let Some(set) = &ctx.set else {
+                return Done::reply_to(id, Reply::Closed(Ok(vec![false; items.len()])));
+            };
+            let nodes: Vec<String> =
+                items.iter().map(|&item| set.lineage_node(dir(item).rsplit('/').next().unwrap_or_default())).collect();
+            let result = crate::item_set::closed(&zk, &nodes).await;
+            Done::reply_to(id, Reply::Closed(result.map_err(|err| Failed::of("multi get_data", &set.lineage, err))))
+        }
         Op::Watch { item, node } => {
             let path = format!("{}/{node}", dir(item));
             let result = locks::wait_for_predecessor(&zk, &path).await;

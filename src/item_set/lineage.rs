@@ -143,6 +143,24 @@ pub(crate) fn finished(data: &[u8]) -> bool {
     Entry::parse(data).is_ok_and(|entry| entry.finished.is_some())
 }
 
+/// Lineage nodes read per `multi` by [`closed`] (as many as a lock listing reads).
+const CLOSED_BATCH: usize = 500;
+
+/// Whether each of these lineage nodes says its item is closed (a missing node: not closed), in read-only `multi`s of
+/// [`CLOSED_BATCH`] nodes sent together (a member reads its listed items' nodes after lineage changes).
+pub(crate) async fn closed<Z: ZooKeeper>(zk: &Z, nodes: &[String]) -> Result<Vec<bool>, ZkError> {
+    let reads = nodes.chunks(CLOSED_BATCH).map(|chunk| async move {
+        let ops: Vec<ReadOp<'_>> = chunk.iter().map(|node| ReadOp::Data(node)).collect();
+        let results = zk.multi_read(&ops).await?;
+        Ok::<_, ZkError>(results.into_iter().map(|result| match result {
+            ReadResult::Data(data, _) => Entry::parse(&data).is_ok_and(|entry| entry.closed),
+            _ => false,
+        }))
+    });
+    let chunks = futures::future::try_join_all(reads).await?;
+    Ok(chunks.into_iter().flatten().collect())
+}
+
 /// Whether parent `name` counts as finished: its node says so, or it was retired (no node).
 pub(crate) fn parent_finished(entries: &BTreeMap<String, Entry>, name: &str) -> bool {
     entries.get(name).is_none_or(|entry| entry.finished.is_some())

@@ -53,7 +53,7 @@ mod writes;
 
 pub(crate) use chunks::CHUNK_OPS;
 pub use handle::ItemSet;
-pub(crate) use lineage::{Finisher, finished};
+pub(crate) use lineage::{Finisher, closed, finished};
 pub use lineage::{ItemLineage, Lineage, LineageStatus};
 #[cfg(test)]
 pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};

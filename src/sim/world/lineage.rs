@@ -1,11 +1,12 @@
 //! Lineage in the simulation (runs with [`Plan::lineage`](crate::sim::Plan::lineage)): admins split, merge, close and
-//! add children with the production [`SharedSet`]; each member's worker finishes the closed items it holds through
-//! the handle's checkpoint writer; and the invariants, checked at every step:
+//! add children with the production [`SharedSet`]; each member's worker finishes the items its snapshot shows closed
+//! through the handle's checkpoint writer; and the invariants, checked at every step:
 //!
 //! - the committed set never holds a finished item, nor a child one of whose parents is unfinished;
 //! - no member lists a child one of whose parents is unfinished;
 //! - no member takes a finished item again (an owner listed after the finish took its lock before it);
-//! - a finish reported as done landed, while its lock node was the item's lowest contender.
+//! - a finish reported as done landed, while its lock node was the item's lowest contender;
+//! - every item a snapshot shows closed was closed.
 
 use std::collections::BTreeMap;
 use std::task::Poll;
@@ -118,14 +119,24 @@ impl World {
         Item::from(self.next_value - 1)
     }
 
-    /// The worker's finishes: each closed item it lists is finished once per ownership, half the time with a final
-    /// checkpoint, while faults remain (so that the world can settle after them).
+    /// The worker's finishes: each item its snapshot shows closed is finished once per ownership, half the time with
+    /// a final checkpoint, while faults remain (so that the world can settle after them). Checked first: every item
+    /// shown closed was closed (or has since been finished and retired).
     pub(super) fn start_finishes(&mut self, m: &mut Member, snapshot: &Snapshot) {
-        if !self.lineage_run() || snapshot.state != PartitionState::Acquired || self.faults_left == 0 {
+        if !self.lineage_run() {
+            return;
+        }
+        for item in snapshot.closed.iter() {
+            let name = item.node_name();
+            if !self.entry(&name).map_or(self.ever_finished.contains(&name), |e| e.closed) {
+                return self.violate(format!("{} shows {item} closed, but it is not", snapshot.member));
+            }
+        }
+        if snapshot.state != PartitionState::Acquired || self.faults_left == 0 {
             return;
         }
         for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-            let closed = self.entry(&item.node_name()).is_some_and(|e| e.closed && e.finished.is_none());
+            let closed = snapshot.closed.binary_search(item).is_ok();
             if !closed || m.worker.finish_tried.get(item) == Some(token) || self.rng().below(2) == 0 {
                 continue;
             }

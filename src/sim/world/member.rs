@@ -283,7 +283,7 @@ impl World {
                 );
                 self.note(line);
                 let now = lock(&self.net).instant();
-                m.publisher.publish(&m.core, publication, now);
+                m.publisher.publish(&m.core, *publication, now);
             }
             Action::Ack(id, result) => {
                 if let Some(ack) = m.release_acks.remove(&id) {

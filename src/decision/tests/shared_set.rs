@@ -1,0 +1,283 @@
+//! The shared set's rows: following its versions and announcing them, recovering an update whose writer is gone,
+//! the quiet period of a stream of versions, and reading which of our items are closed.
+
+use super::*;
+
+/// A core on the shared set, as member `a` of `party`, following `items` at `version`.
+fn on_shared_set(items: &[Item], version: u64, party: &[&str]) -> Script {
+    let mut cfg = config(0, Rebalance::Incremental, SessionPolicy::Standard, None);
+    cfg.items = items.to_vec();
+    cfg.shared_set = Some(version);
+    cfg.agreement = Agreement::new(None, Some(version), &KazooStride, items.first());
+    let mut s = Script::new(cfg);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(set_read(items, version)))));
+    s.party(party);
+    s
+}
+
+/// Another member's party node data, announcing the shared set at `version`.
+fn announcing(member: &str, version: u64, items: &[Item]) -> Vec<u8> {
+    Agreement::new(None, Some(version), &KazooStride, items.first()).node_data(member).into_bytes()
+}
+
+/// Members announce the shared set's version they follow (`set=shared@<version>`): one that follows another version
+/// is a reported disagreement, checked again every `time_boundary` while it lasts, and cleared once it catches up.
+/// (Before, members announced `set=shared` alone, and a member started from a half-written set said nothing.)
+#[test]
+fn a_member_on_another_version_of_the_shared_set_is_a_reported_disagreement_until_it_catches_up() {
+    let items: Vec<Item> = (0..4).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 3, &["a-0000000000", "b-0000000001"]);
+    let (id, Op::ReadAnnouncements(nodes)) = s.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(nodes, [node_of("b-0000000001")]);
+    s.send(Event::Reply(id, Reply::Announcements(Ok(vec![Some(announcing("b", 2, &items))]))));
+    let report = s.published().pop().expect("the disagreement is published at once");
+    assert_eq!(report.reason, Reason::Disagreement);
+    assert_eq!(report.disagreements.len(), 1);
+    assert_eq!(report.disagreements[0].kind, crate::DisagreementKind::ItemSetVersion);
+    assert_eq!(report.disagreements[0].member, "b-0000000001");
+    assert!(report.disagreements[0].theirs.contains("set=shared@2"), "{:?}", report.disagreements[0]);
+
+    // Read again a time_boundary later; b has caught up: the report ends.
+    s.wait(TB);
+    let (id, _) = s.request("announcements again", |op| matches!(op, Op::ReadAnnouncements(_)));
+    s.send(Event::Reply(id, Reply::Announcements(Ok(vec![Some(announcing("b", 3, &items))]))));
+    let cleared = s.published().pop().expect("the end of the disagreement is published");
+    assert!(cleared.disagreements.is_empty());
+}
+
+/// Once a member follows a new version, it says so in its party node.
+#[test]
+fn a_member_announces_each_version_of_the_shared_set_it_follows() {
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    s.seen.retain(|a| !matches!(a, Action::Request(_, Op::Announce(_))));
+
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    let bigger: Vec<Item> = (0..4).map(Item::from).collect();
+    s.send(Event::Reply(id, Reply::Set(Ok(set_read(&bigger, 2)))));
+    s.wait(SETTLED);
+    let (_, Op::Announce(data)) = s.request("announcement", |op| matches!(op, Op::Announce(_))) else { unreachable!() };
+    assert_eq!(
+        Agreement::from_node_data(data.as_bytes()).map(|a| a.set),
+        Some(crate::agreement::SetSource::Shared(Some(2)))
+    );
+    assert!(data.starts_with("a\n"), "the identifier first, as kazoo writes it: {data:?}");
+}
+
+/// An update's tag (random hex, as a writer draws it).
+const TAG: &str = "00000000000000a1";
+
+/// A read of the shared set with an update under way, with or without its writer's lease.
+fn unfinished_read(items: &[Item], version: u64, tag: &str, lease: bool) -> crate::item_set::layout::RawRead {
+    use crate::item_set::layout::{Header, Kind, State};
+    let mut read = set_read(items, version);
+    let header = Header {
+        kind: Kind::of(items),
+        version,
+        state: State::Staging(tag.into()),
+        log: Vec::new(),
+        weights: None,
+        lineage: false,
+    };
+    read.header = Some((header.render().into_bytes(), version as i32 + 1));
+    read.lease = Some(lease);
+    read
+}
+
+/// The party's first member takes care of an update whose writer may be gone: it watches the writer's lease while
+/// it lives, and undoes (or finishes) the update once it is gone. Another member leaves it to the first.
+#[test]
+fn the_first_member_recovers_an_update_whose_writer_is_gone() {
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000", "b-0000000001"]);
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(unfinished_read(&items, 1, TAG, true)))));
+    let (id, Op::WatchLease(tag)) = s.request("lease watch", |op| matches!(op, Op::WatchLease(_))) else {
+        unreachable!()
+    };
+    assert_eq!(tag, TAG);
+    // The writer's session ends: its lease goes; the member reads the set again and undoes the update.
+    s.send(Event::Reply(id, Reply::LeaseGone(Ok(()))));
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(unfinished_read(&items, 1, TAG, false)))));
+    let (_, Op::RecoverSet(unfinished)) = s.request("recovery", |op| matches!(op, Op::RecoverSet(_))) else {
+        unreachable!()
+    };
+    assert!(unfinished.abandoned());
+    assert_eq!(unfinished.state.change(), Some(TAG));
+
+    // The second member of the party does nothing of the kind.
+    let mut s = on_shared_set(&items, 1, &["b-0000000000", "a-0000000001"]);
+    s.send(Event::SetChanged);
+    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+    s.send(Event::Reply(id, Reply::Set(Ok(unfinished_read(&items, 1, TAG, false)))));
+    assert!(
+        !s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::RecoverSet(_) | Op::WatchLease(_)))),
+        "only the first member recovers: {:?}",
+        s.seen
+    );
+}
+
+/// Every finish or split is a version of the shared set. A stream of them must not postpone the allocation until
+/// it ends: a set change waits `time_boundary` after the first change not yet followed, at most. (Before, every
+/// version restarted the quiet period, and a burst of 980 finishes kept the children waiting 21 s on average.)
+#[test]
+fn a_stream_of_set_changes_waits_time_boundary_after_the_first_at_most() {
+    let versions_announced = |s: &mut Script| -> Vec<u64> {
+        let mut versions = Vec::new();
+        while let Some(at) = s.seen.iter().position(|a| matches!(a, Action::Request(_, Op::Announce(_)))) {
+            let Action::Request(_, Op::Announce(data)) = s.seen.remove(at) else { unreachable!() };
+            if let Some(Agreement { set: crate::agreement::SetSource::Shared(Some(version)), .. }) =
+                Agreement::from_node_data(data.as_bytes())
+            {
+                versions.push(version);
+            }
+        }
+        versions
+    };
+    let change_to = |s: &mut Script, version: u64| {
+        s.send(Event::SetChanged);
+        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+        let items: Vec<Item> = (0..2 + version as i64).map(Item::from).collect();
+        s.send(Event::Reply(id, Reply::Set(Ok(set_read(&items, version)))));
+    };
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    versions_announced(&mut s);
+
+    // Versions 2, 3 and 4, 40 ms apart: the assignment follows version 4 at 100 ms, not 100 ms after version 4.
+    change_to(&mut s, 2);
+    s.wait(TB * 2 / 5);
+    change_to(&mut s, 3);
+    s.wait(TB * 2 / 5);
+    change_to(&mut s, 4);
+    s.wait(TB / 10);
+    assert_eq!(versions_announced(&mut s), Vec::<u64>::new(), "followed before time_boundary");
+    s.wait(TB / 10);
+    assert_eq!(versions_announced(&mut s), [4], "a stream of set changes postponed the allocation");
+    s.grant_locks();
+
+    // A change after that starts a new wait; a party change within it restarts the wait, as in kazoo.
+    change_to(&mut s, 5);
+    s.wait(TB / 2);
+    s.send(Event::PartyChanged);
+    s.party(&["a-0000000000"]);
+    s.wait(TB * 7 / 10);
+    assert_eq!(versions_announced(&mut s), Vec::<u64>::new(), "a party change did not restart the wait");
+    s.wait(TB * 4 / 10);
+    assert_eq!(versions_announced(&mut s), [5]);
+}
+
+/// Incremental: a set change while gains are being taken does not give them up. The target stays in force (less
+/// the items that left the set) until the quiet period ends, so a stream of versions closer together than a lock's
+/// round trip still lets each gain complete, and the member reaches `Acquired` in between.
+#[test]
+fn incremental_gains_under_way_survive_a_set_change() {
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    // New items' lock directories are made first (a used path has them for the items it started with).
+    let grant = |s: &mut Script| {
+        while let Some(at) = s.seen.iter().position(|a| matches!(a, Action::Request(_, Op::MakeDirs(_)))) {
+            let Action::Request(id, Op::MakeDirs(_)) = s.seen.remove(at) else { unreachable!() };
+            s.send(Event::Reply(id, Reply::DirsMade(Ok(()))));
+        }
+        s.grant_locks();
+    };
+    let read = |s: &mut Script, items: &[Item], version: u64| {
+        s.send(Event::SetChanged);
+        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+        s.send(Event::Reply(id, Reply::Set(Ok(set_read(items, version)))));
+    };
+
+    // Version 2 adds item 3; once the quiet period ends, its lock is asked for.
+    let v2: Vec<Item> = (0..4).map(Item::from).collect();
+    read(&mut s, &v2, 2);
+    s.wait(SETTLED);
+    assert!(
+        s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::MakeDirs(items)) if items == &[3])),
+        "{:?}",
+        s.seen
+    );
+    // Version 3 (item 0 finished, item 4 added) arrives before the create's reply.
+    let v3: Vec<Item> = (1..5).map(Item::from).collect();
+    read(&mut s, &v3, 3);
+    let published = s.published();
+    let revoked = published.last().expect("item 0 left the set: revoked at once");
+    assert_eq!(revoked.state, PartitionState::Release);
+    assert_eq!(revoked.revoked.to_vec(), [0]);
+    s.send(Event::ReleaseSet(1));
+    let (id, _) = s.request("release of item 0", |op| matches!(op, Op::Release { .. }));
+    s.send(Event::Reply(id, Reply::Released(Ok(()))));
+    // Item 3 is still wanted: once its directory is made, its lock is taken, and the member is ACQUIRED at version
+    // 2's assignment (less item 0) before version 3's quiet period ends.
+    grant(&mut s);
+    let acquired = s.published().pop().expect("ACQUIRED with the gain");
+    assert_eq!(acquired.state, PartitionState::Acquired);
+    assert_eq!(listed(&acquired), BTreeSet::from([1, 2, 3]));
+    // Then version 3's assignment adds item 4.
+    s.wait(SETTLED);
+    grant(&mut s);
+    let last = s.published().pop().expect("ACQUIRED at version 3");
+    assert_eq!((last.state, listed(&last)), (PartitionState::Acquired, BTreeSet::from([1, 2, 3, 4])));
+}
+
+/// A member of a set with lineage reads its listed items' lineage nodes after a version (a close changes no item),
+/// at most once per `time_boundary`, skipping items known closed, and publishes the closed ones. Without lineage,
+/// nothing is read.
+#[test]
+fn closed_items_are_read_after_lineage_changes_and_published() {
+    let items: Vec<Item> = (0..3).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let reads_closed = |s: &Script| s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::ReadClosed(_))));
+    assert!(!reads_closed(&s), "a set without lineage reads no lineage");
+    let version = |s: &mut Script, version: u64| {
+        s.send(Event::SetChanged);
+        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+        s.send(Event::Reply(id, Reply::Set(Ok(set_read_with(&items, version, true)))));
+    };
+
+    // Version 2 closes item 1 (the same items): the listed items' lineage is read.
+    version(&mut s, 2);
+    let (id, Op::ReadClosed(asked)) = s.request("lineage read", |op| matches!(op, Op::ReadClosed(_))) else {
+        unreachable!()
+    };
+    assert_eq!(asked, [0, 1, 2]);
+    s.send(Event::Reply(id, Reply::Closed(Ok(vec![false, true, false]))));
+    let published = s.published().pop().expect("the closed item is published");
+    assert_eq!((published.state, published.closed.clone()), (PartitionState::Acquired, vec![1]));
+    assert_eq!(published.reason, Reason::ItemsClosed);
+
+    // Version 3 soon after: read again only a time_boundary after the last read, and not item 1.
+    version(&mut s, 3);
+    assert!(!reads_closed(&s), "read again within time_boundary");
+    s.wait(TB);
+    let (id, Op::ReadClosed(asked)) = s.request("lineage read", |op| matches!(op, Op::ReadClosed(_))) else {
+        unreachable!()
+    };
+    assert_eq!(asked, [0, 2]);
+    // A read lost with the connection is tried again, a time_boundary later.
+    s.send(Event::Reply(id, Reply::Closed(Err(lost_connection()))));
+    s.wait(TB);
+    let (id, _) = s.request("lineage read again", |op| matches!(op, Op::ReadClosed(_)));
+    s.send(Event::Reply(id, Reply::Closed(Ok(vec![true, false]))));
+    assert_eq!(s.published().pop().map(|p| p.closed), Some(vec![0, 1]));
+}
