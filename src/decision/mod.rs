@@ -392,11 +392,6 @@ impl Core {
         }
         self.send_lists(lists);
         self.send_make_dirs(dirs);
-        self.read_announcements_if_due();
-        if self.timers.is_due(Timer::Recovery, now) {
-            self.timers.clear(Timer::Recovery);
-            self.set_fresh = false;
-        }
         self.decide();
     }
 
@@ -459,6 +454,7 @@ impl Core {
 
     /// Looks at everything known and queues what follows. Called after every event.
     fn decide(&mut self) {
+        self.fire_stored_timers();
         if !self.stopped && self.ending.is_none() {
             self.decide_running();
             self.watch_held();
@@ -499,6 +495,21 @@ impl Core {
         }
         self.decide_rebalance();
         self.settle_locks();
+    }
+
+    /// The stored timers that only this fires, once due: after an event as after a timeout. (An event handled at the
+    /// very instant a timer is due moves the clock past it, and `poll_timeout` no longer reports a passed stored
+    /// timer: checked only on timeouts, the announcements' re-read was lost for good that way, and a member kept
+    /// reporting another as on an older version of the set.)
+    fn fire_stored_timers(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.read_announcements_if_due();
+        if self.timers.is_due(Timer::Recovery, self.now) {
+            self.timers.clear(Timer::Recovery);
+            self.set_fresh = false;
+        }
     }
 
     /// Whether a target is to be computed once the quiet period ends: none is in force, or the set changed since.

@@ -49,6 +49,27 @@ fn a_member_on_another_version_of_the_shared_set_is_a_reported_disagreement_unti
     assert!(cleared.disagreements.is_empty());
 }
 
+/// The re-read of the announcements is due a `time_boundary` after the report; an event handled at that very instant
+/// (not a timeout) must fire it too. Before, only timeouts fired it, and `poll_timeout` no longer reported a timer the
+/// clock had reached: the report stood for good (a 10⁸-step run, base 2611261401, found it).
+#[test]
+fn the_announcements_are_read_again_when_an_event_comes_at_the_instant_they_are_due() {
+    let items: Vec<Item> = (0..4).map(Item::from).collect();
+    let mut s = on_shared_set(&items, 3, &["a-0000000000", "b-0000000001"]);
+    let (id, _) = s.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)));
+    s.send(Event::Reply(id, Reply::Announcements(Ok(vec![Some(announcing("b", 2, &items))]))));
+    assert_eq!(s.published().pop().map(|p| p.disagreements.len()), Some(1));
+    // Exactly a time_boundary later, an event (a set change notification) comes before any timeout.
+    s.now += TB;
+    s.send(Event::SetChanged);
+    assert!(
+        s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::ReadAnnouncements(_)))),
+        "the re-read was not sent: {:?} (next timeout {:?})",
+        s.seen,
+        s.core.poll_timeout()
+    );
+}
+
 /// Once a member follows a new version, it says so in its party node.
 #[test]
 fn a_member_announces_each_version_of_the_shared_set_it_follows() {
