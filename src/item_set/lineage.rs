@@ -152,10 +152,15 @@ pub(crate) async fn closed<Z: ZooKeeper>(zk: &Z, nodes: &[String]) -> Result<Vec
     let reads = nodes.chunks(CLOSED_BATCH).map(|chunk| async move {
         let ops: Vec<ReadOp<'_>> = chunk.iter().map(|node| ReadOp::Data(node)).collect();
         let results = zk.multi_read(&ops).await?;
-        Ok::<_, ZkError>(results.into_iter().map(|result| match result {
-            ReadResult::Data(data, _) => Entry::parse(&data).is_ok_and(|entry| entry.closed),
-            _ => false,
-        }))
+        results
+            .into_iter()
+            .map(|result| match result {
+                ReadResult::Data(data, _) => Ok(Entry::parse(&data).is_ok_and(|entry| entry.closed)),
+                ReadResult::Failed(ZkError::NoNode) | ReadResult::Children(_) => Ok(false),
+                // Any other failure (a read lost with the connection): the caller reads again later.
+                ReadResult::Failed(err) => Err(err),
+            })
+            .collect::<Result<Vec<bool>, ZkError>>()
     });
     let chunks = futures::future::try_join_all(reads).await?;
     Ok(chunks.into_iter().flatten().collect())
@@ -220,6 +225,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                         }
                     },
                     ReadResult::Failed(ZkError::NoNode) => None,
+                    // A read of the multi lost with the connection: the caller reads everything again.
+                    ReadResult::Failed(err) if crate::error::is_transient(&err) => return Ok(None),
                     ReadResult::Failed(err) => return Err(self.zk_error("get_data", err)),
                     _ => return Ok(None),
                 };

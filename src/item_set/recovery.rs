@@ -32,12 +32,14 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// Waits until the header changes or the writer's lease goes, up to [`MAX_WAIT`].
     async fn wait_for_writer(&self, zk: &Z, unfinished: &Unfinished) -> Result<(), Error> {
         let Some(tag) = unfinished.state.change() else { return Ok(()) };
-        let header = match zk.get_and_watch_data(&self.paths.node).await {
+        // Reads lost with the connection are sent again (until the session ends), as every read of the set's is.
+        let header = match retry_transient(zk, || zk.get_and_watch_data(&self.paths.node)).await {
             Ok((_, _, watch)) => watch,
             Err(ZkError::NoNode) => return Ok(()),
             Err(err) => return Err(self.zk_error("get_data", err)),
         };
-        let lease = match zk.check_and_watch_stat(&self.paths.lease(tag)).await {
+        let lease_path = self.paths.lease(tag);
+        let lease = match retry_transient(zk, || zk.check_and_watch_stat(&lease_path)).await {
             Ok((None, _)) => return Ok(()),
             Ok((Some(_), watch)) => watch,
             Err(err) => return Err(self.zk_error("exists", err)),
