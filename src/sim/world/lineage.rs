@@ -54,6 +54,8 @@ impl World {
             // Retirement of everything finished whose children started, then the lineage read the tools make.
             let retire = async move {
                 set.retire(Duration::ZERO).await?;
+                // The retirement has reported its outcome: a failure of the reads that follow says nothing about it.
+                set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
                 set.lineage().await?;
                 set.read().await
             };
