@@ -111,8 +111,10 @@ impl Builder {
         self
     }
 
-    /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every change
-    /// restarts the wait.
+    /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every party
+    /// change restarts the wait. A change of the [shared item set](Builder::shared_item_set) starts it only when no
+    /// wait is under way, so a stream of set changes (a burst of finishes) waits `time_boundary` after its first
+    /// change, not after its last.
     ///
     /// # Examples
     /// ```no_run
