@@ -110,7 +110,7 @@ pub struct Snapshot {
     /// that has lineage: each member reads its items' lineage after each version of the set and after it lists new
     /// items, at most once per `time_boundary`, so a close shows here within about `time_boundary`. The rest of the
     /// set's trees (waiting children, finished items) are read with [`ItemSet::lineage`](crate::ItemSet::lineage) or
-    /// [`describe`](crate::describe).
+    /// [`describe`](crate::describe()).
     pub closed: Arc<[Item]>,
     /// Our lock node's name (in the item's lock directory) for each item in [`items`](Snapshot::items), in the same
     /// order: what a checkpoint save checks.

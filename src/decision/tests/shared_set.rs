@@ -16,6 +16,24 @@ fn on_shared_set(items: &[Item], version: u64, party: &[&str]) -> Script {
     s
 }
 
+/// [`on_shared_set`] as the only member, then `Acquired` over every item.
+fn acquired_on_shared_set(items: &[Item], version: u64) -> Script {
+    let mut s = on_shared_set(items, version, &["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    s
+}
+
+impl Script {
+    /// The shared set's watch fires, and the read that follows finds `read`.
+    fn set_read_finds(&mut self, read: crate::item_set::layout::RawRead) {
+        self.send(Event::SetChanged);
+        let (id, _) = self.request("set read", |op| *op == Op::ReadSet);
+        self.send(Event::Reply(id, Reply::Set(Ok(read))));
+    }
+}
+
 /// Another member's party node data, announcing the shared set at `version`.
 fn announcing(member: &str, version: u64, items: &[Item]) -> Vec<u8> {
     Agreement::new(None, Some(version), &KazooStride, items.first()).node_data(member).into_bytes()
@@ -74,16 +92,11 @@ fn the_announcements_are_read_again_when_an_event_comes_at_the_instant_they_are_
 #[test]
 fn a_member_announces_each_version_of_the_shared_set_it_follows() {
     let items: Vec<Item> = (0..3).map(Item::from).collect();
-    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
-    s.wait(SETTLED);
-    s.grant_locks();
-    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let mut s = acquired_on_shared_set(&items, 1);
     s.seen.retain(|a| !matches!(a, Action::Request(_, Op::Announce(_))));
 
-    s.send(Event::SetChanged);
-    let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
     let bigger: Vec<Item> = (0..4).map(Item::from).collect();
-    s.send(Event::Reply(id, Reply::Set(Ok(set_read(&bigger, 2)))));
+    s.set_read_finds(set_read(&bigger, 2));
     s.wait(SETTLED);
     let (_, Op::Announce(data)) = s.request("announcement", |op| matches!(op, Op::Announce(_))) else { unreachable!() };
     assert_eq!(
@@ -167,16 +180,11 @@ fn a_stream_of_set_changes_waits_time_boundary_after_the_first_at_most() {
         versions
     };
     let change_to = |s: &mut Script, version: u64| {
-        s.send(Event::SetChanged);
-        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
         let items: Vec<Item> = (0..2 + version as i64).map(Item::from).collect();
-        s.send(Event::Reply(id, Reply::Set(Ok(set_read(&items, version)))));
+        s.set_read_finds(set_read(&items, version));
     };
     let items: Vec<Item> = (0..3).map(Item::from).collect();
-    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
-    s.wait(SETTLED);
-    s.grant_locks();
-    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let mut s = acquired_on_shared_set(&items, 1);
     versions_announced(&mut s);
 
     // Versions 2, 3 and 4, 40 ms apart: the assignment follows version 4 at 100 ms, not 100 ms after version 4.
@@ -208,10 +216,7 @@ fn a_stream_of_set_changes_waits_time_boundary_after_the_first_at_most() {
 #[test]
 fn incremental_gains_under_way_survive_a_set_change() {
     let items: Vec<Item> = (0..3).map(Item::from).collect();
-    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
-    s.wait(SETTLED);
-    s.grant_locks();
-    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let mut s = acquired_on_shared_set(&items, 1);
     // New items' lock directories are made first (a used path has them for the items it started with).
     let grant = |s: &mut Script| {
         while let Some(at) = s.seen.iter().position(|a| matches!(a, Action::Request(_, Op::MakeDirs(_)))) {
@@ -221,9 +226,7 @@ fn incremental_gains_under_way_survive_a_set_change() {
         s.grant_locks();
     };
     let read = |s: &mut Script, items: &[Item], version: u64| {
-        s.send(Event::SetChanged);
-        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
-        s.send(Event::Reply(id, Reply::Set(Ok(set_read(items, version)))));
+        s.set_read_finds(set_read(items, version));
     };
 
     // Version 2 adds item 3; once the quiet period ends, its lock is asked for.
@@ -264,16 +267,11 @@ fn incremental_gains_under_way_survive_a_set_change() {
 #[test]
 fn closed_items_are_read_after_lineage_changes_and_published() {
     let items: Vec<Item> = (0..3).map(Item::from).collect();
-    let mut s = on_shared_set(&items, 1, &["a-0000000000"]);
-    s.wait(SETTLED);
-    s.grant_locks();
-    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let mut s = acquired_on_shared_set(&items, 1);
     let reads_closed = |s: &Script| s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::ReadClosed(_))));
     assert!(!reads_closed(&s), "a set without lineage reads no lineage");
     let version = |s: &mut Script, version: u64| {
-        s.send(Event::SetChanged);
-        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
-        s.send(Event::Reply(id, Reply::Set(Ok(set_read_with(&items, version, true)))));
+        s.set_read_finds(set_read_with(&items, version, true));
     };
 
     // Version 2 closes item 1 (the same items): the listed items' lineage is read.
