@@ -32,6 +32,13 @@ async fn run(tool: &str, args: &[&str]) -> (Option<i32>, String) {
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
+/// The error `tool` printed: its last line that starts with `tool: `. (The worker logs to stderr too, and the
+/// client's session task may log its disconnection after the error is printed, so it need not be the last line.)
+fn error_line<'a>(tool: &str, stderr: &'a str) -> &'a str {
+    let prefix = format!("{tool}: ");
+    stderr.lines().rev().find(|line| line.starts_with(&prefix)).unwrap_or_default()
+}
+
 /// `127.0.0.1:<port>` where nothing listens (the port was just free): connections to it are refused.
 fn refused_address() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
@@ -91,8 +98,7 @@ async fn every_tool_reports_a_refused_server_alike() {
         let (code, stderr) =
             run(tool, &[&["--connect", &refused, "--connect-timeout", "0.5"], rest(tool)].concat()).await;
         assert_eq!(code, Some(1), "{tool}: {stderr}");
-        // (The worker logs to stderr too: its error is the last line.)
-        let error = stderr.lines().last().unwrap_or_default();
+        let error = error_line(tool, &stderr);
         assert!(error.starts_with(&format!("{tool}: cannot connect to ZooKeeper at {refused}: ")), "{tool}: {stderr}");
         assert!(error.contains(&format!("{refused} refused the connection")), "{tool}: {stderr}");
     }
@@ -108,7 +114,7 @@ async fn fail_fast_gives_up_at_once_and_a_long_wait_says_how_long() {
             run(tool, &[&["--connect", &refused, "--connect-timeout", "60", "--fail-fast"], rest(tool)].concat()).await;
         assert_eq!(code, Some(1), "{tool}: {stderr}");
         assert!(started.elapsed() < timing(Duration::from_secs(10)), "{tool} took {:?}", started.elapsed());
-        let error = stderr.lines().last().unwrap_or_default();
+        let error = error_line(tool, &stderr);
         assert!(error.contains("fail-fast: no server can be reached"), "{tool}: {stderr}");
         assert!(error.contains(&format!("{refused} refused the connection")), "{tool}: {stderr}");
 
@@ -134,8 +140,7 @@ async fn every_tool_reports_a_missing_chroot_as_such() {
     );
     for tool in TOOLS {
         let (code, stderr) = run(tool, &[&["--connect", &connect], rest(tool)].concat()).await;
-        // (The worker logs to stderr too: its error is the last line.)
-        let error = stderr.lines().last().unwrap_or_default();
+        let error = error_line(tool, &stderr);
         assert_eq!((code, error), (Some(1), &*format!("{tool}: {expected}")), "{tool}: {stderr}");
     }
 }
