@@ -8,8 +8,10 @@
 //!
 //! Fidelity notes (all checked against the Apache ZooKeeper server's `PrepRequestProcessor`/`DataTree`):
 //! * A sequential node's suffix is the parent's `cversion` before the create, formatted `%010d`. The server bumps
-//!   `cversion` on every child *create* (`newCversion = parent.cversion + 1`) but only moves `pzxid` on a child
-//!   delete, so deletes do not advance the counter; suffixes still never repeat under a parent.
+//!   its stored `cversion` on every child *create* (`newCversion = parent.cversion + 1`) but only moves `pzxid` on a
+//!   child delete, so deletes do not advance the counter; suffixes still never repeat under a parent. The `cversion`
+//!   a client sees counts deletes too: `DataNode.copyStat` reports `2 × cversion − numChildren` (creates + deletes),
+//!   as the real server does (checked on 3.8: two creates and two deletes read 4, the next sequential suffix is 2).
 //! * Sessions are transactions too: `createSession` and `closeSession` each take a zxid; all the ephemerals of an
 //!   ending session are deleted under its `closeSession` zxid.
 //! * A node gets a NodeDeleted event on its data watches and its child watches, and its parent's child watches get
@@ -58,6 +60,7 @@ pub(crate) struct Stat {
     /// The owning session, 0 if persistent.
     pub ephemeral_owner: SessionId,
     pub num_children: usize,
+    /// As a client sees it: child creates plus deletes.
     pub cversion: i64,
     /// The data version: bumped by every `set_data`.
     pub version: i32,
@@ -151,7 +154,8 @@ impl Node {
             mzxid: self.mzxid,
             ephemeral_owner: self.ephemeral_owner,
             num_children: self.children.len(),
-            cversion: self.cversion,
+            // What a client sees: creates plus deletes (see the module docs).
+            cversion: 2 * self.cversion - self.children.len() as i64,
             version: self.version,
         }
     }

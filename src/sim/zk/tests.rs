@@ -71,15 +71,16 @@ fn sequential_numbering_across_deletes() {
     );
     zk.delete(s, &first).unwrap();
     zk.delete(s, &second).unwrap();
-    // Deletes leave the counter alone (only pzxid moves on the server); numbers are never reused.
-    assert_eq!(zk.exists("/a/locks/x").unwrap().cversion, 2);
+    // Deletes leave the suffix counter alone (only pzxid moves on the server); numbers are never reused. The
+    // cversion a client sees counts the deletes too (2 × creates − children, as the server's copyStat reports).
+    assert_eq!(zk.exists("/a/locks/x").unwrap().cversion, 4);
     // Persistent children count too, and a failed create (NodeExists) does not.
     zk.create(s, "/a/locks/x/p", b"", Mode::Persistent).unwrap();
     assert_eq!(zk.create(s, "/a/locks/x/p", b"", Mode::Persistent), Err(ZkErr::NodeExists));
     let third = zk.create(s, "/a/locks/x/other-", b"", Mode::EphemeralSequential).unwrap().0;
     assert_eq!(third, "/a/locks/x/other-0000000003");
     let stat = zk.exists("/a/locks/x").unwrap();
-    assert_eq!((stat.cversion, stat.num_children), (4, 2));
+    assert_eq!((stat.cversion, stat.num_children), (6, 2));
     // Counters are per parent.
     assert_eq!(zk.create(s, "/a/n-", b"", Mode::EphemeralSequential).unwrap().0, "/a/n-0000000001");
 }
