@@ -22,6 +22,7 @@
 //! | [`zk_partitioner_ideal_weight`](IDEAL_WEIGHT) | gauge | `path`, `dimension` | the member's ideal share of each dimension: its total × the member's capacity / the party's |
 //! | [`zk_partitioner_load_imbalance`](LOAD_IMBALANCE) | gauge | `path` | the largest assigned / ideal over the dimensions (1: exactly its share) |
 //! | [`zk_partitioner_over_capacity`](OVER_CAPACITY) | gauge | `path` | 1 when the member carries more than the partition function's load bound allows in some dimension, else 0 |
+//! | [`zk_partitioner_item_set_reads_total`](ITEM_SET_READS) | counter | `path`, `read` | reads of the shared item set by the member: `read="header"` when its header held every change since the member's last listing, `read="listing"` when every item was listed |
 //!
 //! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `item_set_changed`
 //! (the [shared item set](crate::ItemSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
@@ -116,8 +117,19 @@ pub const LOAD_IMBALANCE: &str = "zk_partitioner_load_imbalance";
 /// ([`Load::over_capacity`](crate::Load::over_capacity)). Label `path`.
 pub const OVER_CAPACITY: &str = "zk_partitioner_over_capacity";
 
+/// Counter: the member read the [shared item set](crate::ItemSet) (at start, and after each change of it). Labels
+/// `path`, `read`: `header` when the set's header recorded every change since the member's last listing, so that
+/// reading the header was the whole read; `listing` when the member listed every item (at start, after a staged
+/// update or a change too large to record, or after falling more than a few kilobytes of changes behind). A member
+/// whose `listing` reads grow with every change of a large set reads far more than it needs: see
+/// [`ItemSet`](crate::ItemSet)'s notes on reads.
+pub const ITEM_SET_READS: &str = "zk_partitioner_item_set_reads_total";
+
+/// The values of [`ITEM_SET_READS`]' `read` label.
+pub const ITEM_SET_READ_KINDS: [&str; 2] = ["header", "listing"];
+
 /// Every metric name, for exporters' allow lists and for tests.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     REBALANCES,
     ALLOCATION_SECONDS,
     ITEMS_HELD,
@@ -134,6 +146,7 @@ pub const NAMES: [&str; 16] = [
     IDEAL_WEIGHT,
     LOAD_IMBALANCE,
     OVER_CAPACITY,
+    ITEM_SET_READS,
 ];
 
 /// The values of [`STATE`]'s `state` label: kazoo's state names ([`PartitionState::as_str`]).
@@ -168,6 +181,13 @@ pub fn register_descriptions() {
     describe_gauge!(IDEAL_WEIGHT, "The member's ideal share of each dimension's weight (label dimension)");
     describe_gauge!(LOAD_IMBALANCE, "Largest assigned / ideal weight of the member over the dimensions");
     describe_gauge!(OVER_CAPACITY, "1 when the member carries more than the load bound allows, else 0");
+    describe_counter!(ITEM_SET_READS, Unit::Count, "Reads of the shared item set: by its header alone, or listing it");
+}
+
+/// The member at `paths` read the shared item set: by its header alone, or by `listing` every item.
+pub(crate) fn item_set_read(paths: &Paths, listing: bool) {
+    let read = ITEM_SET_READ_KINDS[usize::from(listing)];
+    ::metrics::counter!(ITEM_SET_READS, "path" => path_of(paths), "read" => read).increment(1);
 }
 
 /// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].

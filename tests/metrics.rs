@@ -2,8 +2,9 @@
 //! into it): allocation time, items held, lock waits, a rebalance with its cause, revoked items, a suspension and an
 //! expiry. Through a recorder per member (each on a thread of its own, as if in a process of its own with an
 //! exporter): the state gauges follow the member's states, `zk_partitioner_items` is the set's size, and the members'
-//! items held add up to it once the party is stable: what the example alerts in docs/prometheus rely on. And a weighted
-//! member's load gauges say what its snapshot's load says.
+//! items held add up to it once the party is stable: what the example alerts in docs/prometheus rely on. A weighted
+//! member's load gauges say what its snapshot's load says. And a member of a shared set reads small changes from the
+//! set's header alone, listing the items only when the header cannot account for a change.
 
 mod common;
 
@@ -147,7 +148,9 @@ async fn a_partitioner_records_its_metrics() {
     .await;
     // and m0's suspension (Standard policy) made it release: a rebalance caused by the connection
     assert_eq!(totals.counter(names::REBALANCES, Some("connection")), 1);
-    assert!(names::NAMES.iter().all(|name| totals.recorded(name)), "every metric recorded");
+    // (Every metric but the shared set's reads: this party divides a fixed set. The test of those reads is below.)
+    let recorded = |name: &&str| *name == names::ITEM_SET_READS || totals.recorded(name);
+    assert!(names::NAMES.iter().all(recorded), "every metric recorded");
 }
 
 /// A recorder that keeps the latest value of everything recorded, to be read at any time (the debugging recorder's
@@ -204,6 +207,19 @@ impl Kept {
 
     fn items(&self) -> Option<f64> {
         self.gauge(names::ITEMS, None)
+    }
+
+    /// The member's reads of the shared set of this `read` kind ([`names::ITEM_SET_READS`]).
+    fn reads(&self, read: &str) -> u64 {
+        self.0
+            .get_counter_handles()
+            .into_iter()
+            .find_map(|(key, counter): (Key, Arc<AtomicU64>)| {
+                let label = |wanted: &str| key.labels().find(|l| l.key() == wanted).map(|l| l.value().to_owned());
+                let ours = key.name() == names::ITEM_SET_READS && label("path").as_deref() == Some(PATH);
+                (ours && label("read").as_deref() == Some(read)).then(|| counter.load(Ordering::SeqCst))
+            })
+            .unwrap_or(0)
     }
 
     fn held(&self) -> Option<f64> {
@@ -419,4 +435,52 @@ async fn a_weighted_members_load_gauges_follow_its_load() {
         let cpu = (kept.dimension(names::ASSIGNED_WEIGHT, "cpu"), kept.dimension(names::IDEAL_WEIGHT, "cpu"));
         assert_eq!(cpu, (Some(0.0), Some(0.0)));
     }
+}
+
+#[tokio::test]
+async fn a_shared_set_member_reads_small_changes_from_the_header_alone() {
+    let deadline = timing(Duration::from_secs(20));
+    // given: a shared set of 2,000 items, and a member following it
+    let ctx = Ctx::new().await;
+    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let (created, _) = set.create_if_missing(ints(2_000)).await.expect("create the set");
+    let (m0, k0, _t0) = apart(&ctx, "m0", ints(2_000), |b| b.shared_item_set(true)).await;
+    let _worker = auto_release(&m0.partitioner);
+    let follows = |version: u64, items: Vec<Item>| {
+        let m0 = &m0;
+        async move {
+            wait_until(&format!("m0 holds the set's {} items at version {version}", items.len()), deadline, || async {
+                let snapshot = m0.partitioner.snapshot();
+                snapshot.set_version == Some(version) && snapshot.state == PartitionState::Acquired && {
+                    let mut held = snapshot.items.to_vec();
+                    held.sort();
+                    held == items
+                }
+            })
+            .await;
+        }
+    };
+    follows(created.version, created.items).await;
+    let listed = k0.reads("listing");
+    assert!(listed >= 1, "the first read lists every item");
+
+    // when: 20 small changes, each followed before the next
+    for i in 0..20 {
+        let after = match i % 2 {
+            0 => set.add([Item::from(10_000 + i)]).await,
+            _ => set.remove([Item::from(i)]).await,
+        }
+        .expect("a small change");
+        follows(after.version, after.items).await;
+    }
+    // then: each was read from the header alone
+    assert_eq!(k0.reads("listing"), listed, "no listing after a small change");
+    assert!(k0.reads("header") >= 20, "{} header reads", k0.reads("header"));
+
+    // when: a child made by hand beside a change (the header does not record it)
+    ctx.observer.create(&format!("{PATH}/items/by-hand"), b"", &common::persistent()).await.expect("create by hand");
+    let after = set.add([Item::from(20_000)]).await.expect("a small change");
+    // then: the counts do not add up, the member lists the items again, and finds what a listing finds
+    follows(after.version, after.items).await;
+    assert_eq!(k0.reads("listing"), listed + 1);
 }

@@ -62,8 +62,15 @@ fn set_read(items: &[Item], version: u64) -> crate::item_set::layout::RawRead {
 /// As [`set_read`], of a set that has lineage (`lineage=on`) or not.
 fn set_read_with(items: &[Item], version: u64, lineage: bool) -> crate::item_set::layout::RawRead {
     use crate::item_set::layout::{Header, Kind, RawRead, State};
-    let header =
-        Header { kind: Kind::of(items), version, state: State::Ready, log: Vec::new(), weights: None, lineage };
+    let header = Header {
+        kind: Kind::of(items),
+        version,
+        state: State::Ready,
+        log: Vec::new(),
+        weights: None,
+        lineage,
+        deltas: Vec::new(),
+    };
     RawRead {
         header: Some((header.render().into_bytes(), version as i32)),
         children: items.iter().map(Item::node_name).collect(),

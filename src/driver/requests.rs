@@ -12,8 +12,9 @@ use std::sync::Arc;
 use crate::Error;
 use crate::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
 use crate::error::retry_transient;
+use crate::item_set::cache::SetCache;
 use crate::item_set::layout::{Header, RawRead, SetPaths};
-use crate::item_set::{SharedSet, read_raw};
+use crate::item_set::{SharedSet, read_bridged, read_raw_cached};
 use crate::layout::{self, Paths};
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership};
@@ -39,6 +40,8 @@ pub(crate) struct Context {
     pub set_chunk: usize,
     /// Bounds how many held-lock watches are being registered at once ([`HELD_WATCH_REGISTRATIONS`]).
     held_watch_registrations: tokio::sync::Semaphore,
+    /// The shared set's last listing and weight table, so that a read after a small change lists nothing.
+    set_cache: std::sync::Mutex<SetCache>,
 }
 
 impl Context {
@@ -56,6 +59,7 @@ impl Context {
             static_membership,
             set_chunk,
             held_watch_registrations: tokio::sync::Semaphore::new(HELD_WATCH_REGISTRATIONS),
+            set_cache: std::sync::Mutex::default(),
         }
     }
 }
@@ -302,7 +306,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 let failed = Failed { code: Code::Other, error: Error::Internal { reason: "no shared set".into() } };
                 return Done::reply_to(id, Reply::Set(Err(failed)));
             };
-            let (result, set_watch) = read_set(&zk, set).await;
+            let (result, set_watch) = read_set(&zk, set, &ctx.set_cache, paths).await;
             let reply = Reply::Set(result.map_err(|err| Failed::of("read", &set.node, err)));
             Done { id, reply, party_watch: None, set_watch, joined: None }
         }
@@ -354,10 +358,26 @@ pub(crate) async fn perform<Z: ZooKeeper>(
 /// A member's read of the shared set (the core interprets it), with the one watch that tells of its next change: a
 /// data watch on the header (every update that commits writes it), or an existence watch while the set is missing.
 /// One watch, never dropped before it fires: dropping an unfired watch makes the client ask the server to remove the
-/// path's watches, which races with the next read's new watch on the same path.
-async fn read_set<Z: ZooKeeper>(zk: &Z, set: &SetPaths) -> (Result<RawRead, ZkError>, Option<Z::Watch>) {
+/// path's watches, which races with the next read's new watch on the same path. When the header records every change
+/// since the member's last listing, the header is the whole read ([`read_bridged`]).
+async fn read_set<Z: ZooKeeper>(
+    zk: &Z,
+    set: &SetPaths,
+    cache: &std::sync::Mutex<SetCache>,
+    paths: &Paths,
+) -> (Result<RawRead, ZkError>, Option<Z::Watch>) {
     let (header, watch) = match zk.get_and_watch_data(&set.node).await {
-        Ok((data, _, watch)) => (Header::parse(&data).ok(), watch),
+        Ok((data, stat, watch)) => {
+            let header = Header::parse(&data).ok();
+            if let Some(read) = match &header {
+                Some(header) => read_bridged(zk, set, (&data, header, &stat), cache).await,
+                None => None,
+            } {
+                crate::metrics::item_set_read(paths, false);
+                return (read, Some(watch));
+            }
+            (header, watch)
+        }
         Err(ZkError::NoNode) => {
             // If it was created meanwhile, the watch fires and the next read finds it.
             return match zk.check_and_watch_stat(&set.node).await {
@@ -371,5 +391,6 @@ async fn read_set<Z: ZooKeeper>(zk: &Z, set: &SetPaths) -> (Result<RawRead, ZkEr
         }
         Err(err) => return (Err(err), None),
     };
-    (read_raw(zk, set, header.as_ref()).await, Some(watch))
+    crate::metrics::item_set_read(paths, true);
+    (read_raw_cached(zk, set, header.as_ref(), Some(cache)).await, Some(watch))
 }

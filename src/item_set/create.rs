@@ -29,7 +29,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             match self.view(&zk).await? {
                 SetView::Committed(committed) => {
                     let created = committed.header.landed(&token);
-                    return Ok((SharedItems::of(committed), created));
+                    return Ok((SharedItems::of(*committed), created));
                 }
                 SetView::Unreadable(reason) => {
                     return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
@@ -77,6 +77,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             log: vec![token.to_owned()],
             weights: None,
             lineage: false,
+            deltas: Vec::new(),
         };
         let ready_text = ready.render();
         let created = paths_of(&self.paths.node, &names);
@@ -95,6 +96,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             log: Vec::new(),
             weights: None,
             lineage: false,
+            deltas: Vec::new(),
         }
         .render();
         let lease = self.paths.lease(tag);

@@ -19,6 +19,14 @@ use crate::{Error, Item};
 /// request is a read and one conditional write; a larger one is staged, committed and applied (see the
 /// `item_set` module's docs in the source for why every reader sees either the set before or the set after).
 ///
+/// **What members read.** Each member of the party watches the set's header, and reads the set again after every
+/// version. The header records what each of its latest versions added and removed (the newest few kilobytes of
+/// changes), so a member that read the previous versions reads the header alone: a stream of small changes (adds,
+/// removes, finishes, closes, weights) costs each member one small read per version, whatever the set's size. After a
+/// staged update, a change of more than about a kilobyte of names, or a member that fell behind, the member lists every
+/// item again ([`metrics::ITEM_SET_READS`](crate::metrics::ITEM_SET_READS) counts both kinds). A member also keeps the
+/// weight table it read, and reads one only when the header names another.
+///
 /// **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the reply of
 /// ours is lost and we reconnect, ours can no longer be recognised (a retried `replace_if` then reports a conflict; a
 /// retried `add` or `remove` is simply applied again, which changes nothing).

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
-//! [log=<token>,...] [weights=<tag>.<chunks>] [lineage=on]`. `version` is the committed version: it counts the updates in force.
+//! [log=<token>,...] [weights=<tag>.<chunks>] [lineage=on] [delta=<version>:<+added|-removed>,...]...`. `version` is
+//! the committed version: it counts the updates in force. Each `delta` records what a recent version added to and
+//! removed from the base set, for members that read the versions before it (see [`delta`](super::delta)).
 //! `weights` names the weight table in force: the items it lists weigh what it says, the others 1 (no `weights`: all
 //! weigh 1). `lineage=on` says that some item has a lineage node (written by the first lineage change, kept after).
 //! A table is written whole under a fresh tag before a header write names it, and deleted only once the
@@ -43,6 +45,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use super::delta::{self, Delta};
 use crate::error::shown;
 use crate::{Item, Weight};
 
@@ -120,6 +123,8 @@ pub(crate) struct Header {
     pub weights: Option<TableRef>,
     /// Some item has lineage (`item-lineage` has nodes): plain updates must check what they add and remove.
     pub lineage: bool,
+    /// What the latest versions added and removed, oldest first, where recorded (see [`delta`](super::delta)).
+    pub deltas: Vec<Delta>,
 }
 
 /// A weight table: its tag and how many chunk nodes it has.
@@ -142,7 +147,7 @@ impl Header {
             return Err(format!("its data {} does not start with {MAGIC:?} (not written by this crate?)", shown(text)));
         };
         let (mut kind, mut version, mut state, mut change, mut log) = (None, None, None, None, Vec::new());
-        let (mut weights, mut lineage) = (None, false);
+        let (mut weights, mut lineage, mut deltas) = (None, false, Vec::new());
         for word in rest.split_whitespace() {
             match word.split_once('=') {
                 Some(("kind", "int")) => kind = Some(Kind::Int),
@@ -155,6 +160,7 @@ impl Header {
                 }
                 Some(("weights", table)) if TableRef::parse(table).is_some() => weights = TableRef::parse(table),
                 Some(("lineage", "on")) => lineage = true,
+                Some(("delta", value)) if Delta::parse(value).is_some() => deltas.extend(Delta::parse(value)),
                 _ => return Err(format!("its data has an unknown or malformed field {}", shown(word))),
             }
         }
@@ -170,7 +176,7 @@ impl Header {
             ("absent", None) => State::Absent,
             (state, change) => return Err(format!("its state {} with change {change:?} is not one", shown(state))),
         };
-        Ok(Header { kind, version, state, log, weights, lineage })
+        Ok(Header { kind, version, state, log, weights, lineage, deltas })
     }
 
     pub fn render(&self) -> String {
@@ -188,6 +194,10 @@ impl Header {
         if self.lineage {
             text.push_str(" lineage=on");
         }
+        for delta in &self.deltas {
+            text.push(' ');
+            text.push_str(&delta.render());
+        }
         text
     }
 
@@ -197,7 +207,16 @@ impl Header {
         log.push(token.to_owned());
         let excess = log.len().saturating_sub(LOG);
         log.drain(..excess);
-        Header { kind, version: self.version + 1, state, log, weights: self.weights.clone(), lineage: self.lineage }
+        let (weights, lineage, deltas) = (self.weights.clone(), self.lineage, self.deltas.clone());
+        Header { kind, version: self.version + 1, state, log, weights, lineage, deltas }
+    }
+
+    /// Records that this version added `added` and removed `removed` (node names), if small enough (see
+    /// [`delta`](super::delta)): the commit's `multi` must do exactly that.
+    pub fn recording(mut self, added: &[String], removed: &[String]) -> Header {
+        let delta = Delta { version: self.version, added: added.to_vec(), removed: removed.to_vec() };
+        delta::record(&mut self.deltas, delta);
+        self
     }
 
     /// The same version in another state (the log unchanged).
@@ -319,8 +338,8 @@ pub(crate) enum SetView {
     Unreadable(String),
     /// The read does not hold what the header asks for (an update landed between the reads): read again.
     Torn,
-    /// The set in force.
-    Committed(Committed),
+    /// The set in force (boxed: its header can hold a few kilobytes of recorded changes).
+    Committed(Box<Committed>),
 }
 
 /// The set in force, as a read found it.
@@ -428,7 +447,7 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         Some(Ok(weights)) => weights,
         Some(Err(reason)) => return SetView::Unreadable(format!("its weight table: {reason}")),
     };
-    SetView::Committed(Committed {
+    SetView::Committed(Box::new(Committed {
         items,
         version: header.version,
         skipped,
@@ -436,7 +455,7 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         header_version,
         unfinished,
         weights,
-    })
+    }))
 }
 
 /// The most bytes of one chunk of a weight table.
@@ -511,6 +530,7 @@ mod tests {
             log: vec!["00000000000000aa".into()],
             weights: None,
             lineage: false,
+            deltas: Vec::new(),
         }
     }
 

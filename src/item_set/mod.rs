@@ -41,8 +41,10 @@
 pub(crate) mod layout;
 
 mod apply;
+pub(crate) mod cache;
 mod chunks;
 mod create;
+pub(crate) mod delta;
 mod handle;
 mod lineage;
 mod read;
@@ -58,7 +60,7 @@ pub use lineage::{ItemLineage, Lineage, LineageStatus};
 #[cfg(test)]
 pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
 pub use read::SharedItems;
-pub(crate) use read::read_raw;
+pub(crate) use read::{read_bridged, read_raw_cached};
 pub(crate) use recovery::recover;
 
 use std::time::Duration;

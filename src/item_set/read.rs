@@ -1,11 +1,14 @@
 //! Reading the set: [`SharedItems`], the set in force as read, and one consistent read of the set's nodes
-//! ([`read_raw`], which members following the set use too, with the header their watch read as a hint).
+//! ([`read_raw`]; members following the set use [`read_raw_cached`], with the header their watch read as a hint and
+//! their [`SetCache`]).
 
-use super::layout::{self, Committed, Header, RawRead, SetPaths, SetView};
+use super::cache::SetCache;
+use super::layout::{self, Committed, Header, RawRead, SetPaths, SetView, State};
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::error::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use crate::{Error, Item, Weight};
 
@@ -44,7 +47,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn read(&self) -> Result<SharedItems, Error> {
         let zk = self.zk()?;
         match self.view(&zk).await? {
-            SetView::Committed(committed) => Ok(SharedItems::of(committed)),
+            SetView::Committed(committed) => Ok(SharedItems::of(*committed)),
             SetView::Missing { .. } => Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
             SetView::Unreadable(reason) => Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason }),
             // `view` reads again until the read is whole.
@@ -59,7 +62,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// or one that cannot be read, is an error.
     pub(super) async fn committed(&self, zk: &Z) -> Result<Option<Committed>, Error> {
         match self.view(zk).await? {
-            SetView::Committed(committed) => Ok(Some(committed)),
+            SetView::Committed(committed) => Ok(Some(*committed)),
             SetView::Missing { .. } => Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
             SetView::Unreadable(reason) => Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason }),
             SetView::Torn => Ok(None),
@@ -90,6 +93,17 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
     paths: &SetPaths,
     header_hint: Option<&Header>,
 ) -> Result<RawRead, ZkError> {
+    read_raw_cached(zk, paths, header_hint, None).await
+}
+
+/// [`read_raw`], remembering in `cache` the listing of a `ready` set (for [`SetCache::bridge`]) and the weight table
+/// read, and reusing a table it remembers.
+pub(crate) async fn read_raw_cached<Z: ZooKeeper>(
+    zk: &Z,
+    paths: &SetPaths,
+    header_hint: Option<&Header>,
+    cache: Option<&Mutex<SetCache>>,
+) -> Result<RawRead, ZkError> {
     let mut wanted: (Option<String>, Option<String>) = match header_hint {
         Some(header) => {
             let (lists, lease) = layout::wants(header);
@@ -115,9 +129,9 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
             ops.push(ReadOp::Data(lease));
         }
         let mut results = zk.multi_read(&ops).await?.into_iter();
-        let header = match results.next() {
-            Some(ReadResult::Data(data, stat)) => Some((data, stat.version)),
-            Some(ReadResult::Failed(ZkError::NoNode)) => None,
+        let (header, stat) = match results.next() {
+            Some(ReadResult::Data(data, stat)) => (Some((data, stat.version)), Some(stat)),
+            Some(ReadResult::Failed(ZkError::NoNode)) => (None, None),
             Some(ReadResult::Failed(err)) => return Err(err),
             _ => return Err(ZkError::UnexpectedError("the set's header read answered something else".into())),
         };
@@ -148,23 +162,62 @@ pub(crate) async fn read_raw<Z: ZooKeeper>(
             // Whole, or (the header changed at every pass) the last read: short of what its header asks, it reads
             // as torn, and the reader reads again.
             _ => {
-                read.weights = read_table(zk, paths, read.header.as_ref()).await?;
+                if let (Some(cache), Some(stat), Some(Ok(header))) =
+                    (cache, stat, read.header.as_ref().map(|(data, _)| Header::parse(data)))
+                {
+                    lock(cache).remember(&header, &stat, &read.children);
+                }
+                read.weights = read_table(zk, paths, read.header.as_ref(), cache).await?;
                 return Ok(read);
             }
         }
     }
 }
 
-/// The chunks of the weight table `header` names, in read `multi`s of at most [`TABLE_READ`] chunks; `None` when it
-/// names none, or when a chunk is gone (the header has moved on since: the read is torn).
+/// A member's read of a `ready` set from `header` (just read, with its node's `stat`) and the listing its `cache`
+/// remembers, when the header records every change since ([`SetCache::bridge`]): no item is listed, and the weight
+/// table is read only if it is not the one remembered. `None`: list the items ([`read_raw_cached`]).
+pub(crate) async fn read_bridged<Z: ZooKeeper>(
+    zk: &Z,
+    paths: &SetPaths,
+    (data, header, stat): (&[u8], &Header, &crate::zookeeper::Stat),
+    cache: &Mutex<SetCache>,
+) -> Option<Result<RawRead, ZkError>> {
+    if header.state != State::Ready {
+        return None;
+    }
+    let children = lock(cache).bridge(header, stat)?;
+    let mut read =
+        RawRead { header: Some((data.to_vec(), stat.version)), children, change: None, lease: None, weights: None };
+    Some(match read_table(zk, paths, read.header.as_ref(), Some(cache)).await {
+        Ok(weights) => {
+            read.weights = weights;
+            Ok(read)
+        }
+        Err(err) => Err(err),
+    })
+}
+
+fn lock(cache: &Mutex<SetCache>) -> std::sync::MutexGuard<'_, SetCache> {
+    // Nothing panics while holding it; a poisoned cache is still consistent (each update is one assignment).
+    cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The chunks of the weight table `header` names, in read `multi`s of at most [`TABLE_READ`] chunks (or as `cache`
+/// remembers them); `None` when it names none, or when a chunk is gone (the header has moved on since: the read is
+/// torn).
 async fn read_table<Z: ZooKeeper>(
     zk: &Z,
     paths: &SetPaths,
     header: Option<&(Vec<u8>, i32)>,
+    cache: Option<&Mutex<SetCache>>,
 ) -> Result<Option<Vec<Vec<u8>>>, ZkError> {
     let Some(table) = header.and_then(|(data, _)| Header::parse(data).ok()).and_then(|h| h.weights) else {
         return Ok(None);
     };
+    if let Some(chunks) = cache.and_then(|cache| lock(cache).table(&table)) {
+        return Ok(Some(chunks));
+    }
     let chunk_paths: Vec<String> = (0..table.chunks).map(|k| paths.table_chunk(&table.tag, k)).collect();
     let mut chunks = Vec::with_capacity(table.chunks);
     for group in chunk_paths.chunks(TABLE_READ) {
@@ -177,6 +230,9 @@ async fn read_table<Z: ZooKeeper>(
                 _ => return Err(ZkError::UnexpectedError("a weight chunk read answered something else".into())),
             }
         }
+    }
+    if let Some(cache) = cache {
+        lock(cache).remember_table(table, chunks.clone());
     }
     Ok(Some(chunks))
 }

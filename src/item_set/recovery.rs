@@ -179,6 +179,7 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
                 log: Vec::new(),
                 weights: None,
                 lineage: false,
+                deltas: Vec::new(),
             }
             .render();
             let ops = [WriteOp::SetData { path: &set.paths.node, data: absent.as_bytes(), version: Some(version) }];

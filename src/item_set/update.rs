@@ -84,7 +84,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             let current = match self.view(&zk).await? {
-                SetView::Committed(committed) => committed,
+                SetView::Committed(committed) => *committed,
                 SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
                 SetView::Unreadable(reason) => {
                     return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
@@ -223,7 +223,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         token: &str,
         table: Option<TableRef>,
     ) -> Result<(), Result<Retry, Error>> {
-        let mut header = current.header.next(kind, State::Ready, token);
+        let mut header = current.header.next(kind, State::Ready, token).recording(adds, removes);
         header.weights = table;
         let header = header.render();
         let (created, deleted) = (paths_of(&self.paths.node, adds), paths_of(&self.paths.node, removes));

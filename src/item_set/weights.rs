@@ -41,7 +41,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         for attempt in 0..MAX_ATTEMPTS {
             backoff(zk, attempt).await;
             let current = match self.view(zk).await? {
-                SetView::Committed(committed) => committed,
+                SetView::Committed(committed) => *committed,
                 SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
                 SetView::Unreadable(reason) => {
                     return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
@@ -109,7 +109,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }
         let outcome = match self.write_table(zk, &tag, &chunks).await {
             Ok(()) => {
-                let mut next = current.header.next(current.header.kind, State::Ready, token);
+                let mut next = current.header.next(current.header.kind, State::Ready, token).recording(&[], &[]);
                 next.weights = (!chunks.is_empty()).then(|| TableRef { tag: tag.clone(), chunks: chunks.len() });
                 let data = next.render();
                 let ops = [WriteOp::SetData {

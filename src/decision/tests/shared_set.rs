@@ -120,6 +120,7 @@ fn unfinished_read(items: &[Item], version: u64, tag: &str, lease: bool) -> crat
         log: Vec::new(),
         weights: None,
         lineage: false,
+        deltas: Vec::new(),
     };
     read.header = Some((header.render().into_bytes(), version as i32 + 1));
     read.lease = Some(lease);

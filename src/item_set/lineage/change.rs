@@ -144,7 +144,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         retry_transient(zk, || zk.mkdir(&self.paths.lineage, &self.acls))
             .await
             .map_err(|e| Err(self.zk_error("mkdir", e)))?;
-        let mut header = current.header.next(current.header.kind, State::Ready, token);
+        let mut header = current.header.next(current.header.kind, State::Ready, token).recording(&plan.ready, &[]);
         header.lineage = true;
         let header = header.render();
         let created: Vec<(String, String)> =

@@ -109,7 +109,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             if current.items.len() == 1 && ready.is_empty() {
                 return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
             }
-            let header = current.header.next(current.header.kind, State::Ready, &token).render();
+            // (`extra` is the final checkpoint's write: it touches no item of the set.)
+            let header = current.header.next(current.header.kind, State::Ready, &token);
+            let header = header.recording(&ready, std::slice::from_ref(&name)).render();
             let node = self.paths.lineage_node(&name);
             let finished = Entry { finished: Some(mark.clone()), ..entry }.render();
             let item_path = self.paths.item(&name);

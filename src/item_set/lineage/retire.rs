@@ -59,7 +59,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
-            let header = current.header.next(current.header.kind, State::Ready, &token).render();
+            let header = current.header.next(current.header.kind, State::Ready, &token).recording(&[], &[]).render();
             let paths: Vec<(String, i32)> =
                 retired.iter().map(|(name, version)| (self.paths.lineage_node(name), *version)).collect();
             let mut ops = vec![WriteOp::SetData {
