@@ -113,8 +113,10 @@ impl Builder {
 
     /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every party
     /// change restarts the wait. A change of the [shared item set](Builder::shared_item_set) starts it only when no
-    /// wait is under way, so a stream of set changes (a burst of finishes) waits `time_boundary` after its first
-    /// change, not after its last.
+    /// wait is under way, so a stream of set changes (a burst of finishes) waits after its first change, not after its
+    /// last: `time_boundary` under [`Rebalance::Eager`](crate::Rebalance::Eager), where every member releases
+    /// everything; a quarter of it under [`Rebalance::Incremental`](crate::Rebalance::Incremental), where nobody stops
+    /// what they keep and the wait only gathers the stream's versions into one new assignment.
     ///
     /// # Examples
     /// ```no_run
@@ -379,7 +381,8 @@ impl Builder {
     /// With it, the builder's items only seed the set: if `<path>/items` does not exist yet, `build()` creates it with
     /// them; if it exists, they are ignored (an empty list is then fine). Anyone may change the set at run time, with
     /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`](crate::ItemSet). Every member watches it, and a change
-    /// goes through the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary); under
+    /// goes through the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary) (a
+    /// quarter of it under Incremental); under
     /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member releases everything and allocates again; under
     /// [`Rebalance::Incremental`](crate::Rebalance::Incremental) only the items whose owner changes stop (an added item
     /// is simply taken by its new owner, a removed item is revoked from its owner alone).

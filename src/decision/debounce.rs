@@ -1,6 +1,8 @@
 //! The `time_boundary` debounce: the party counts as stable once it has gone `boundary` without a change, and every
 //! change restarts the wait (where kazoo's fixed windows need between one and two boundaries of quiet). A change of
-//! the shared set restarts it only when no wait is under way (the core's `on_inputs_changed` decides).
+//! the shared set restarts it only when no wait is under way (the core's `on_inputs_changed` decides); under
+//! Incremental rebalancing such a wait is a quarter of the boundary ([`Debounce::set_changed`]), and a party change
+//! during it makes it a full one.
 //!
 //! Every member sees a change at about the same moment, so without more they would all start allocating in the same
 //! millisecond: a burst of every member's requests at once. In a large party each wait is lengthened by a random
@@ -51,6 +53,8 @@ pub(crate) struct Debounce {
     last_change: Instant,
     /// This wait's jitter.
     jitter: Duration,
+    /// This wait was started by a set change alone: it lasts a quarter of `boundary`, without jitter.
+    short: bool,
     /// The party's size as of the latest change: how many members may start at once.
     party: usize,
     parties: JitterParties,
@@ -61,14 +65,22 @@ pub(crate) struct Debounce {
 impl Debounce {
     /// A debounce that starts waiting at `now`; `seed` makes this member's jitter its own.
     pub fn new(boundary: Duration, parties: JitterParties, now: Instant, seed: u64) -> Self {
-        let mut debounce =
-            Debounce { boundary, last_change: now, jitter: Duration::ZERO, party: 1, parties, random: seed | 1 };
+        let mut debounce = Debounce {
+            boundary,
+            last_change: now,
+            jitter: Duration::ZERO,
+            short: false,
+            party: 1,
+            parties,
+            random: seed | 1,
+        };
         debounce.draw_jitter();
         debounce
     }
 
     /// Something changed at `now`, in a party of `party` members: the quiet period starts again.
     pub fn changed(&mut self, now: Instant, party: usize) {
+        self.short = false;
         if now > self.last_change {
             self.last_change = now;
             self.party = party;
@@ -76,9 +88,28 @@ impl Debounce {
         }
     }
 
-    /// When the current quiet period will have lasted `boundary` (and this wait's jitter).
+    /// Only the shared set changed at `now` (under Incremental, with no wait under way): a quiet period of a quarter
+    /// of `boundary` starts. The members keep everything they hold meanwhile, so the wait only batches a stream of
+    /// versions (one per finish or split) into one new assignment; a full boundary would be latency added to every
+    /// split shard's children.
+    pub fn set_changed(&mut self, now: Instant) {
+        // A full wait under way (a party change's) is neither shortened nor restarted.
+        if !self.short && now < self.ready_at() {
+            return;
+        }
+        if now > self.last_change {
+            self.last_change = now;
+            self.short = true;
+        }
+    }
+
+    /// When the current quiet period will have lasted `boundary` (and this wait's jitter), or a quarter of it after a
+    /// set change ([`set_changed`](Debounce::set_changed)).
     pub fn ready_at(&self) -> Instant {
-        self.last_change + self.boundary + self.jitter
+        match self.short {
+            true => self.last_change + self.boundary / 4,
+            false => self.last_change + self.boundary + self.jitter,
+        }
     }
 
     /// When the current quiet period began: identifies it.
@@ -112,6 +143,24 @@ impl Debounce {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_change_waits_a_quarter_and_never_shortens_a_party_wait() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut debounce = Debounce::new(ms(100), JitterParties::default(), t0, 7);
+        // The first wait (the start) is a full one: a set change within it leaves it alone.
+        debounce.set_changed(t0 + ms(50));
+        assert_eq!(debounce.ready_at(), t0 + ms(100) + debounce.jitter);
+        // Once it is over, a set change waits a quarter of the boundary, without jitter.
+        debounce.set_changed(t0 + ms(200));
+        assert_eq!(debounce.ready_at(), t0 + ms(225));
+        // A party change within it makes it a full wait from then.
+        debounce.changed(t0 + ms(210), 100);
+        assert_eq!(debounce.ready_at(), t0 + ms(310) + debounce.jitter);
+        debounce.set_changed(t0 + ms(300));
+        assert_eq!(debounce.ready_at(), t0 + ms(310) + debounce.jitter, "a party's wait cut short");
+    }
 
     #[test]
     fn every_change_restarts_the_wait() {

@@ -17,7 +17,7 @@
 //! | the party changes, `S` = Allocating | give up every lock, wait for stability | give up the contenders not yet held |
 //! | `T` known, `S` = Allocating | take `T`; all held: `Acquired` | listed items outside `T`: `Release` revoking them; else take `T`; all held: `Acquired` |
 //! | `T` known, `S` = Acquired | — | as above (gains published as `Allocating` with `L` kept) |
-//! | the shared set changes | as the party changes | `T` stays in force less the items that left the set (listed ones: `Release`); the new `T` once the quiet period ends |
+//! | the shared set changes | as the party changes | `T` stays in force less the items that left the set (listed ones: `Release`); the new `T` once a quiet period of `time_boundary / 4` ends |
 //! | `release_set()` | `Allocating`, then delete every lock, wait a full `time_boundary` | revoked items only (or everything, if not asked) |
 //!
 //! | session | Standard | SessionAware |
@@ -34,8 +34,10 @@
 //! The inputs of the assignment are the party and the item set. With the shared set in ZooKeeper, a read that shows
 //! a different set is a change like a party change (debounced by the same `time_boundary`, and under Eager every
 //! "the party changes" row above applies), except that a set change does not restart a quiet period already under
-//! way: a stream of versions (a burst of finishes) waits `time_boundary` after its first, not after its last. Under
-//! Incremental the target in force is kept meanwhile (its row above), so gains under way complete; a set marked `updating` is not used, the set in force stays. Items keep their index
+//! way: a stream of versions (a burst of finishes) waits after its first, not after its last. Under Incremental that
+//! wait is a quarter of `time_boundary` (a party change within it makes it a full one) and the target in force is
+//! kept meanwhile (its row above), so gains under way complete and nobody stops what they keep; a set marked
+//! `updating` is not used, the set in force stays. Items keep their index
 //! for the life of the core ([`catalogue`]), so a removed item's lock is released under the index it was taken with;
 //! once released, its directory is deleted (and the first member of the party deletes those of removed items nobody
 //! held).

@@ -51,13 +51,22 @@ impl Core {
         // A party change restarts the quiet period, as in kazoo. A set change starts one only when none is under
         // way: every finish or split is a version of its own, and a stream of them (one per shard a stream closes)
         // must not postpone every member's allocation until it ends. The set read when the period ends is the one
-        // used, so a change waits `time_boundary` after the first one at most.
+        // used, so a change waits one period after the first one at most: `time_boundary` under Eager (everyone
+        // releases), a quarter of it under Incremental (a shorter wait there also leaves less time for members to
+        // decide on different versions, whose answers differ for items near a load bound).
         let set_change = reason == Reason::ItemSetChanged;
-        if !set_change || (self.target.is_some() && !self.target_outdated) {
+        let incremental = self.cfg.rebalance == crate::Rebalance::Incremental;
+        if !set_change {
             self.debounce.changed(self.now, self.latest_party.len());
+        } else if self.target.is_some() && !self.target_outdated {
+            // Under Incremental nobody stops what they keep: a quarter of `time_boundary` batches the stream.
+            match incremental {
+                true => self.debounce.set_changed(self.now),
+                false => self.debounce.changed(self.now, self.latest_party.len()),
+            }
         }
         self.locks.want_is_target = false;
-        if set_change && self.cfg.rebalance == crate::Rebalance::Incremental && self.target.is_some() {
+        if set_change && incremental && self.target.is_some() {
             return self.outdate_target();
         }
         self.target_outdated = false;
