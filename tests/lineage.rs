@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::members::{AbortOnDrop, Member, PATH, assert_disjoint_cover, auto_release, build_member, wait_snapshot};
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
-use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, LineageStatus, PartitionState, Rebalance};
+use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, LineageStatus, PartitionState, Rebalance, Weight};
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(300);
 /// How long a worker "drains" a closed item before it finishes it.
@@ -194,6 +194,7 @@ async fn a_merge_waits_for_both_parents() {
     let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing(items(&["left", "right", "other"])).await.expect("create");
     admin.merge(["left", "right"], "merged").await.expect("merge");
+    admin.set_weights([("left", Weight::new(5))]).await.expect("weigh left");
     let member = shared_member(ctx.client().await, "solo").await;
     let _release = auto_release(&member.partitioner);
     member.wait_items(&items(&["left", "other", "right"]), timing(Duration::from_secs(10))).await;
@@ -222,8 +223,12 @@ async fn a_merge_waits_for_both_parents() {
     assert_eq!(lineage.roots().cloned().collect::<Vec<_>>(), items(&["merged"]));
     assert_eq!(lineage.get(&item("merged")).map(|l| &l.status), Some(&LineageStatus::Ready));
     assert_eq!(member.partitioner.load_checkpoint(&item("left")).await.expect("load"), None);
-    // A retired name may be used again.
-    admin.add(["left"]).await.expect("a retired name is free");
+    // A retired name may be used again, and it is a new item: it weighs 1, not what the finished one weighed (the
+    // finish left the weight table alone; the add prunes it).
+    let added = admin.add(["left"]).await.expect("a retired name is free");
+    assert_eq!(added.weights.get(&item("left")), None, "the add reports left weighing 1");
+    let read = admin.read().await.expect("read");
+    assert_eq!((read.version, read.weights.get(&item("left"))), (added.version, None), "and the set says so");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

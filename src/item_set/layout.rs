@@ -356,6 +356,9 @@ pub(crate) struct Committed {
     pub unfinished: Option<Unfinished>,
     /// The weights of the items that have one (the others weigh 1), of items in the set only.
     pub weights: BTreeMap<Item, Weight>,
+    /// The weight table in force also weighs items that are not in the set: finished ones (a finish leaves the table
+    /// alone). The next plain update or lineage change prunes them, so that a name used again weighs 1.
+    pub stale_weights: bool,
 }
 
 impl Committed {
@@ -442,9 +445,10 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         }
     }
     let (items, skipped) = parse_names(header.kind, names);
-    let weights = match read.weights.as_deref().map(|chunks| parse_table(chunks, header.kind, &items)) {
-        None => BTreeMap::new(),
-        Some(Ok(weights)) => weights,
+    let (weights, stale_weights) = match read.weights.as_deref().map(|chunks| parse_table(chunks, header.kind, &items))
+    {
+        None => (BTreeMap::new(), false),
+        Some(Ok(parsed)) => parsed,
         Some(Err(reason)) => return SetView::Unreadable(format!("its weight table: {reason}")),
     };
     SetView::Committed(Box::new(Committed {
@@ -455,6 +459,7 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         header_version,
         unfinished,
         weights,
+        stale_weights,
     }))
 }
 
@@ -481,9 +486,13 @@ pub(crate) fn render_table(weights: &BTreeMap<Item, Weight>, per_chunk: usize) -
     chunks
 }
 
-/// The weights a table's chunks give the items of `items` (sorted); lines of items not in the set are skipped.
-pub(crate) fn parse_table(chunks: &[Vec<u8>], kind: Kind, items: &[Item]) -> Result<BTreeMap<Item, Weight>, String> {
-    let mut weights = BTreeMap::new();
+/// The weights a table's chunks give the items of `items` (sorted), and whether it has lines of other items (skipped).
+pub(crate) fn parse_table(
+    chunks: &[Vec<u8>],
+    kind: Kind,
+    items: &[Item],
+) -> Result<(BTreeMap<Item, Weight>, bool), String> {
+    let (mut weights, mut others) = (BTreeMap::new(), false);
     for (k, chunk) in chunks.iter().enumerate() {
         let text = std::str::from_utf8(chunk).map_err(|_| format!("chunk {k} is not UTF-8"))?;
         for line in text.lines() {
@@ -491,14 +500,15 @@ pub(crate) fn parse_table(chunks: &[Vec<u8>], kind: Kind, items: &[Item]) -> Res
                 line.split_once('\t').ok_or_else(|| format!("chunk {k} has a line without a tab: {}", shown(line)))?;
             let weight: Weight = weight.parse().map_err(|err| format!("chunk {k}: {err}"))?;
             let (mut parsed, _) = parse_names(kind, [name.to_owned()]);
-            if let Some(item) = parsed.pop()
-                && items.binary_search(&item).is_ok()
-            {
-                weights.insert(item, weight);
+            match parsed.pop() {
+                Some(item) if items.binary_search(&item).is_ok() => {
+                    weights.insert(item, weight);
+                }
+                _ => others = true,
             }
         }
     }
-    Ok(weights)
+    Ok((weights, others))
 }
 
 /// Item names as items of `kind`, sorted; names that are not such items come back apart.
@@ -645,9 +655,9 @@ mod tests {
         assert_eq!(chunks.len(), 2);
         assert_eq!(chunks[0], b"1\t5\n2\tbytes=9,cpu=2\n");
         let items: Vec<Item> = (1..=3).map(Item::from).collect();
-        assert_eq!(parse_table(&chunks, Kind::Int, &items), Ok(weights.clone()));
+        assert_eq!(parse_table(&chunks, Kind::Int, &items), Ok((weights.clone(), false)));
         // Weights of items not in the set are not the set's.
-        assert_eq!(parse_table(&chunks, Kind::Int, &items[..1]).map(|w| w.len()), Ok(1));
+        assert_eq!(parse_table(&chunks, Kind::Int, &items[..1]).map(|(w, stale)| (w.len(), stale)), Ok((1, true)));
         assert!(parse_table(&[b"1 5\n".to_vec()], Kind::Int, &items).is_err());
         assert!(parse_table(&[b"1\tlots\n".to_vec()], Kind::Int, &items).is_err());
         assert_eq!(render_table(&BTreeMap::new(), 10), vec![Vec::<u8>::new()]);

@@ -159,14 +159,15 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             if adds.is_empty() && removes.is_empty() && kind == current.header.kind && current.skipped.is_empty() {
                 return Ok(SharedItems::of(current));
             }
-            // Removed items lose their weight (re-added, they weigh 1): a table without them goes in force along.
+            // Removed items lose their weight (re-added, they weigh 1): a table without them goes in force along, as
+            // it does when the table still weighs finished items.
             let weights: BTreeMap<Item, Weight> = current
                 .weights
                 .iter()
                 .filter(|(item, _)| after.contains(item))
                 .map(|(i, w)| (i.clone(), w.clone()))
                 .collect();
-            let pruned = if weights.len() == current.weights.len() {
+            let pruned = if weights.len() == current.weights.len() && !current.stale_weights {
                 None
             } else {
                 match self.prune_weights(&zk, &weights).await {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::entry::Entry;
 use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
-use crate::item_set::layout::{self, Committed, State};
+use crate::item_set::layout::{self, Committed, State, TableRef};
 use crate::item_set::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
 use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
@@ -114,7 +114,23 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.to_owned());
-            match self.write_plan(&zk, &current, &plan, token).await {
+            // A table that still weighs finished items is pruned along (as plain updates do), so that a name used
+            // again for a child weighs 1.
+            let pruned = match current.stale_weights {
+                true => match self.prune_weights(&zk, &current.weights).await {
+                    Ok(pruned) => Some(pruned),
+                    Err(Ok(_)) => continue,
+                    Err(Err(err)) => return Err(err),
+                },
+                false => None,
+            };
+            let table = pruned.as_ref().map_or_else(|| current.header.weights.clone(), |(_, table)| table.clone());
+            let written = self.write_plan(&zk, &current, &plan, token, table).await;
+            if let Some((tag, _)) = &pruned {
+                let (landed, unknown) = (written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))));
+                self.after_pruning(&zk, landed, unknown, tag, current.header.weights.clone()).await;
+            }
+            match written {
                 Ok(()) => {
                     let (mut ready, _) = layout::parse_names(current.header.kind, plan.ready);
                     let mut after = SharedItems::of(current);
@@ -134,18 +150,22 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }
     }
 
+    /// One `multi`: the header's next version (naming weight `table`), conditional on the one read, with the lineage
+    /// nodes' writes and the creates of the children made ready.
     async fn write_plan(
         &self,
         zk: &Z,
         current: &Committed,
         plan: &Plan,
         token: &str,
+        table: Option<TableRef>,
     ) -> Result<(), Result<Retry, Error>> {
         retry_transient(zk, || zk.mkdir(&self.paths.lineage, &self.acls))
             .await
             .map_err(|e| Err(self.zk_error("mkdir", e)))?;
         let mut header = current.header.next(current.header.kind, State::Ready, token).recording(&plan.ready, &[]);
         header.lineage = true;
+        header.weights = table;
         let header = header.render();
         let created: Vec<(String, String)> =
             plan.created.iter().map(|(name, entry)| (self.paths.lineage_node(name), entry.render())).collect();
