@@ -199,7 +199,7 @@ pub(crate) async fn read_bridged<Z: ZooKeeper>(
 }
 
 fn lock(cache: &Mutex<SetCache>) -> std::sync::MutexGuard<'_, SetCache> {
-    // Nothing panics while holding it; a poisoned cache is still consistent (each update is one assignment).
+    // Nothing panics while the cache is held (set inserts and removes, clones): it is never poisoned.
     cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
