@@ -43,6 +43,9 @@ pub(crate) enum Sabotage {
     OwnPredecessorWaited,
     /// A finished parent puts every child of its in the set, even one still waiting on another parent.
     ChildrenReadyEarly,
+    /// Retiring an item leaves its children naming it as their parent: its name used again for a new item becomes
+    /// the parent of children already in the set.
+    RetireKeepsLinks,
 }
 
 #[cfg(test)]

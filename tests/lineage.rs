@@ -215,13 +215,12 @@ async fn a_merge_waits_for_both_parents() {
     let checkpoint = member.partitioner.load_checkpoint(&item("left")).await.expect("load").expect("kept");
     assert_eq!(checkpoint.data, b"final:left");
 
-    // Retirement: not before the age, then both parents (their child has started), with their checkpoints.
+    // Retirement: not before the age, then both parents (their child has started), with their checkpoints. The
+    // child loses its links to them, and with nothing else to say it is a plain item.
     assert_eq!(admin.retire(Duration::from_secs(3600)).await.expect("retire"), Vec::<Item>::new());
     assert_eq!(admin.retire(Duration::ZERO).await.expect("retire"), items(&["left", "right"]));
     let lineage = admin.lineage().await.expect("lineage");
-    assert_eq!(lineage.items.keys().cloned().collect::<Vec<_>>(), items(&["merged"]));
-    assert_eq!(lineage.roots().cloned().collect::<Vec<_>>(), items(&["merged"]));
-    assert_eq!(lineage.get(&item("merged")).map(|l| &l.status), Some(&LineageStatus::Ready));
+    assert!(lineage.items.is_empty(), "{:?}", lineage.items);
     assert_eq!(member.partitioner.load_checkpoint(&item("left")).await.expect("load"), None);
     // A retired name may be used again, and it is a new item: it weighs 1, not what the finished one weighed (the
     // finish left the weight table alone; the add prunes it).
@@ -229,6 +228,13 @@ async fn a_merge_waits_for_both_parents() {
     assert_eq!(added.weights.get(&item("left")), None, "the add reports left weighing 1");
     let read = admin.read().await.expect("read");
     assert_eq!((read.version, read.weights.get(&item("left"))), (added.version, None), "and the set says so");
+    // The new left is nobody's old parent: merging it into another child leaves merged alone, in the set.
+    admin.merge(["left", "other"], "again").await.expect("merge the new left");
+    let lineage = admin.lineage().await.expect("lineage");
+    assert_eq!(lineage.items.keys().cloned().collect::<Vec<_>>(), items(&["again", "left", "other"]));
+    assert_eq!(lineage.get(&item("left")).map(|l| l.children.clone()), Some(items(&["again"])));
+    assert!(admin.read().await.expect("read").items.contains(&item("merged")));
+    member.wait_items(&items(&["left", "merged", "other"]), timing(Duration::from_secs(10))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -393,7 +393,10 @@ impl ItemSet {
     /// (a child's parent that has none counts as finished) and then their checkpoints, and returns them. Their lock
     /// directories went when they left the set (the party's first member deletes those of removed items). A
     /// finished item is kept until then so that its children's first owners can read its final checkpoint; a
-    /// retired item's name may be used again as a new item. One call retires up to about a thousand items.
+    /// retired item's name may be used again as a new item. So that the new item is nobody's parent, retiring an
+    /// item also takes it out of its children's parents (and its parents' children) in the same write; a child left
+    /// with no lineage at all becomes a plain item ([`lineage`](ItemSet::lineage) no longer lists it). One call
+    /// retires up to about a thousand items.
     ///
     /// ```no_run
     /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {

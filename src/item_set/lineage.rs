@@ -24,7 +24,8 @@
 //!
 //! A finished item keeps its lineage node and its checkpoint (a child's first owner reads its parents' final
 //! checkpoints), until [`ItemSet::retire`](crate::ItemSet::retire) deletes those of items finished before a given
-//! age whose children have all started. A parent whose node was retired counts as finished.
+//! age whose children have all started. A parent whose node was retired counts as finished; the same `multi` takes
+//! the retired item out of the lineage nodes that name it, so that its name, used again, is a new item's.
 
 mod change;
 pub(crate) mod entry;

@@ -1,7 +1,8 @@
 //! Retiring finished items: their lineage nodes go (a parent without a node counts as finished), with their
-//! checkpoints, once every child has started and the finish is old enough.
+//! checkpoints, once every child has started and the finish is old enough. The items linked to them lose the link in
+//! the same `multi`, so that a retired name used again for a new item is nobody's parent or child.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::entry::Entry;
@@ -46,14 +47,15 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let old = |stat: &Stat| {
                 SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)) <= cutoff
             };
-            let retired: Vec<(&String, i32)> = entries
-                .iter()
-                .filter(|(_, (entry, stat))| {
-                    entry.finished.is_some() && old(stat) && entry.children.iter().all(started)
-                })
-                .map(|(name, (_, stat))| (name, stat.version))
-                .take(self.chunk.saturating_sub(1).max(1))
-                .collect();
+            let candidates = entries.iter().filter(|(_, (entry, stat))| {
+                entry.finished.is_some() && old(stat) && entry.children.iter().all(started)
+            });
+            let (retired, unlinked) = unlink(candidates, &entries, self.chunk.saturating_sub(1).max(1));
+            #[cfg(test)]
+            let unlinked = match crate::sabotage::breaks(crate::sabotage::Sabotage::RetireKeepsLinks) {
+                true => BTreeMap::new(),
+                false => unlinked,
+            };
             if retired.is_empty() {
                 return Ok(Vec::new());
             }
@@ -62,12 +64,24 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let header = current.header.next(current.header.kind, State::Ready, &token).recording(&[], &[]).render();
             let paths: Vec<(String, i32)> =
                 retired.iter().map(|(name, version)| (self.paths.lineage_node(name), *version)).collect();
+            let edits: Vec<(String, Option<String>, i32)> = unlinked
+                .iter()
+                .map(|(name, (entry, version))| {
+                    let data = (*entry != Entry::default()).then(|| entry.render());
+                    (self.paths.lineage_node(name), data, *version)
+                })
+                .collect();
             let mut ops = vec![WriteOp::SetData {
                 path: &self.paths.node,
                 data: header.as_bytes(),
                 version: Some(current.header_version),
             }];
             ops.extend(paths.iter().map(|(path, version)| WriteOp::Delete { path, version: Some(*version) }));
+            ops.extend(edits.iter().map(|(path, data, version)| match data {
+                Some(data) => WriteOp::SetData { path, data: data.as_bytes(), version: Some(*version) },
+                // Nothing left to say (a child whose only parent goes): a plain item now.
+                None => WriteOp::Delete { path, version: Some(*version) },
+            }));
             match self.commit(&zk, &ops).await {
                 Ok(()) => {
                     let names: Vec<String> = retired.iter().map(|(name, _)| (*name).clone()).collect();
@@ -90,4 +104,46 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             false => Err(self.too_busy()),
         }
     }
+}
+
+/// Of the `candidates` for retirement (in order), as many as fit `budget` operations with the edits they need (at
+/// least one), and
+/// those edits: every item linked to a retired one (a child, a parent) that stays loses the link, so that the retired
+/// name, free to be used again by a new item, is nobody's parent or child. An entry left with nothing to say comes
+/// back empty (the caller deletes its node).
+#[allow(clippy::type_complexity)]
+fn unlink<'a>(
+    candidates: impl Iterator<Item = (&'a String, &'a (Entry, Stat))>,
+    entries: &'a BTreeMap<String, (Entry, Stat)>,
+    budget: usize,
+) -> (Vec<(&'a String, i32)>, BTreeMap<&'a String, (Entry, i32)>) {
+    let (mut retired, mut retiring, mut linked) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
+    for (name, (entry, stat)) in candidates {
+        let links: BTreeSet<&String> = entry
+            .parents
+            .iter()
+            .chain(&entry.children)
+            .filter(|other| entries.contains_key(*other) && !retiring.contains(other) && *other != name)
+            .collect();
+        // Operations after adding it: the retired, plus the linked that stay.
+        let kept_links = linked.iter().filter(|other| **other != name).count();
+        let fresh = links.iter().filter(|other| !linked.contains(**other)).count();
+        // (The first goes whatever its links: else an item with more links than the budget would never retire.)
+        if !retired.is_empty() && retired.len() + 1 + kept_links + fresh > budget {
+            break;
+        }
+        retired.push((name, stat.version));
+        retiring.insert(name);
+        linked.remove(name);
+        linked.extend(links);
+    }
+    let mut unlinked: BTreeMap<&String, (Entry, i32)> = BTreeMap::new();
+    for other in linked {
+        let Some((entry, stat)) = entries.get(other) else { continue };
+        let mut entry = entry.clone();
+        entry.parents.retain(|parent| !retiring.contains(parent));
+        entry.children.retain(|child| !retiring.contains(child));
+        unlinked.insert(other, (entry, stat.version));
+    }
+    (retired, unlinked)
 }
