@@ -23,6 +23,7 @@
 //! | [`zk_partitioner_load_imbalance`](LOAD_IMBALANCE) | gauge | `path` | the largest assigned / ideal over the dimensions (1: exactly its share) |
 //! | [`zk_partitioner_over_capacity`](OVER_CAPACITY) | gauge | `path` | 1 when the member carries more than the partition function's load bound allows in some dimension, else 0 |
 //! | [`zk_partitioner_item_set_reads_total`](ITEM_SET_READS) | counter | `path`, `read` | reads of the shared item set by the member: `read="header"` when its header held every change since the member's last listing, `read="listing"` when every item was listed |
+//! | [`zk_partitioner_weight_chunk_reads_total`](WEIGHT_CHUNK_READS) | counter | `path` | chunks of the shared set's weight table the member read: a new table's chunks it did not already have |
 //!
 //! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `item_set_changed`
 //! (the [shared item set](crate::ItemSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
@@ -128,8 +129,13 @@ pub const ITEM_SET_READS: &str = "zk_partitioner_item_set_reads_total";
 /// The values of [`ITEM_SET_READS`]' `read` label.
 pub const ITEM_SET_READ_KINDS: [&str; 2] = ["header", "listing"];
 
+/// Counter: chunks of the shared set's weight table the member read (label `path`). A member reads a table when the
+/// set's header names a new one, and then only the chunks it does not already have: changing a few weights costs
+/// each member a chunk or two, and a member reads the whole table once, at start.
+pub const WEIGHT_CHUNK_READS: &str = "zk_partitioner_weight_chunk_reads_total";
+
 /// Every metric name, for exporters' allow lists and for tests.
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 18] = [
     REBALANCES,
     ALLOCATION_SECONDS,
     ITEMS_HELD,
@@ -147,6 +153,7 @@ pub const NAMES: [&str; 17] = [
     LOAD_IMBALANCE,
     OVER_CAPACITY,
     ITEM_SET_READS,
+    WEIGHT_CHUNK_READS,
 ];
 
 /// The values of [`STATE`]'s `state` label: kazoo's state names ([`PartitionState::as_str`]).
@@ -182,12 +189,20 @@ pub fn register_descriptions() {
     describe_gauge!(LOAD_IMBALANCE, "Largest assigned / ideal weight of the member over the dimensions");
     describe_gauge!(OVER_CAPACITY, "1 when the member carries more than the load bound allows, else 0");
     describe_counter!(ITEM_SET_READS, Unit::Count, "Reads of the shared item set: by its header alone, or listing it");
+    describe_counter!(WEIGHT_CHUNK_READS, Unit::Count, "Chunks of the shared set's weight table read by the member");
 }
 
 /// The member at `paths` read the shared item set: by its header alone, or by `listing` every item.
 pub(crate) fn item_set_read(paths: &Paths, listing: bool) {
     let read = ITEM_SET_READ_KINDS[usize::from(listing)];
     ::metrics::counter!(ITEM_SET_READS, "path" => path_of(paths), "read" => read).increment(1);
+}
+
+/// The member at `paths` read `chunks` chunks of the shared set's weight table.
+pub(crate) fn weight_chunks_read(paths: &Paths, chunks: u64) {
+    if chunks > 0 {
+        ::metrics::counter!(WEIGHT_CHUNK_READS, "path" => path_of(paths)).increment(chunks);
+    }
 }
 
 /// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].

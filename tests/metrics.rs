@@ -148,8 +148,9 @@ async fn a_partitioner_records_its_metrics() {
     .await;
     // and m0's suspension (Standard policy) made it release: a rebalance caused by the connection
     assert_eq!(totals.counter(names::REBALANCES, Some("connection")), 1);
-    // (Every metric but the shared set's reads: this party divides a fixed set. The test of those reads is below.)
-    let recorded = |name: &&str| *name == names::ITEM_SET_READS || totals.recorded(name);
+    // (Every metric but the shared set's reads: this party divides a fixed set. The tests of those reads are below.)
+    let shared_set = [names::ITEM_SET_READS, names::WEIGHT_CHUNK_READS];
+    let recorded = |name: &&str| shared_set.contains(name) || totals.recorded(name);
     assert!(names::NAMES.iter().all(recorded), "every metric recorded");
 }
 
@@ -207,6 +208,19 @@ impl Kept {
 
     fn items(&self) -> Option<f64> {
         self.gauge(names::ITEMS, None)
+    }
+
+    /// The weight chunks the member read ([`names::WEIGHT_CHUNK_READS`]).
+    fn chunk_reads(&self) -> u64 {
+        self.0
+            .get_counter_handles()
+            .into_iter()
+            .find_map(|(key, counter): (Key, Arc<AtomicU64>)| {
+                let path = key.labels().find(|l| l.key() == "path").map(|l| l.value().to_owned());
+                (key.name() == names::WEIGHT_CHUNK_READS && path.as_deref() == Some(PATH))
+                    .then(|| counter.load(Ordering::SeqCst))
+            })
+            .unwrap_or(0)
     }
 
     /// The member's reads of the shared set of this `read` kind ([`names::ITEM_SET_READS`]).
@@ -483,4 +497,42 @@ async fn a_shared_set_member_reads_small_changes_from_the_header_alone() {
     // then: the counts do not add up, the member lists the items again, and finds what a listing finds
     follows(after.version, after.items).await;
     assert_eq!(k0.reads("listing"), listed + 1);
+}
+
+/// A member reads a weight table whole once; after a change of one weight, it reads the one chunk that changed.
+#[tokio::test]
+async fn a_member_reads_only_the_weight_chunks_that_changed() {
+    let deadline = timing(Duration::from_secs(20));
+    // given: 20,000 items, every one weighted (a table of about 20 chunks), and a member following them
+    let ctx = Ctx::new().await;
+    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    set.create_if_missing(ints(20_000)).await.expect("create the set");
+    let weighed = set.set_weights((0..20_000).map(|i| (i, Weight::new(i as u64 % 7 + 1)))).await.expect("weigh all");
+    let (m0, k0, _t0) = apart(&ctx, "m0", Vec::new(), |b| b.shared_item_set(true)).await;
+    let _worker = auto_release(&m0.partitioner);
+    let at = |version: u64| {
+        let m0 = &m0;
+        async move {
+            wait_until(&format!("m0 ACQUIRED at version {version}"), deadline, || async {
+                let snapshot = m0.partitioner.snapshot();
+                snapshot.set_version == Some(version) && snapshot.state == PartitionState::Acquired
+            })
+            .await;
+        }
+    };
+    at(weighed.version).await;
+    let whole = k0.chunk_reads();
+    assert!(whole >= 10, "the first read reads the whole table: {whole} chunks");
+
+    // when: one weight changes, then another, each followed before the next
+    for (i, item) in [12_345, 777].into_iter().enumerate() {
+        let changed = set.set_weights([(item, Weight::new(1_000))]).await.expect("one weight");
+        at(changed.version).await;
+        // then: the member read one chunk more (the index names the others, which it has)
+        assert_eq!(k0.chunk_reads(), whole + i as u64 + 1, "after changing item {item}'s weight");
+    }
+    // and: a change that adds no weight reads no chunk (the table is the same)
+    let added = set.add([Item::from(50_000)]).await.expect("add");
+    at(added.version).await;
+    assert_eq!(k0.chunk_reads(), whole + 2);
 }

@@ -173,9 +173,17 @@ async fn weights_change_atomically_and_bad_input_is_refused() {
     let read = admin.read().await.expect("read");
     assert_eq!(read.version, written.version);
     assert_eq!(read.weights, all.into_iter().collect::<BTreeMap<_, _>>());
+    let (index, chunks) = weight_nodes(&ctx).await;
+    assert!(index.len() == 1 && chunks.len() >= 2, "one table of a few chunks: {index:?} {chunks:?}");
     let two = Weight::named([("cpu", 2), ("bytes", 512)]).expect("weight");
     admin.set_weights([(7, two.clone())]).await.expect("two dimensions");
     assert_eq!(admin.read().await.expect("read").weights.get(&Item::from(7)), Some(&two));
+    // A new table, which wrote one chunk (item 7's) and shares the others; the replaced index and chunk are gone.
+    let (next_index, next_chunks) = weight_nodes(&ctx).await;
+    assert!(next_index.len() == 1 && next_index != index, "{next_index:?}");
+    assert_eq!(next_chunks.len(), chunks.len(), "{next_chunks:?}");
+    let written: Vec<&String> = next_chunks.iter().filter(|c| !chunks.contains(c)).collect();
+    assert!(written.len() == 1 && written[0].starts_with(&next_index[0]), "{written:?}");
 
     // A removed item loses its weight; added back, it weighs 1.
     admin.remove([7]).await.expect("remove");
@@ -183,7 +191,18 @@ async fn weights_change_atomically_and_bad_input_is_refused() {
     assert!(!re_added.weights.contains_key(&Item::from(7)));
     assert!(!admin.read().await.expect("read").weights.contains_key(&Item::from(7)));
     assert_eq!(admin.read().await.expect("read").weights.len(), 2999);
-    // Only the table in force is left.
-    let tables = ctx.observer.list_children(&format!("{PATH}/item-weights")).await.expect("tables");
-    assert_eq!(tables.len(), 1, "{tables:?}");
+    // Only the table in force is left: its index, and the chunks it names.
+    let (index, chunks) = weight_nodes(&ctx).await;
+    assert_eq!(index.len(), 1, "{index:?}");
+    let (data, _) = ctx.observer.get_data(&format!("{PATH}/item-weights/{}", index[0])).await.expect("the index");
+    let named: Vec<String> = String::from_utf8(data).expect("text").lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(named.len(), chunks.len());
+    assert!(named.iter().all(|name| chunks.contains(name)), "{named:?} {chunks:?}");
+}
+
+/// The nodes under `item-weights`: the tables' indexes (named by their tag) and the chunks (`<tag>-<k>`), sorted.
+async fn weight_nodes(ctx: &Ctx) -> (Vec<String>, Vec<String>) {
+    let mut nodes = ctx.observer.list_children(&format!("{PATH}/item-weights")).await.expect("tables");
+    nodes.sort();
+    nodes.into_iter().partition(|name| !name.contains('-'))
 }

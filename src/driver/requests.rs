@@ -374,6 +374,7 @@ async fn read_set<Z: ZooKeeper>(
                 None => None,
             } {
                 crate::metrics::item_set_read(paths, false);
+                crate::metrics::weight_chunks_read(paths, SetCache::locked(cache).take_chunks_read());
                 return (read, Some(watch));
             }
             (header, watch)
@@ -392,5 +393,7 @@ async fn read_set<Z: ZooKeeper>(
         Err(err) => return (Err(err), None),
     };
     crate::metrics::item_set_read(paths, true);
-    (read_raw_cached(zk, set, header.as_ref(), Some(cache)).await, Some(watch))
+    let read = read_raw_cached(zk, set, header.as_ref(), Some(cache)).await;
+    crate::metrics::weight_chunks_read(paths, SetCache::locked(cache).take_chunks_read());
+    (read, Some(watch))
 }

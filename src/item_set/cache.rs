@@ -3,7 +3,9 @@
 //!
 //! A member that has read version `v` and is told of a change reads the header (with its watch, as it always does)
 //! and, when the header records every version after `v`, applies them to the items it has instead of listing every
-//! item again: a burst of finishes costs each member a header read per version, not a read of the whole set.
+//! item again: a burst of finishes costs each member a header read per version, not a read of the whole set. It also
+//! keeps the weight table it read: the same table is not read again, and a new one only for the chunks it does not
+//! share with it ([`table`](super::table)).
 //! The header's stat makes this exact. A client sees its node's `cversion` count every child created and deleted, and
 //! `numChildren` count the children, so the recorded changes must account for both moves since `v` exactly; any
 //! change to the base set that is not recorded (a staged update's apply, a set deleted and created again at the same
@@ -12,18 +14,31 @@
 use std::collections::BTreeSet;
 
 use super::delta::Delta;
-use super::layout::{Header, State, TableRef};
+use super::layout::{Header, State, Table, TableRef};
 use crate::zookeeper::Stat;
 
 /// A member's last listing of the base set, from a read of a `ready` header, with the stat it was read at.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct SetCache {
     listing: Option<Listing>,
-    /// The weight table last read: a table is never changed, only replaced under a fresh tag.
-    table: Option<(TableRef, Vec<Vec<u8>>)>,
+    /// The weight table last read: a table is never changed, only replaced under a fresh tag, and its chunks are
+    /// never changed either.
+    table: Option<(TableRef, Table)>,
+    /// Weight chunks read since [`take_chunks_read`](SetCache::take_chunks_read) last asked.
+    chunks_read: u64,
+    /// Remembers weight tables, not listings (a writer's: it lists the set at every update anyway).
+    tables_only: bool,
 }
 
-#[derive(Debug)]
+/// A summary: the listing's version and size, the table's tag and chunk count (not their data).
+impl std::fmt::Debug for SetCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let listing = self.listing.as_ref().map(|l| (l.version, l.children.len()));
+        let table = self.table.as_ref().map(|(table, chunks)| (&table.tag, chunks.chunks.len()));
+        f.debug_struct("SetCache").field("listing", &listing).field("table", &table).finish_non_exhaustive()
+    }
+}
+
 struct Listing {
     version: u64,
     cversion: i32,
@@ -32,10 +47,22 @@ struct Listing {
 }
 
 impl SetCache {
+    /// A cache of weight tables alone, for a writer ([`SharedSet`](super::SharedSet)): its updates read the set's
+    /// listing whole, but a table only for the chunks it does not have.
+    pub fn tables_only() -> Self {
+        SetCache { tables_only: true, ..SetCache::default() }
+    }
+
+    /// The cache behind its lock. Nothing panics while it is held (set inserts and removes, clones): it is never
+    /// poisoned.
+    pub fn locked(cache: &std::sync::Mutex<SetCache>) -> std::sync::MutexGuard<'_, SetCache> {
+        cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Remembers `children`, listed in one read with `header` and its node's `stat` (only a `ready` header's: the base
     /// set is then the set in force).
     pub fn remember(&mut self, header: &Header, stat: &Stat, children: &[String]) {
-        self.listing = (header.state == State::Ready).then(|| Listing {
+        self.listing = (header.state == State::Ready && !self.tables_only).then(|| Listing {
             version: header.version,
             cversion: stat.cversion,
             num_children: stat.num_children,
@@ -75,13 +102,20 @@ impl SetCache {
         Some(listing.children.iter().cloned().collect())
     }
 
-    /// The chunks of `table` if they were the last read.
-    pub fn table(&self, table: &TableRef) -> Option<Vec<Vec<u8>>> {
-        self.table.as_ref().filter(|(t, _)| t == table).map(|(_, chunks)| chunks.clone())
+    /// The weight table last read, and its reference (a clone shares the chunks' data).
+    pub fn table(&self) -> Option<(TableRef, Table)> {
+        self.table.clone()
     }
 
-    pub fn remember_table(&mut self, table: TableRef, chunks: Vec<Vec<u8>>) {
+    /// Remembers the weight table just read, for which `read` chunks were read (the others were remembered).
+    pub fn remember_table(&mut self, table: TableRef, chunks: Table, read: usize) {
         self.table = Some((table, chunks));
+        self.chunks_read += read as u64;
+    }
+
+    /// The weight chunks read since the last call.
+    pub fn take_chunks_read(&mut self) -> u64 {
+        std::mem::take(&mut self.chunks_read)
     }
 }
 
@@ -171,12 +205,14 @@ mod tests {
     }
 
     #[test]
-    fn a_weight_table_is_remembered_by_its_tag() {
+    fn a_weight_table_is_remembered_with_its_tag() {
+        use crate::item_set::layout::Chunk;
         let mut cache = SetCache::default();
-        let table = TableRef { tag: "00000000000000aa".into(), chunks: 1 };
-        assert_eq!(cache.table(&table), None);
-        cache.remember_table(table.clone(), vec![b"a\t2\n".to_vec()]);
-        assert_eq!(cache.table(&table), Some(vec![b"a\t2\n".to_vec()]));
-        assert_eq!(cache.table(&TableRef { tag: "00000000000000bb".into(), chunks: 1 }), None);
+        assert_eq!(cache.table(), None);
+        let table = TableRef { tag: "00000000000000aa".into() };
+        let chunks = Table { chunks: vec![Chunk { name: "00000000000000aa-0".into(), data: b"a\t2\n"[..].into() }] };
+        cache.remember_table(table.clone(), chunks.clone(), 1);
+        assert_eq!(cache.table(), Some((table, chunks)));
+        assert_eq!((cache.take_chunks_read(), cache.take_chunks_read()), (1, 0));
     }
 }

@@ -25,7 +25,7 @@ use crate::{Error, Item};
 /// removes, finishes, closes, weights) costs each member one small read per version, whatever the set's size. After a
 /// staged update, a change of more than about a kilobyte of names, or a member that fell behind, the member lists every
 /// item again ([`metrics::ITEM_SET_READS`](crate::metrics::ITEM_SET_READS) counts both kinds). A member also keeps the
-/// weight table it read, and reads one only when the header names another.
+/// weight table it read, and reads one only when the header names another, and then only the chunks that changed.
 ///
 /// **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the reply of
 /// ours is lost and we reconnect, ours can no longer be recognised (a retried `replace_if` then reports a conflict; a
@@ -233,8 +233,10 @@ impl ItemSet {
     /// [`WeightedRendezvous`](crate::WeightedRendezvous) divides by it). Items not listed keep theirs; an item without
     /// a weight weighs 1. A removed item loses its weight.
     ///
-    /// The weights are a table beside the items (`<path>/item-weights/<tag>`), written whole before one conditional
-    /// write of the set's node puts it in force, so a reader sees every weight of this call or none.
+    /// The weights are a table beside the items (`<path>/item-weights/<tag>`: an index naming chunks of about 1,000
+    /// weights), written before one conditional write of the set's node puts it in force, so a reader sees every
+    /// weight of this call or none. A new table writes only the chunks that changed and shares the others with the
+    /// table it replaces, so changing a few weights costs the writer, and each member, a chunk or two and an index.
     ///
     /// ```no_run
     /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {

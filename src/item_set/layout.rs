@@ -7,18 +7,21 @@
 //! <path>/item-changes/<tag>/add/<item>     a staged change's additions       (large updates only)
 //! <path>/item-changes/<tag>/remove/<item>  its removals
 //! <path>/item-writers/<tag>         ephemeral: the lease of the writer of change <tag>
-//! <path>/item-weights/<tag>/<k>     persistent, data = `<item>\t<weight>\n`...: chunk k of a weight table
+//! <path>/item-weights/<tag>        persistent, data = a weight table's index: the names of its chunks
+//! <path>/item-weights/<tag>-<k>    persistent, data = `<item>\t<weight>\n`...: a chunk, first written by table <tag>
 //! <path>/item-lineage/<item>        persistent: an item's parents, children, closed, finished (see `lineage`)
 //! ```
 //!
 //! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
-//! [log=<token>,...] [weights=<tag>.<chunks>] [lineage=on] [delta=<version>:<+added|-removed>,...]...`. `version` is
+//! [log=<token>,...] [weights=<tag>] [lineage=on] [delta=<version>:<+added|-removed>,...]...`. `version` is
 //! the committed version: it counts the updates in force. Each `delta` records what a recent version added to and
 //! removed from the base set, for members that read the versions before it (see [`delta`](super::delta)).
 //! `weights` names the weight table in force: the items it lists weigh what it says, the others 1 (no `weights`: all
 //! weigh 1). `lineage=on` says that some item has a lineage node (written by the first lineage change, kept after).
-//! A table is written whole under a fresh tag before a header write names it, and deleted only once the
-//! header names another, so a reader that finds a table missing read a header that has since moved on (torn).
+//! A table is written under a fresh tag before a header write names it (its new chunks, then its index, which may also
+//! name chunks of the table it replaces: see [`table`](super::table)), and its index and the chunks the next table
+//! does not name are deleted only once the header names another, so a reader that finds a table's index or a chunk
+//! missing read a header that has since moved on (torn).
 //! The set in force is:
 //!
 //! | state | the set in force | what is under way |
@@ -127,15 +130,30 @@ pub(crate) struct Header {
     pub deltas: Vec<Delta>,
 }
 
-/// A weight table: its tag and how many chunk nodes it has.
+/// A weight table, by the tag of its index node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TableRef {
     pub tag: String,
-    pub chunks: usize,
 }
 
-/// The most chunk nodes a weight table may have (the header says how many; more is garbage).
+/// The most chunks a weight table's index may name.
 pub(crate) const MAX_CHUNKS: usize = 4096;
+
+/// The first line of a weight table's index; one chunk name per line follows.
+pub(crate) const INDEX_MAGIC: &str = "zk-partitioner weight table v1";
+
+/// One chunk of a weight table as read: its node's name and data (shared, not copied, between a member's reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    pub name: String,
+    pub data: std::sync::Arc<[u8]>,
+}
+
+/// A weight table as read: its chunks in the index's order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Table {
+    pub chunks: Vec<Chunk>,
+}
 
 impl Header {
     pub fn parse(data: &[u8]) -> Result<Header, String> {
@@ -158,7 +176,12 @@ impl Header {
                 Some(("log", tokens)) if tokens.split(',').all(is_tag) => {
                     log = tokens.split(',').map(str::to_owned).collect();
                 }
-                Some(("weights", table)) if TableRef::parse(table).is_some() => weights = TableRef::parse(table),
+                Some(("weights", tag)) if is_tag(tag) => weights = Some(TableRef { tag: tag.to_owned() }),
+                Some(("weights", old)) if old.split_once('.').is_some_and(|(tag, _)| is_tag(tag)) => {
+                    return Err("its weight table is in the layout of an earlier development version of this crate \
+                                (weights=<tag>.<chunks>): recreate the set"
+                        .into());
+                }
                 Some(("lineage", "on")) => lineage = true,
                 Some(("delta", value)) if Delta::parse(value).is_some() => deltas.extend(Delta::parse(value)),
                 _ => return Err(format!("its data has an unknown or malformed field {}", shown(word))),
@@ -189,7 +212,7 @@ impl Header {
             text.push_str(&format!(" log={}", self.log.join(",")));
         }
         if let Some(table) = &self.weights {
-            text.push_str(&format!(" weights={}.{}", table.tag, table.chunks));
+            text.push_str(&format!(" weights={}", table.tag));
         }
         if self.lineage {
             text.push_str(" lineage=on");
@@ -230,12 +253,51 @@ impl Header {
     }
 }
 
-impl TableRef {
-    fn parse(text: &str) -> Option<TableRef> {
-        let (tag, chunks) = text.split_once('.')?;
-        let chunks = chunks.parse().ok().filter(|n| (1..=MAX_CHUNKS).contains(n))?;
-        is_tag(tag).then(|| TableRef { tag: tag.to_owned(), chunks })
+/// A weight table's index: its chunks' names, in order (one or more, each `<tag>-<k>`, no two alike).
+pub(crate) fn parse_index(data: &[u8]) -> Result<Vec<String>, String> {
+    let text = std::str::from_utf8(data).map_err(|_| "its index is not UTF-8".to_owned())?;
+    let mut lines = text.lines();
+    if lines.next() != Some(INDEX_MAGIC) {
+        return Err(format!("its index {} does not start with {INDEX_MAGIC:?}", shown(text)));
     }
+    let names: Vec<String> = lines.map(str::to_owned).collect();
+    let unique: BTreeSet<&String> = names.iter().collect();
+    if names.is_empty() || names.len() > MAX_CHUNKS || unique.len() != names.len() {
+        return Err(format!(
+            "its index names {} chunks ({} distinct): 1 to {MAX_CHUNKS} are allowed",
+            names.len(),
+            unique.len()
+        ));
+    }
+    match names.iter().find(|name| !is_chunk_name(name)) {
+        Some(bad) => Err(format!("its index names a chunk {}, not <tag>-<k>", shown(bad))),
+        None => Ok(names),
+    }
+}
+
+/// A weight table's index rendered from its chunks' names.
+pub(crate) fn render_index<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut text = INDEX_MAGIC.to_owned();
+    for name in names {
+        text.push('\n');
+        text.push_str(name);
+    }
+    text
+}
+
+/// The name of chunk `k` first written by the table `tag`.
+pub(crate) fn chunk_name(tag: &str, k: usize) -> String {
+    format!("{tag}-{k}")
+}
+
+/// Whether `name` is a chunk's name, `<tag>-<k>`.
+fn is_chunk_name(name: &str) -> bool {
+    name.split_once('-').is_some_and(|(tag, k)| is_tag(tag) && k.parse::<usize>().is_ok_and(|n| n.to_string() == k))
+}
+
+/// The tag of the table that wrote a node under `item-weights`: an index's own name, a chunk's before the dash.
+pub(crate) fn tag_of(name: &str) -> &str {
+    name.split_once('-').map_or(name, |(tag, _)| tag)
 }
 
 /// A change token or tag: 16 lowercase hex digits.
@@ -277,14 +339,14 @@ impl SetPaths {
         }
     }
 
-    /// A weight table's node.
+    /// A weight table's index node.
     pub fn table(&self, tag: &str) -> String {
         format!("{}/{tag}", self.weights)
     }
 
-    /// Chunk `k` of a weight table.
-    pub fn table_chunk(&self, tag: &str, k: usize) -> String {
-        format!("{}/{tag}/{k}", self.weights)
+    /// A weight table chunk's node, by its name.
+    pub fn table_chunk(&self, name: &str) -> String {
+        format!("{}/{name}", self.weights)
     }
 
     /// An item's lineage node.
@@ -325,8 +387,9 @@ pub(crate) struct RawRead {
     pub change: Option<(Vec<String>, Vec<String>)>,
     /// For a header with a change under way: whether its writer's lease exists, if it was read along.
     pub lease: Option<bool>,
-    /// For a header that names a weight table: its chunks' data, in order, if they were all read (after the rest).
-    pub weights: Option<Vec<Vec<u8>>>,
+    /// For a header that names a weight table: its chunks, if its index and they were all read (after the rest), or
+    /// why its index is not one.
+    pub weights: Option<Result<Table, String>>,
 }
 
 /// What a read says.
@@ -359,6 +422,8 @@ pub(crate) struct Committed {
     /// The weight table in force also weighs items that are not in the set: finished ones (a finish leaves the table
     /// alone). The next plain update or lineage change prunes them, so that a name used again weighs 1.
     pub stale_weights: bool,
+    /// The weight table in force as read (what the next table can share).
+    pub table: Option<Table>,
 }
 
 impl Committed {
@@ -418,7 +483,7 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
     let (lists, lease) = wants(&header);
     if lists.is_some() && read.change.is_none()
         || lease.is_some() && read.lease.is_none()
-        || header.weights.as_ref().is_some_and(|t| read.weights.as_ref().is_none_or(|w| w.len() != t.chunks))
+        || header.weights.is_some() && read.weights.is_none()
     {
         return SetView::Torn;
     }
@@ -445,8 +510,12 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         }
     }
     let (items, skipped) = parse_names(header.kind, names);
-    let (weights, stale_weights) = match read.weights.as_deref().map(|chunks| parse_table(chunks, header.kind, &items))
-    {
+    let table = match read.weights.filter(|_| header.weights.is_some()) {
+        None => None,
+        Some(Ok(table)) => Some(table),
+        Some(Err(reason)) => return SetView::Unreadable(format!("its weight table: {reason}")),
+    };
+    let (weights, stale_weights) = match table.as_ref().map(|table| parse_table(table, header.kind, &items)) {
         None => (BTreeMap::new(), false),
         Some(Ok(parsed)) => parsed,
         Some(Err(reason)) => return SetView::Unreadable(format!("its weight table: {reason}")),
@@ -460,41 +529,15 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
         unfinished,
         weights,
         stale_weights,
+        table,
     }))
 }
 
-/// The most bytes of one chunk of a weight table.
-pub(crate) const TABLE_CHUNK_BYTES: usize = 64 * 1024;
-
-/// The weight table's chunks rendered from `weights`: `<item>\t<weight>\n` lines, at most `per_chunk` lines and
-/// [`TABLE_CHUNK_BYTES`] each (a line is never split), at least one chunk (empty when there are no weights).
-pub(crate) fn render_table(weights: &BTreeMap<Item, Weight>, per_chunk: usize) -> Vec<Vec<u8>> {
-    let mut chunks: Vec<Vec<u8>> = vec![Vec::new()];
-    let mut lines = 0;
-    for (item, weight) in weights {
-        let line = format!("{}\t{weight}\n", item.node_name());
-        let last = chunks.last().map_or(0, Vec::len);
-        if lines > 0 && (lines >= per_chunk.max(1) || last + line.len() > TABLE_CHUNK_BYTES) {
-            chunks.push(Vec::new());
-            lines = 0;
-        }
-        if let Some(chunk) = chunks.last_mut() {
-            chunk.extend_from_slice(line.as_bytes());
-        }
-        lines += 1;
-    }
-    chunks
-}
-
 /// The weights a table's chunks give the items of `items` (sorted), and whether it has lines of other items (skipped).
-pub(crate) fn parse_table(
-    chunks: &[Vec<u8>],
-    kind: Kind,
-    items: &[Item],
-) -> Result<(BTreeMap<Item, Weight>, bool), String> {
+pub(crate) fn parse_table(table: &Table, kind: Kind, items: &[Item]) -> Result<(BTreeMap<Item, Weight>, bool), String> {
     let (mut weights, mut others) = (BTreeMap::new(), false);
-    for (k, chunk) in chunks.iter().enumerate() {
-        let text = std::str::from_utf8(chunk).map_err(|_| format!("chunk {k} is not UTF-8"))?;
+    for Chunk { name: k, data } in &table.chunks {
+        let text = std::str::from_utf8(data).map_err(|_| format!("chunk {k} is not UTF-8"))?;
         for line in text.lines() {
             let (name, weight) =
                 line.split_once('\t').ok_or_else(|| format!("chunk {k} has a line without a tab: {}", shown(line)))?;
@@ -627,11 +670,11 @@ mod tests {
     }
 
     #[test]
-    fn weight_tables_round_trip_and_a_missing_chunk_is_a_torn_read() {
+    fn weight_tables_round_trip_and_a_missing_table_is_a_torn_read() {
         let mut h = header(State::Ready);
-        h.weights = Some(TableRef { tag: "00000000000000cc".into(), chunks: 2 });
+        h.weights = Some(TableRef { tag: "00000000000000cc".into() });
         assert_eq!(Header::parse(h.render().as_bytes()), Ok(h.clone()));
-        assert!(h.render().ends_with(" weights=00000000000000cc.2"), "{}", h.render());
+        assert!(h.render().ends_with(" weights=00000000000000cc"), "{}", h.render());
         assert_eq!(
             h.next(Kind::Int, State::Ready, "00000000000000dd").weights,
             h.weights,
@@ -642,34 +685,64 @@ mod tests {
         assert!(marked.render().ends_with(" lineage=on"), "{}", marked.render());
         assert_eq!(Header::parse(marked.render().as_bytes()), Ok(marked.clone()));
         assert!(marked.next(Kind::Int, State::Ready, "00000000000000dd").lineage, "carried to the next version");
-        for garbage in ["weights=xyz.1", "weights=00000000000000cc", "weights=00000000000000cc.0", "lineage=yes"] {
+        for garbage in ["weights=xyz", "weights=00000000000000cc.2", "weights=", "lineage=yes"] {
             let text = format!("{MAGIC} kind=int version=1 state=ready {garbage}");
             assert!(Header::parse(text.as_bytes()).is_err(), "{garbage}");
         }
+        let old = format!("{MAGIC} kind=int version=1 state=ready weights=00000000000000cc.2");
+        assert!(Header::parse(old.as_bytes()).is_err_and(|e| e.contains("earlier development version")));
+
+        // The index: chunk names, in order.
+        let names = ["00000000000000cc-0", "00000000000000aa-3"];
+        let index = render_index(names);
+        assert_eq!(parse_index(index.as_bytes()), Ok(names.map(str::to_owned).to_vec()));
+        assert_eq!(names.map(tag_of), ["00000000000000cc", "00000000000000aa"]);
+        assert_eq!(tag_of("00000000000000cc"), "00000000000000cc");
+        for garbage in [
+            String::new(),
+            INDEX_MAGIC.to_owned(),
+            render_index(["00000000000000cc-0", "00000000000000cc-0"]),
+            render_index(["00000000000000cc"]),
+            render_index(["00000000000000cc-01"]),
+            render_index(["xyz-1"]),
+            format!("weights\n{}", names[0]),
+        ] {
+            assert!(parse_index(garbage.as_bytes()).is_err(), "{garbage:?}");
+        }
+        assert!(
+            parse_index(
+                render_index(
+                    (0..=MAX_CHUNKS)
+                        .map(|k| chunk_name("00000000000000cc", k))
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(String::as_str)
+                )
+                .as_bytes()
+            )
+            .is_err()
+        );
+
+        let chunk = |name: &str, data: &[u8]| Chunk { name: name.into(), data: data.into() };
+        let table = Table { chunks: vec![chunk(names[0], b"1\t5\n2\tbytes=9,cpu=2\n"), chunk(names[1], b"3\t0\n")] };
         let weights = BTreeMap::from([
             (Item::from(1), Weight::new(5)),
             (Item::from(2), Weight::named([("cpu", 2), ("bytes", 9)]).unwrap()),
             (Item::from(3), Weight::new(0)),
         ]);
-        let chunks = render_table(&weights, 2);
-        assert_eq!(chunks.len(), 2);
-        assert_eq!(chunks[0], b"1\t5\n2\tbytes=9,cpu=2\n");
         let items: Vec<Item> = (1..=3).map(Item::from).collect();
-        assert_eq!(parse_table(&chunks, Kind::Int, &items), Ok((weights.clone(), false)));
+        assert_eq!(parse_table(&table, Kind::Int, &items), Ok((weights.clone(), false)));
         // Weights of items not in the set are not the set's.
-        assert_eq!(parse_table(&chunks, Kind::Int, &items[..1]).map(|(w, stale)| (w.len(), stale)), Ok((1, true)));
-        assert!(parse_table(&[b"1 5\n".to_vec()], Kind::Int, &items).is_err());
-        assert!(parse_table(&[b"1\tlots\n".to_vec()], Kind::Int, &items).is_err());
-        assert_eq!(render_table(&BTreeMap::new(), 10), vec![Vec::<u8>::new()]);
-        // Read along: the set with its weights; a chunk short: torn.
+        assert_eq!(parse_table(&table, Kind::Int, &items[..1]).map(|(w, stale)| (w.len(), stale)), Ok((1, true)));
+        assert!(parse_table(&Table { chunks: vec![chunk(names[0], b"1 5\n")] }, Kind::Int, &items).is_err());
+        assert!(parse_table(&Table { chunks: vec![chunk(names[0], b"1\tlots\n")] }, Kind::Int, &items).is_err());
+        // Read along: the set with its weights; the table missing: torn; its index not one: unreadable.
         let mut r = read(&h, &["1", "2", "3"]);
         assert_eq!(interpret(r.clone()), SetView::Torn);
-        r.weights = Some(chunks[..1].to_vec());
-        assert_eq!(interpret(r.clone()), SetView::Torn);
-        r.weights = Some(chunks);
+        r.weights = Some(Ok(table.clone()));
         let SetView::Committed(c) = interpret(r.clone()) else { panic!() };
-        assert_eq!(c.weights, weights);
-        r.weights = Some(vec![b"junk".to_vec(), Vec::new()]);
+        assert_eq!((c.weights, c.table), (weights, Some(table)));
+        r.weights = Some(Err("its index is not UTF-8".into()));
         assert!(matches!(interpret(r), SetView::Unreadable(_)));
     }
 

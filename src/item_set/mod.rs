@@ -34,9 +34,10 @@
 //!
 //! [`handle`]: the public [`ItemSet`]. [`read`]: reading the set ([`SharedItems`], [`read_raw`]). [`create`] and
 //! [`update`]: a writer's first version of the set and its changes. [`apply`]: applying a committed change.
-//! [`recovery`]: an update found under way, and what stopped writers left behind. [`writes`] and [`chunks`]: the
-//! requests they all send. [`layout`]: the format of the nodes and how a read of them is interpreted. This file: the
-//! protocol's state ([`SharedSet`]) and its pacing against concurrent writers.
+//! [`recovery`]: an update found under way, and what stopped writers left behind. [`weights`] and [`table`]: weight
+//! tables and their shared chunks. [`writes`] and [`chunks`]: the requests they all send. [`layout`]: the format of
+//! the nodes and how a read of them is interpreted. This file: the protocol's state ([`SharedSet`]) and its pacing
+//! against concurrent writers.
 
 pub(crate) mod layout;
 
@@ -49,6 +50,7 @@ mod handle;
 mod lineage;
 mod read;
 mod recovery;
+mod table;
 mod update;
 mod weights;
 mod writes;
@@ -86,6 +88,8 @@ pub(crate) struct SharedSet<Z> {
     acls: NodeAcls,
     /// Operations per `multi` ([`CHUNK_OPS`]; the simulation uses a few, so that its small sets take the staged path).
     chunk: usize,
+    /// The weight table last read, shared by the handle's clones: an update reads only a new table's new chunks.
+    tables: std::sync::Arc<std::sync::Mutex<cache::SetCache>>,
     /// The tokens of this handle's updates, in order (test builds: the simulation's checker reads them).
     #[cfg(test)]
     pub tokens: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -106,6 +110,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             paths: SetPaths::new(base),
             acls,
             chunk: CHUNK_OPS,
+            tables: std::sync::Arc::new(std::sync::Mutex::new(cache::SetCache::tables_only())),
             #[cfg(test)]
             tokens: Default::default(),
         }

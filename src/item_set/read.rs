@@ -3,12 +3,12 @@
 //! their [`SetCache`]).
 
 use super::cache::SetCache;
-use super::layout::{self, Committed, Header, RawRead, SetPaths, SetView, State};
+use super::layout::{self, Chunk, Committed, Header, RawRead, SetPaths, SetView, State, Table};
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::error::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use crate::{Error, Item, Weight};
 
@@ -74,7 +74,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         for _ in 0..MAX_ATTEMPTS {
             // A read lost with the connection is sent again (until the session ends): an update whose outcome is
             // unknown must not be reported as failed for a read that failed.
-            let read = retry_transient(zk, || read_raw(zk, &self.paths, None)).await;
+            let read = retry_transient(zk, || read_raw_cached(zk, &self.paths, None, Some(&self.tables))).await;
             let view = layout::interpret(read.map_err(|e| self.zk_error("read", e))?);
             if view != SetView::Torn {
                 return Ok(view);
@@ -165,7 +165,7 @@ pub(crate) async fn read_raw_cached<Z: ZooKeeper>(
                 if let (Some(cache), Some(stat), Some(Ok(header))) =
                     (cache, stat, read.header.as_ref().map(|(data, _)| Header::parse(data)))
                 {
-                    lock(cache).remember(&header, &stat, &read.children);
+                    SetCache::locked(cache).remember(&header, &stat, &read.children);
                 }
                 read.weights = read_table(zk, paths, read.header.as_ref(), cache).await?;
                 return Ok(read);
@@ -186,7 +186,7 @@ pub(crate) async fn read_bridged<Z: ZooKeeper>(
     if header.state != State::Ready {
         return None;
     }
-    let children = lock(cache).bridge(header, stat)?;
+    let children = SetCache::locked(cache).bridge(header, stat)?;
     let mut read =
         RawRead { header: Some((data.to_vec(), stat.version)), children, change: None, lease: None, weights: None };
     Some(match read_table(zk, paths, read.header.as_ref(), Some(cache)).await {
@@ -198,45 +198,59 @@ pub(crate) async fn read_bridged<Z: ZooKeeper>(
     })
 }
 
-fn lock(cache: &Mutex<SetCache>) -> std::sync::MutexGuard<'_, SetCache> {
-    // Nothing panics while the cache is held (set inserts and removes, clones): it is never poisoned.
-    cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The chunks of the weight table `header` names, in read `multi`s of at most [`TABLE_READ`] chunks (or as `cache`
-/// remembers them); `None` when it names none, or when a chunk is gone (the header has moved on since: the read is
-/// torn).
+/// The weight table `header` names: its index, then the chunks `cache` does not remember (a table replacing the one
+/// it remembers shares most of them), in read `multi`s of at most [`TABLE_READ`] chunks. `None` when the header names
+/// none, or when the index or a chunk is gone (the header has moved on since: the read is torn); `Some(Err)` when the
+/// index is not one.
 async fn read_table<Z: ZooKeeper>(
     zk: &Z,
     paths: &SetPaths,
     header: Option<&(Vec<u8>, i32)>,
     cache: Option<&Mutex<SetCache>>,
-) -> Result<Option<Vec<Vec<u8>>>, ZkError> {
-    let Some(table) = header.and_then(|(data, _)| Header::parse(data).ok()).and_then(|h| h.weights) else {
+) -> Result<Option<Result<Table, String>>, ZkError> {
+    let Some(wanted) = header.and_then(|(data, _)| Header::parse(data).ok()).and_then(|h| h.weights) else {
         return Ok(None);
     };
-    if let Some(chunks) = cache.and_then(|cache| lock(cache).table(&table)) {
-        return Ok(Some(chunks));
+    let remembered = cache.and_then(|cache| SetCache::locked(cache).table());
+    if let Some((tag, table)) = &remembered
+        && *tag == wanted
+    {
+        return Ok(Some(Ok(table.clone())));
     }
-    let chunk_paths: Vec<String> = (0..table.chunks).map(|k| paths.table_chunk(&table.tag, k)).collect();
-    let mut chunks = Vec::with_capacity(table.chunks);
+    let names = match zk.get_data(&paths.table(&wanted.tag)).await {
+        Ok((data, _)) => match layout::parse_index(&data) {
+            Ok(names) => names,
+            Err(reason) => return Ok(Some(Err(reason))),
+        },
+        Err(ZkError::NoNode) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let mut known: HashMap<String, Arc<[u8]>> =
+        remembered.into_iter().flat_map(|(_, table)| table.chunks).map(|chunk| (chunk.name, chunk.data)).collect();
+    let missing: Vec<String> = names.iter().filter(|name| !known.contains_key(*name)).cloned().collect();
+    let chunk_paths: Vec<String> = missing.iter().map(|name| paths.table_chunk(name)).collect();
+    let mut read: Vec<Arc<[u8]>> = Vec::with_capacity(missing.len());
     for group in chunk_paths.chunks(TABLE_READ) {
         let ops: Vec<ReadOp<'_>> = group.iter().map(|path| ReadOp::Data(path)).collect();
         for result in zk.multi_read(&ops).await? {
             match result {
-                ReadResult::Data(data, _) => chunks.push(data),
+                ReadResult::Data(data, _) => read.push(Arc::from(data)),
                 ReadResult::Failed(ZkError::NoNode) => return Ok(None),
                 ReadResult::Failed(err) => return Err(err),
                 _ => return Err(ZkError::UnexpectedError("a weight chunk read answered something else".into())),
             }
         }
     }
+    let read_count = read.len();
+    known.extend(missing.into_iter().zip(read));
+    let chunks = names.into_iter().filter_map(|name| known.get(&name).cloned().map(|data| Chunk { name, data }));
+    let table = Table { chunks: chunks.collect() };
     if let Some(cache) = cache {
-        lock(cache).remember_table(table, chunks.clone());
+        SetCache::locked(cache).remember_table(wanted, table.clone(), read_count);
     }
-    Ok(Some(chunks))
+    Ok(Some(Ok(table)))
 }
 
-/// Chunks per read `multi` of a weight table: with chunks of at most [`layout::TABLE_CHUNK_BYTES`], a reply stays far
+/// Chunks per read `multi` of a weight table: with chunks of at most [`TABLE_CHUNK_BYTES`](super::table::TABLE_CHUNK_BYTES), a reply stays far
 /// below ZooKeeper's 1 MB packet limit.
 const TABLE_READ: usize = 8;

@@ -64,30 +64,43 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }
     }
 
-    /// The tags under `dir` (staged changes, weight tables) that the header does not name (`named` says which one it
-    /// names) and whose writer's lease is gone. Best effort: nothing on a failed read.
+    /// The tags under `dir` (staged changes) that the header does not name (`named` says which one it names) and whose
+    /// writer's lease is gone. Best effort: nothing on a failed read.
     pub(super) async fn abandoned(&self, zk: &Z, dir: &str, named: impl Fn(Header) -> Option<String>) -> Vec<String> {
         let Ok(tags) = zk.list_children(dir).await else { return Vec::new() };
         if tags.is_empty() {
             return tags;
         }
+        self.abandoned_of(zk, tags, named).await.map(|(_, abandoned)| abandoned).unwrap_or_default()
+    }
+
+    /// Of `tags` (listed before this call), the tag the header names (`named` says which) and those it does not name
+    /// whose writer's lease is gone. `None` on a failed read.
+    pub(super) async fn abandoned_of(
+        &self,
+        zk: &Z,
+        tags: Vec<String>,
+        named: impl Fn(Header) -> Option<String>,
+    ) -> Option<(Option<String>, Vec<String>)> {
         // Listed first, then the header and the leases in one read: a tag named after this read has a live lease.
         let leases: Vec<String> = tags.iter().map(|tag| self.paths.lease(tag)).collect();
         let mut ops = vec![ReadOp::Data(&self.paths.node)];
         ops.extend(leases.iter().map(|lease| ReadOp::Data(lease)));
-        let Ok(results) = zk.multi_read(&ops).await else { return Vec::new() };
+        let results = zk.multi_read(&ops).await.ok()?;
         let mut results = results.into_iter();
         let named = match results.next() {
             Some(ReadResult::Data(data, _)) => Header::parse(&data).ok().and_then(named),
-            _ => return Vec::new(),
+            _ => return None,
         };
-        tags.into_iter()
+        let abandoned = tags
+            .into_iter()
             .zip(results)
             .filter(|(tag, lease)| {
                 matches!(lease, ReadResult::Failed(ZkError::NoNode)) && named.as_deref() != Some(tag.as_str())
             })
             .map(|(tag, _)| tag)
-            .collect()
+            .collect();
+        Some((named, abandoned))
     }
 }
 

@@ -170,7 +170,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let pruned = if weights.len() == current.weights.len() && !current.stale_weights {
                 None
             } else {
-                match self.prune_weights(&zk, &weights).await {
+                match self.write_table(&zk, &current, &weights).await {
                     Ok(pruned) => Some(pruned),
                     Err(Ok(_)) => continue,
                     Err(Err(err)) => return Err(err),
@@ -178,7 +178,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             };
             // The table the committed version names: the pruned one, else the one in force.
             let table = match &pruned {
-                Some((_, table)) => table.clone(),
+                Some(pruned) => pruned.table.clone(),
                 None => current.header.weights.clone(),
             };
             let written = if fits_one_request(&self.paths, self.chunk, &adds, &removes) {
@@ -188,9 +188,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 own.push(tag.clone());
                 self.write_large(&zk, &current, kind, (&adds, &removes, table), &token, &tag).await
             };
-            if let Some((tag, _)) = pruned {
-                let old = current.header.weights.clone();
-                self.after_pruning(&zk, written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))), &tag, old).await;
+            if let Some(pruned) = &pruned {
+                let (landed, unknown) = (written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))));
+                self.after_table(&zk, landed, unknown, pruned, &current).await;
             }
             match written {
                 Ok(()) => {

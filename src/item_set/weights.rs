@@ -1,19 +1,20 @@
-//! Changing the items' weights: a new weight table is written whole under a fresh tag (and its writer's lease), then
-//! put in force by one conditional write of the header, which names it; the table it replaces is deleted after.
+//! Changing the items' weights: a new weight table is written under a fresh tag (and its writer's lease), then put in
+//! force by one conditional write of the header, which names it; what of the table it replaces the new one does not
+//! share is deleted after. The new table writes only the chunks the table in force lacks ([`table`](super::table)).
 //!
 //! A table is never changed once written, and a reader reads the header first, so no reader ever mixes two tables. A
-//! writer that stops before its commit leaves a table that no header names and whose lease is gone: the next weight
-//! writer deletes it.
+//! writer that stops before its commit leaves nodes that no table in force names and whose lease is gone: the next
+//! weight writer deletes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{self, Committed, SetView, State, TableRef};
-use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
+use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff, table};
 use crate::error::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
 
-/// Chunks created per `multi` (each at most [`layout::TABLE_CHUNK_BYTES`]).
+/// Chunks created per `multi` (each at most [`table::TABLE_CHUNK_BYTES`]).
 const CREATES_PER_MULTI: usize = 4;
 
 impl<Z: ZooKeeper> SharedSet<Z> {
@@ -95,97 +96,102 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         weights: &BTreeMap<Item, Weight>,
         token: &str,
     ) -> Result<(), Result<Retry, Error>> {
-        for dir in [&self.paths.weights, &self.paths.writers] {
-            retry_transient(zk, || zk.mkdir(dir, &self.acls)).await.map_err(|e| Err(self.zk_error("mkdir", e)))?;
-        }
         self.collect_tables(zk).await;
-        let tag = layout::token(zk.random());
-        let chunks = if weights.is_empty() { Vec::new() } else { layout::render_table(weights, self.chunk) };
-        if chunks.len() > layout::MAX_CHUNKS {
-            return Err(Err(Error::InvalidConfig {
-                field: "weights",
-                reason: format!("a weight table of {} chunks is more than {}", chunks.len(), layout::MAX_CHUNKS),
-            }));
-        }
-        let outcome = match self.write_table(zk, &tag, &chunks).await {
-            Ok(()) => {
-                let mut next = current.header.next(current.header.kind, State::Ready, token).recording(&[], &[]);
-                next.weights = (!chunks.is_empty()).then(|| TableRef { tag: tag.clone(), chunks: chunks.len() });
-                let data = next.render();
-                let ops = [WriteOp::SetData {
-                    path: &self.paths.node,
-                    data: data.as_bytes(),
-                    version: Some(current.header_version),
-                }];
-                self.commit(zk, &ops).await
-            }
-            Err(err) => Err(err),
-        };
-        match &outcome {
-            Ok(()) => {
-                if let Some(old) = &current.header.weights {
-                    self.delete_table(zk, &old.tag).await;
-                }
-            }
-            // Lost with the connection: it may be in force; the lease goes, and the next writer's clean-up (or ours,
-            // at the next attempt) deletes it if no header names it.
-            Err(Ok(Retry::Unknown)) => {}
-            Err(_) => self.delete_table(zk, &tag).await,
-        }
-        self.release_lease(zk, &tag).await;
+        let written = self.write_table(zk, current, weights).await?;
+        let mut next = current.header.next(current.header.kind, State::Ready, token).recording(&[], &[]);
+        next.weights = written.table.clone();
+        let data = next.render();
+        let ops =
+            [WriteOp::SetData { path: &self.paths.node, data: data.as_bytes(), version: Some(current.header_version) }];
+        let outcome = self.commit(zk, &ops).await;
+        let (landed, unknown) = (outcome.is_ok(), matches!(outcome, Err(Ok(Retry::Unknown))));
+        self.after_table(zk, landed, unknown, &written, current).await;
         outcome
     }
 
-    /// Writes `weights` (the set's weights without those of items an update removes) as a new table under a fresh
-    /// tag and our lease, for the update's commit to put in force. Returns the tag and the table for the header to
-    /// name (`None`: no weights left); [`after_pruning`](SharedSet::after_pruning) cleans up after the commit.
-    pub(super) async fn prune_weights(
+    /// Writes `weights` (the set's weights without those of items an update removes, or that it finished) as a new
+    /// table under a fresh tag and our lease, for the update's commit to put in force (naming `table`);
+    /// [`after_table`](SharedSet::after_table) cleans up after the commit.
+    pub(super) async fn write_table(
         &self,
         zk: &Z,
+        current: &Committed,
         weights: &BTreeMap<Item, Weight>,
-    ) -> Result<(String, Option<TableRef>), Result<Retry, Error>> {
+    ) -> Result<WrittenTable, Result<Retry, Error>> {
+        let tag = layout::token(zk.random());
+        let plan = table::plan(&tag, weights, self.chunk, current.table.as_ref());
+        if plan.names.len() > layout::MAX_CHUNKS {
+            return Err(Err(Error::InvalidConfig {
+                field: "weights",
+                reason: format!("a weight table of {} chunks is more than {}", plan.names.len(), layout::MAX_CHUNKS),
+            }));
+        }
+        let mut written = WrittenTable { tag, table: None, created: Vec::new(), names: plan.names };
+        if written.names.is_empty() {
+            return Ok(written);
+        }
         for dir in [&self.paths.weights, &self.paths.writers] {
             retry_transient(zk, || zk.mkdir(dir, &self.acls)).await.map_err(|e| Err(self.zk_error("mkdir", e)))?;
         }
-        let tag = layout::token(zk.random());
-        let chunks = if weights.is_empty() { Vec::new() } else { layout::render_table(weights, self.chunk) };
-        if let Err(err) = self.write_table(zk, &tag, &chunks).await {
-            self.delete_table(zk, &tag).await;
-            self.release_lease(zk, &tag).await;
-            return Err(err);
+        let outcome = self.create_table(zk, &mut written, plan.creates).await;
+        if outcome.is_err() {
+            self.after_table(zk, false, false, &written, current).await;
         }
-        let table = (!chunks.is_empty()).then(|| TableRef { tag: tag.clone(), chunks: chunks.len() });
-        Ok((tag, table))
+        outcome.map(|()| written)
     }
 
-    /// After an update that pruned the weights: the table replaced goes if the update landed, ours if it failed (not
-    /// when its outcome is unknown: the next writer's clean-up decides by the header), and our lease goes.
-    pub(super) async fn after_pruning(&self, zk: &Z, landed: bool, unknown: bool, tag: &str, old: Option<TableRef>) {
-        if landed {
-            if let Some(old) = old {
-                self.delete_table(zk, &old.tag).await;
-            }
-        } else if !unknown {
-            self.delete_table(zk, tag).await;
-        }
-        self.release_lease(zk, tag).await;
-    }
-
-    /// Creates our lease, the table's node and its chunks.
-    async fn write_table(&self, zk: &Z, tag: &str, chunks: &[Vec<u8>]) -> Result<(), Result<Retry, Error>> {
-        let (lease, table) = (self.paths.lease(tag), self.paths.table(tag));
-        let ops = [
-            WriteOp::Create { path: &lease, data: b"", mode: Mode::Ephemeral, acls: &self.acls },
-            self.create_op(&table),
-        ];
-        self.write(zk, &ops).await?;
-        let paths: Vec<String> = (0..chunks.len()).map(|k| self.paths.table_chunk(tag, k)).collect();
-        for (paths, chunks) in paths.chunks(CREATES_PER_MULTI).zip(chunks.chunks(CREATES_PER_MULTI)) {
+    /// Creates our lease, the new chunks, then the index: a reader that finds the index finds every chunk it names.
+    async fn create_table(
+        &self,
+        zk: &Z,
+        written: &mut WrittenTable,
+        creates: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Result<Retry, Error>> {
+        let lease = self.paths.lease(&written.tag);
+        self.write(zk, &[WriteOp::Create { path: &lease, data: b"", mode: Mode::Ephemeral, acls: &self.acls }]).await?;
+        for group in creates.chunks(CREATES_PER_MULTI) {
+            let paths: Vec<String> = group.iter().map(|(name, _)| self.paths.table_chunk(name)).collect();
             let ops: Vec<WriteOp<'_>> =
-                paths.iter().zip(chunks).map(|(path, data)| self.create_data_op(path, data)).collect();
+                paths.iter().zip(group).map(|(path, (_, data))| self.create_data_op(path, data)).collect();
+            // Noted first: a failed `multi` may have landed, and the clean-up deletes what does not exist.
+            written.created.extend(group.iter().map(|(name, _)| name.clone()));
             self.write(zk, &ops).await?;
         }
+        let (index, data) =
+            (self.paths.table(&written.tag), layout::render_index(written.names.iter().map(String::as_str)));
+        self.write(zk, &[self.create_data_op(&index, data.as_bytes())]).await?;
+        written.table = Some(TableRef { tag: written.tag.clone() });
         Ok(())
+    }
+
+    /// After the commit that was to put `written` in force instead of `current`'s table: the replaced table's index
+    /// and the chunks `written` does not share go if it landed; ours go if it failed (not when its outcome is
+    /// unknown: the next writer's clean-up decides by the header). Our lease goes either way.
+    pub(super) async fn after_table(
+        &self,
+        zk: &Z,
+        landed: bool,
+        unknown: bool,
+        written: &WrittenTable,
+        current: &Committed,
+    ) {
+        if landed {
+            if let Some(old) = &current.header.weights {
+                let kept: BTreeSet<&String> = written.names.iter().collect();
+                let chunks = current.table.iter().flat_map(|table| &table.chunks).map(|chunk| &chunk.name);
+                let mut gone: Vec<String> =
+                    chunks.filter(|name| !kept.contains(name)).map(|name| self.paths.table_chunk(name)).collect();
+                gone.push(self.paths.table(&old.tag));
+                self.delete_nodes(zk, &gone).await;
+            }
+        } else if !unknown {
+            let mut ours: Vec<String> = written.created.iter().map(|name| self.paths.table_chunk(name)).collect();
+            ours.push(self.paths.table(&written.tag));
+            self.delete_nodes(zk, &ours).await;
+        }
+        if !written.names.is_empty() {
+            self.release_lease(zk, &written.tag).await;
+        }
     }
 
     /// One `multi` of a table's writer: a lost reply or a node found (a retry of ours that landed) is a failed
@@ -199,26 +205,63 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }
     }
 
-    /// Deletes a weight table, chunks first. Best effort.
-    async fn delete_table(&self, zk: &Z, tag: &str) {
-        let table = self.paths.table(tag);
-        if let Ok(names) = zk.list_children(&table).await {
-            let paths: Vec<String> = names.iter().map(|name| format!("{table}/{name}")).collect();
-            for group in paths.chunks(self.chunk.max(1)) {
-                let ops: Vec<WriteOp<'_>> = group.iter().map(|path| WriteOp::Delete { path, version: None }).collect();
-                let _ = zk.multi_write(&ops).await;
+    /// Deletes nodes under `item-weights`, a `multi` per group, one by one where a group fails (a node already gone).
+    /// Best effort.
+    async fn delete_nodes(&self, zk: &Z, paths: &[String]) {
+        for group in paths.chunks(self.chunk.max(1)) {
+            let ops: Vec<WriteOp<'_>> = group.iter().map(|path| WriteOp::Delete { path, version: None }).collect();
+            if zk.multi_write(&ops).await.is_err() {
+                for path in group {
+                    let _ = zk.delete(path, None).await;
+                }
             }
         }
-        let _ = zk.delete(&table, None).await;
     }
 
-    /// Deletes the weight tables that no header names and whose writer's lease is gone (a writer that stopped before
-    /// its commit, or a deletion that did not finish). A table with a live lease may be about to be named: never
-    /// touched. Best effort.
+    /// Deletes what no table in force names and no live lease covers under `item-weights`: the nodes of a writer that
+    /// stopped before its commit, or of a clean-up that did not finish. A table with a live lease may be about to be
+    /// named: never touched. Best effort.
     pub(super) async fn collect_tables(&self, zk: &Z) {
+        let names = match zk.list_children(&self.paths.weights).await {
+            Ok(names) if !names.is_empty() => names,
+            _ => return,
+        };
+        let tags: BTreeSet<&str> = names.iter().map(|name| layout::tag_of(name)).collect();
         let named = |header: layout::Header| header.weights.map(|table| table.tag);
-        for tag in self.abandoned(zk, &self.paths.weights, named).await {
-            self.delete_table(zk, &tag).await;
+        let Some((in_force, abandoned)) =
+            self.abandoned_of(zk, tags.iter().map(|t| (*t).to_owned()).collect(), named).await
+        else {
+            return;
+        };
+        // The chunks the table in force names (written by it or by tables before it) stay.
+        let mut kept = BTreeSet::new();
+        if let Some(tag) = &in_force {
+            match zk.get_data(&self.paths.table(tag)).await.map(|(data, _)| layout::parse_index(&data)) {
+                Ok(Ok(chunks)) => kept.extend(chunks),
+                // Gone (replaced since), unreadable or unanswered: nothing is known to be free.
+                _ => return,
+            }
         }
+        let abandoned: BTreeSet<String> = abandoned.into_iter().collect();
+        let (mut chunks, mut indexes) = (Vec::new(), Vec::new());
+        for name in names {
+            if abandoned.contains(layout::tag_of(&name)) && !kept.contains(&name) {
+                match name.contains('-') {
+                    true => chunks.push(self.paths.table_chunk(&name)),
+                    false => indexes.push(self.paths.table(&name)),
+                }
+            }
+        }
+        chunks.append(&mut indexes);
+        self.delete_nodes(zk, &chunks).await;
     }
+}
+
+/// A table written for a commit: its tag (and lease), the reference a header names (`None`: no weights, nothing
+/// written), the chunks it created and every chunk its index names.
+pub(super) struct WrittenTable {
+    pub tag: String,
+    pub table: Option<TableRef>,
+    created: Vec<String>,
+    names: Vec<String>,
 }

@@ -117,18 +117,18 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             // A table that still weighs finished items is pruned along (as plain updates do), so that a name used
             // again for a child weighs 1.
             let pruned = match current.stale_weights {
-                true => match self.prune_weights(&zk, &current.weights).await {
+                true => match self.write_table(&zk, &current, &current.weights).await {
                     Ok(pruned) => Some(pruned),
                     Err(Ok(_)) => continue,
                     Err(Err(err)) => return Err(err),
                 },
                 false => None,
             };
-            let table = pruned.as_ref().map_or_else(|| current.header.weights.clone(), |(_, table)| table.clone());
+            let table = pruned.as_ref().map_or_else(|| current.header.weights.clone(), |pruned| pruned.table.clone());
             let written = self.write_plan(&zk, &current, &plan, token, table).await;
-            if let Some((tag, _)) = &pruned {
+            if let Some(pruned) = &pruned {
                 let (landed, unknown) = (written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))));
-                self.after_pruning(&zk, landed, unknown, tag, current.header.weights.clone()).await;
+                self.after_table(&zk, landed, unknown, pruned, &current).await;
             }
             match written {
                 Ok(()) => {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PARTY, PATH, World};
-use crate::item_set::layout::{self, Header, RawRead, SetView, State};
+use crate::item_set::layout::{self, Chunk, Header, RawRead, SetView, State, Table};
 use crate::sim::Plan;
 use crate::sim::net::{self, ActorId, lock};
 use crate::sim::zk::{self, SessionId};
@@ -82,9 +82,23 @@ impl World {
             .as_ref()
             .and_then(|h| h.state.change())
             .map(|tag| net.zk.exists(&format!("{PATH}/item-writers/{tag}")).is_some());
-        let weights = header.as_ref().and_then(|h| h.weights.as_ref()).and_then(|table| {
-            (0..table.chunks).map(|k| net.zk.data_of(&format!("{PATH}/item-weights/{}/{k}", table.tag))).collect()
+        // The table a header names is whole from before its commit until another is in force.
+        let weights: Option<Result<Table, String>> = header.as_ref().and_then(|h| h.weights.as_ref()).map(|table| {
+            let index = net.zk.data_of(&format!("{PATH}/item-weights/{}", table.tag));
+            let index = index.ok_or_else(|| format!("the index of weight table {} is missing", table.tag))?;
+            let names = layout::parse_index(&index)?;
+            let chunks = names.into_iter().map(|name| match net.zk.data_of(&format!("{PATH}/item-weights/{name}")) {
+                Some(data) => Ok(Chunk { name, data: data.into() }),
+                None => Err(format!("chunk {name} of weight table {} is missing", table.tag)),
+            });
+            Ok(Table { chunks: chunks.collect::<Result<_, String>>()? })
         });
+        if let Some(Err(reason)) = &weights {
+            let reason = reason.clone();
+            drop(net);
+            self.violate(format!("the shared set's header names a weight table that is not whole: {reason}"));
+            return;
+        }
         let read = RawRead {
             header: Some((data.clone(), version)),
             children: net.zk.children_of(ITEMS),
