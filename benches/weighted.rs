@@ -381,8 +381,13 @@ async fn run(args: &Args) -> Result<(), String> {
     let started = Instant::now();
     let doubled = [(hot.clone(), Weight::new(hot_weight * 2))];
     let after = set.set_weights(doubled).await.map_err(|e| format!("double the hottest item: {e}"))?;
+    let written = started.elapsed();
     weights.insert(hot.clone(), hot_weight * 2);
     converged(&members, after.version, &after.items, Duration::from_secs(300)).await?;
+    eprintln!(
+        "the admin's set_weights took {written:.2?}; every member ACQUIRED at its version {:.2?} later",
+        started.elapsed() - written
+    );
     let now = owners(&members);
     let others = moved(&before, &now, &weights);
     let hot_moved = before.get(&hot).map(|o| &o.0) != now.get(&hot).map(|o| &o.0);
