@@ -17,7 +17,8 @@ use super::delta::Delta;
 use super::layout::{Header, State, Table, TableRef};
 use crate::zookeeper::Stat;
 
-/// A member's last listing of the base set, from a read of a `ready` header, with the stat it was read at.
+/// What a reader keeps between reads of the shared set: a member's last listing of the base set (from a read of a
+/// `ready` header, with the stat it was read at), and the last weight table read (a writer keeps only that).
 #[derive(Default)]
 pub(crate) struct SetCache {
     listing: Option<Listing>,

@@ -251,6 +251,6 @@ async fn read_table<Z: ZooKeeper>(
     Ok(Some(Ok(table)))
 }
 
-/// Chunks per read `multi` of a weight table: with chunks of at most [`TABLE_CHUNK_BYTES`](super::table::TABLE_CHUNK_BYTES), a reply stays far
-/// below ZooKeeper's 1 MB packet limit.
+/// Chunks per read `multi` of a weight table: with chunks of at most
+/// [`TABLE_CHUNK_BYTES`](super::table::TABLE_CHUNK_BYTES), a reply stays far below ZooKeeper's 1 MB packet limit.
 const TABLE_READ: usize = 8;

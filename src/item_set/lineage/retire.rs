@@ -106,17 +106,19 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     }
 }
 
+/// The lineage nodes a retirement rewrites: each one's entry without the retired links, and the version it was read
+/// at.
+type Unlinked<'a> = BTreeMap<&'a String, (Entry, i32)>;
+
 /// Of the `candidates` for retirement (in order), as many as fit `budget` operations with the edits they need (at
-/// least one), and
-/// those edits: every item linked to a retired one (a child, a parent) that stays loses the link, so that the retired
-/// name, free to be used again by a new item, is nobody's parent or child. An entry left with nothing to say comes
-/// back empty (the caller deletes its node).
-#[allow(clippy::type_complexity)]
+/// least one), with their versions, and those edits: every item linked to a retired one (a child, a parent) that
+/// stays loses the link, so that the retired name, free to be used again by a new item, is nobody's parent or child.
+/// An entry left with nothing to say comes back empty (the caller deletes its node).
 fn unlink<'a>(
     candidates: impl Iterator<Item = (&'a String, &'a (Entry, Stat))>,
     entries: &'a BTreeMap<String, (Entry, Stat)>,
     budget: usize,
-) -> (Vec<(&'a String, i32)>, BTreeMap<&'a String, (Entry, i32)>) {
+) -> (Vec<(&'a String, i32)>, Unlinked<'a>) {
     let (mut retired, mut retiring, mut linked) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
     for (name, (entry, stat)) in candidates {
         let links: BTreeSet<&String> = entry
@@ -137,7 +139,7 @@ fn unlink<'a>(
         linked.remove(name);
         linked.extend(links);
     }
-    let mut unlinked: BTreeMap<&String, (Entry, i32)> = BTreeMap::new();
+    let mut unlinked = Unlinked::new();
     for other in linked {
         let Some((entry, stat)) = entries.get(other) else { continue };
         let mut entry = entry.clone();
