@@ -149,3 +149,66 @@ fn unlink<'a>(
     }
     (retired, unlinked)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item_set::lineage::entry::Finished;
+
+    fn stat(version: i32) -> Stat {
+        Stat {
+            czxid: 1,
+            mzxid: 1,
+            pzxid: 1,
+            ctime: 0,
+            mtime: 0,
+            version,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 0,
+            num_children: 0,
+        }
+    }
+
+    fn entry(parents: &[&str], children: &[&str], finished: bool) -> Entry {
+        Entry {
+            parents: parents.iter().map(|p| (*p).to_owned()).collect(),
+            children: children.iter().map(|c| (*c).to_owned()).collect(),
+            closed: finished,
+            finished: finished.then(|| Finished { token: 1, member: "m".into() }),
+        }
+    }
+
+    /// A split (p → a, b) and a merge (p, q → m): retiring p unlinks it from every child; a child left with no
+    /// lineage comes back empty (its node goes), one with another parent keeps that parent.
+    #[test]
+    fn a_retired_item_is_nobodys_parent_or_child() {
+        let entries: BTreeMap<String, (Entry, Stat)> = [
+            ("p", entry(&[], &["a", "b", "m"], true), 3),
+            ("q", entry(&[], &["m"], false), 4),
+            ("a", entry(&["p"], &[], false), 5),
+            ("b", entry(&["p"], &[], true), 6),
+            ("m", entry(&["p", "q"], &[], false), 7),
+        ]
+        .into_iter()
+        .map(|(name, e, version)| (name.to_owned(), (e, stat(version))))
+        .collect();
+        let p = "p".to_owned();
+        let (retired, unlinked) = unlink([(&p, &entries["p"])].into_iter(), &entries, 100);
+        assert_eq!(retired, [(&p, 3)]);
+        let edited: Vec<(&str, Entry, i32)> = unlinked.iter().map(|(n, (e, v))| (n.as_str(), e.clone(), *v)).collect();
+        assert_eq!(
+            edited,
+            [("a", Entry::default(), 5), ("b", entry(&[], &[], true), 6), ("m", entry(&["q"], &[], false), 7),]
+        );
+        // Another finished item alongside, within the budget: both go; their links are edited once each.
+        let b = "b".to_owned();
+        let (retired, unlinked) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, 100);
+        assert_eq!(retired, [(&p, 3), (&b, 6)]);
+        assert_eq!(unlinked.keys().map(|n| n.as_str()).collect::<Vec<_>>(), ["a", "m"]);
+        // Past the budget (1 + 3 links): the second waits for the next call; the first goes whatever its links.
+        let (retired, _) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, 2);
+        assert_eq!(retired, [(&p, 3)]);
+    }
+}
