@@ -20,6 +20,24 @@ use zookeeper_client::{Client, EventType, MultiReadResult, MultiWriteError, Mult
 
 pub(crate) use zookeeper_client::{Error as ZkError, Stat};
 
+/// A node's stat with every field 0 (the first ids 1), for unit tests to fill in what they need.
+#[cfg(test)]
+pub(crate) fn test_stat() -> Stat {
+    Stat {
+        czxid: 1,
+        mzxid: 1,
+        pzxid: 1,
+        ctime: 0,
+        mtime: 0,
+        version: 0,
+        cversion: 0,
+        aversion: 0,
+        ephemeral_owner: 0,
+        data_length: 0,
+        num_children: 0,
+    }
+}
+
 use crate::acl::NodeAcls;
 
 /// How a node is created.

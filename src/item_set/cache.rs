@@ -130,19 +130,7 @@ mod tests {
     }
 
     fn stat(cversion: i32, num_children: i32) -> Stat {
-        Stat {
-            czxid: 1,
-            mzxid: 1,
-            pzxid: 1,
-            ctime: 0,
-            mtime: 0,
-            version: 0,
-            cversion,
-            aversion: 0,
-            ephemeral_owner: 0,
-            data_length: 0,
-            num_children,
-        }
+        Stat { cversion, num_children, ..crate::zookeeper::test_stat() }
     }
 
     fn header(version: u64, state: State) -> Header {

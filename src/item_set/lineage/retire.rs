@@ -156,19 +156,7 @@ mod tests {
     use crate::item_set::lineage::entry::Finished;
 
     fn stat(version: i32) -> Stat {
-        Stat {
-            czxid: 1,
-            mzxid: 1,
-            pzxid: 1,
-            ctime: 0,
-            mtime: 0,
-            version,
-            cversion: 0,
-            aversion: 0,
-            ephemeral_owner: 0,
-            data_length: 0,
-            num_children: 0,
-        }
+        Stat { version, ..crate::zookeeper::test_stat() }
     }
 
     fn entry(parents: &[&str], children: &[&str], finished: bool) -> Entry {
