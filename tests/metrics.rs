@@ -212,26 +212,23 @@ impl Kept {
 
     /// The weight chunks the member read ([`names::WEIGHT_CHUNK_READS`]).
     fn chunk_reads(&self) -> u64 {
-        self.0
-            .get_counter_handles()
-            .into_iter()
-            .find_map(|(key, counter): (Key, Arc<AtomicU64>)| {
-                let path = key.labels().find(|l| l.key() == "path").map(|l| l.value().to_owned());
-                (key.name() == names::WEIGHT_CHUNK_READS && path.as_deref() == Some(PATH))
-                    .then(|| counter.load(Ordering::SeqCst))
-            })
-            .unwrap_or(0)
+        self.counter(names::WEIGHT_CHUNK_READS, None)
     }
 
     /// The member's reads of the shared set of this `read` kind ([`names::ITEM_SET_READS`]).
     fn reads(&self, read: &str) -> u64 {
+        self.counter(names::ITEM_SET_READS, Some(read))
+    }
+
+    /// The counter `name` of [`PATH`] with this `read` label (`None`: without one), 0 if never counted.
+    fn counter(&self, name: &str, read: Option<&str>) -> u64 {
         self.0
             .get_counter_handles()
             .into_iter()
             .find_map(|(key, counter): (Key, Arc<AtomicU64>)| {
                 let label = |wanted: &str| key.labels().find(|l| l.key() == wanted).map(|l| l.value().to_owned());
-                let ours = key.name() == names::ITEM_SET_READS && label("path").as_deref() == Some(PATH);
-                (ours && label("read").as_deref() == Some(read)).then(|| counter.load(Ordering::SeqCst))
+                let ours = key.name() == name && label("path").as_deref() == Some(PATH);
+                (ours && label("read").as_deref() == read).then(|| counter.load(Ordering::SeqCst))
             })
             .unwrap_or(0)
     }
