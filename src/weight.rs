@@ -42,16 +42,43 @@ pub const MAX_CAPACITY: u32 = 1_000_000;
 ///     Ok(())
 /// }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Weight {
-    /// Sorted by dimension, no dimension twice, at least one.
-    values: Vec<(String, u64)>,
+    values: Values,
+}
+
+/// A weight's values. One value in [`DEFAULT_DIMENSION`] is always `One`, so that equal weights are equal values:
+/// a member holds 100,000 weights, and the common one costs no allocation to parse, clone or drop.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Values {
+    One(u64),
+    /// Sorted by dimension, no dimension twice, at least one, and not [`DEFAULT_DIMENSION`] alone.
+    Named(std::sync::Arc<[(String, u64)]>),
+}
+
+impl fmt::Debug for Weight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Weight").field("values", &self.values().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl PartialOrd for Weight {
+    fn partial_cmp(&self, other: &Weight) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Weight {
+    /// By the dimensions and values, in dimension order (as the pairs compare).
+    fn cmp(&self, other: &Weight) -> std::cmp::Ordering {
+        self.values().cmp(other.values())
+    }
 }
 
 impl Weight {
     /// A weight of `value` in the one dimension [`DEFAULT_DIMENSION`] (values above [`MAX_WEIGHT`] count as it).
     pub fn new(value: u64) -> Weight {
-        Weight { values: vec![(DEFAULT_DIMENSION.to_owned(), value.min(MAX_WEIGHT))] }
+        Weight { values: Values::One(value.min(MAX_WEIGHT)) }
     }
 
     /// A weight in named dimensions. A dimension name is 1 to 32 characters of `a-z`, `0-9` and `_`, starting with a
@@ -79,29 +106,34 @@ impl Weight {
                 reason: format!("at most {MAX_DIMENSIONS} dimensions"),
             });
         }
-        Ok(Weight { values: sorted.into_iter().collect() })
+        Ok(match sorted.get(DEFAULT_DIMENSION) {
+            Some(&value) if sorted.len() == 1 => Weight::new(value),
+            _ => Weight { values: Values::Named(sorted.into_iter().collect()) },
+        })
     }
 
     /// The value in `dimension` (0 if the weight does not name it).
     pub fn get(&self, dimension: &str) -> u64 {
-        self.values.iter().find(|(name, _)| name == dimension).map_or(0, |&(_, value)| value)
+        self.values().find(|&(name, _)| name == dimension).map_or(0, |(_, value)| value)
     }
 
     /// The dimensions and values, by dimension name.
     pub fn values(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.values.iter().map(|(name, value)| (name.as_str(), *value))
+        let (one, named) = match &self.values {
+            Values::One(value) => (Some((DEFAULT_DIMENSION, *value)), &[][..]),
+            Values::Named(pairs) => (None, &pairs[..]),
+        };
+        one.into_iter().chain(named.iter().map(|(name, value)| (name.as_str(), *value)))
     }
 }
 
 impl fmt::Display for Weight {
     /// `5` for a weight in the default dimension alone, else `name=value,...` by name.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let [(name, value)] = self.values.as_slice()
-            && name == DEFAULT_DIMENSION
-        {
+        if let Values::One(value) = self.values {
             return write!(f, "{value}");
         }
-        for (i, (name, value)) in self.values.iter().enumerate() {
+        for (i, (name, value)) in self.values().enumerate() {
             write!(f, "{}{name}={value}", if i == 0 { "" } else { "," })?;
         }
         Ok(())
@@ -187,19 +219,21 @@ impl Weights {
     /// The weights of `items` (sorted, as the partitioner passes them; in their order) given the weights the set names; items it does not name weigh 1 in
     /// every dimension, and weights of items not in `items` are ignored.
     pub fn of(items: &[Item], weights: &BTreeMap<Item, Weight>) -> Weights {
-        let named: std::collections::BTreeSet<&str> = weights
-            .iter()
-            .filter(|(item, _)| items.binary_search(item).is_ok())
-            .flat_map(|(_, weight)| weight.values().map(|(name, _)| name))
-            .collect();
-        let dimensions: Vec<String> = if named.is_empty() {
-            vec![DEFAULT_DIMENSION.to_owned()]
-        } else {
-            named.into_iter().map(str::to_owned).collect()
-        };
+        let matched = matched(items, weights);
+        let (mut named, mut default) = (std::collections::BTreeSet::new(), false);
+        for weight in matched.iter().flatten() {
+            match &weight.values {
+                Values::One(_) => default = true,
+                Values::Named(pairs) => named.extend(pairs.iter().map(|(name, _)| name.as_str())),
+            }
+        }
+        if default || named.is_empty() {
+            named.insert(DEFAULT_DIMENSION);
+        }
+        let dimensions: Vec<String> = named.into_iter().map(str::to_owned).collect();
         let mut values = Vec::with_capacity(items.len() * dimensions.len());
-        for item in items {
-            match weights.get(item) {
+        for weight in matched {
+            match weight {
                 Some(weight) => values.extend(dimensions.iter().map(|d| weight.get(d))),
                 None => values.extend(std::iter::repeat_n(1, dimensions.len())),
             }
@@ -244,6 +278,22 @@ impl Weights {
         }
         totals
     }
+}
+
+/// Each of `items`' weight in `weights`, if it has one: one walk when `items` is sorted (as the partitioner passes
+/// them, and as the map's keys are), else a lookup per item.
+fn matched<'a>(items: &[Item], weights: &'a BTreeMap<Item, Weight>) -> Vec<Option<&'a Weight>> {
+    if !items.is_sorted() {
+        return items.iter().map(|item| weights.get(item)).collect();
+    }
+    let mut named = weights.iter().peekable();
+    items
+        .iter()
+        .map(|item| {
+            while named.next_if(|&(key, _)| key < item).is_some() {}
+            named.next_if(|&(key, _)| key == item).map(|(_, weight)| weight)
+        })
+        .collect()
 }
 
 /// The most weight of one dimension a member may carry under a load bound: `bound` × its ideal share
@@ -337,6 +387,40 @@ impl fmt::Display for Load {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_value_is_one_weight_however_it_is_made_and_weights_order_by_their_pairs() {
+        assert_eq!(Weight::named([(DEFAULT_DIMENSION, 5)]).unwrap(), Weight::new(5));
+        assert_eq!("weight=5".parse::<Weight>().unwrap(), Weight::new(5));
+        assert_eq!(Weight::named([(DEFAULT_DIMENSION, 5)]).unwrap().to_string(), "5");
+        let weights: Vec<Weight> = ["5", "cpu=3", "bytes=1,cpu=3", "weight=2,x=1", "0", "a=9", "cpu=3,weight=1"]
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        // The order is that of the (dimension, value) pairs, as it was when a weight was a list of them.
+        let pairs = |w: &Weight| w.values().map(|(d, v)| (d.to_owned(), v)).collect::<Vec<_>>();
+        let mut by_pairs = weights.clone();
+        by_pairs.sort_by_key(|w| pairs(w));
+        let mut by_ord = weights;
+        by_ord.sort();
+        assert_eq!(by_ord, by_pairs);
+        assert_eq!(
+            Weight::named([("cpu", 2), ("bytes", 9)]).unwrap().values().collect::<Vec<_>>(),
+            [("bytes", 9), ("cpu", 2)]
+        );
+    }
+
+    #[test]
+    fn items_in_any_order_get_their_own_weights() {
+        let named =
+            BTreeMap::from([(Item::from(1), Weight::new(7)), (Item::from(3), Weight::named([("cpu", 2)]).unwrap())]);
+        let sorted: Vec<Item> = (0..4).map(Item::from).collect();
+        let shuffled: Vec<Item> = [3, 0, 2, 1].map(Item::from).to_vec();
+        let (a, b) = (Weights::of(&sorted, &named), Weights::of(&shuffled, &named));
+        assert_eq!(a.dimensions(), ["cpu", "weight"]);
+        assert_eq!([a.item(0), a.item(1), a.item(3)], [&[1, 1][..], &[0, 7], &[2, 0]]);
+        assert_eq!([b.item(0), b.item(1), b.item(3)], [&[2, 0][..], &[1, 1], &[0, 7]]);
+    }
 
     #[test]
     fn weights_parse_render_and_refuse_garbage() {
