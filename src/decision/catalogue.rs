@@ -32,10 +32,31 @@ pub(super) struct Catalogue {
     /// Each index's position among every item ever known, in item order; empty while index order is item order
     /// (a fixed set, and a shared set until an item is added that sorts before a known one).
     rank: Vec<usize>,
-    /// The weights the shared set names (of items in force; the others weigh 1) ...
-    named: BTreeMap<Item, Weight>,
-    /// ... and the table they make over `sorted`, what a weighted partition function reads.
+    /// The weights of `sorted` (named by the shared set; the others weigh 1): what a weighted partition function
+    /// reads.
     weights: Weights,
+}
+
+/// Whether an item in both sets (sorted, with their weights) weighs differently, or the dimensions differ: one walk
+/// along both.
+fn reweighed((before, was): (&[Item], &Weights), (after, is): (&[Item], &Weights)) -> bool {
+    if was.dimensions() != is.dimensions() {
+        return true;
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < before.len() && j < after.len() {
+        match before[i].cmp(&after[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                if was.item(i) != is.item(j) {
+                    return true;
+                }
+                (i, j) = (i + 1, j + 1);
+            }
+        }
+    }
+    false
 }
 
 /// What a change of the set did, as indexes.
@@ -67,7 +88,6 @@ impl Catalogue {
             version,
             generation: 0,
             rank: Vec::new(),
-            named,
             weights,
         }
     }
@@ -116,14 +136,16 @@ impl Catalogue {
     }
 
     /// Makes `items` (sorted, without duplicates) with their `named` weights the set in force, at `version`, and says
-    /// what changed: the items (new items get new indexes; removed ones keep theirs), and whether any weight did.
+    /// what changed: the items (new items get new indexes; removed ones keep theirs), and whether the weights did
+    /// (of an item in force before and after, or the dimensions; a weight named as 1 where none was is no change).
     pub fn replace(&mut self, items: Vec<Item>, version: u64, named: BTreeMap<Item, Weight>) -> (SetChange, bool) {
         self.version = Some(version);
-        let reweighed = named != self.named;
+        let weights = Weights::of(&items, &named);
+        drop(named);
+        let reweighed = reweighed((&self.sorted, &self.weights), (&items, &weights));
         if items == self.sorted {
             if reweighed {
-                self.weights = Weights::of(&self.sorted, &named);
-                self.named = named;
+                self.weights = weights;
                 self.generation += 1;
             }
             return (SetChange::default(), reweighed);
@@ -160,8 +182,7 @@ impl Catalogue {
             }
         }
         self.generation += 1;
-        self.weights = Weights::of(&items, &named);
-        self.named = named;
+        self.weights = weights;
         self.sorted = items;
         self.set = set;
         self.in_set = in_set;
@@ -231,7 +252,12 @@ mod tests {
         let (change, reweighed) = catalogue.replace(items(&["a", "b"]), 1, BTreeMap::new());
         assert!(change.is_empty() && reweighed && catalogue.generation() > generation);
         assert!(catalogue.weights().is_uniform());
-        let (change, reweighed) = catalogue.replace(items(&["b", "c"]), 2, heavy);
+        // A weight of 1 named where none was weighs the same: no change for the function.
+        let ones = BTreeMap::from([(Item::from("a"), Weight::new(1))]);
+        let generation = catalogue.generation();
+        assert_eq!(catalogue.replace(items(&["a", "b"]), 2, ones), (SetChange::default(), false));
+        assert_eq!((catalogue.generation(), catalogue.version()), (generation, Some(2)));
+        let (change, reweighed) = catalogue.replace(items(&["b", "c"]), 3, heavy);
         assert!(!change.is_empty() && reweighed);
         assert_eq!((catalogue.weights().item(0), catalogue.weights().item(1)), (&[5][..], &[1][..]));
     }

@@ -74,6 +74,7 @@ fn set_read_with(items: &[Item], version: u64, lineage: bool) -> crate::item_set
     RawRead {
         header: Some((header.render().into_bytes(), version as i32)),
         children: items.iter().map(Item::node_name).collect(),
+        listed: None,
         change: None,
         lease: None,
         weights: None,
@@ -675,4 +676,5 @@ fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_
     crate::sabotage::set(Sabotage::None);
 }
 
+mod read_cost;
 mod shared_set;

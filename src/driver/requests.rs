@@ -383,8 +383,14 @@ async fn read_set<Z: ZooKeeper>(
             // If it was created meanwhile, the watch fires and the next read finds it.
             return match zk.check_and_watch_stat(&set.node).await {
                 Ok((_, watch)) => {
-                    let missing =
-                        RawRead { header: None, children: Vec::new(), change: None, lease: None, weights: None };
+                    let missing = RawRead {
+                        header: None,
+                        children: Vec::new(),
+                        listed: None,
+                        change: None,
+                        lease: None,
+                        weights: None,
+                    };
                     (Ok(missing), Some(watch))
                 }
                 Err(err) => (Err(err), None),

@@ -6,15 +6,20 @@
 //! item again: a burst of finishes costs each member a header read per version, not a read of the whole set. It also
 //! keeps the weight table it read: the same table is not read again, and a new one only for the chunks it does not
 //! share with it ([`table`](super::table)).
+//!
+//! What it keeps is kept parsed: the listing as items of the set's kind ([`Listed`], changed in place by each recorded
+//! change), and each chunk with its lines parsed at first use ([`Chunk`](super::layout::Chunk)). So a version that
+//! changes one weight of 100,000 costs a member one chunk to parse and one pass over the items, not 100,000 names
+//! and lines to parse again (BENCHMARKS.md, "A member's CPU per version of the set").
 //! The header's stat makes this exact. A client sees its node's `cversion` count every child created and deleted, and
 //! `numChildren` count the children, so the recorded changes must account for both moves since `v` exactly; any
 //! change to the base set that is not recorded (a staged update's apply, a set deleted and created again at the same
 //! version, a hand-made node) shows as a mismatch, and the member lists the items as before.
 
-use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::delta::Delta;
-use super::layout::{Header, State, Table, TableRef};
+use super::layout::{Header, Listed, State, Table, TableRef};
 use crate::zookeeper::Stat;
 
 /// What a reader keeps between reads of the shared set: a member's last listing of the base set (from a read of a
@@ -34,7 +39,7 @@ pub(crate) struct SetCache {
 /// A summary: the listing's version and size, the table's tag and chunk count (not their data).
 impl std::fmt::Debug for SetCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let listing = self.listing.as_ref().map(|l| (l.version, l.children.len()));
+        let listing = self.listing.as_ref().map(|l| (l.version, l.listed.items.len()));
         let table = self.table.as_ref().map(|(table, chunks)| (&table.tag, chunks.chunks.len()));
         f.debug_struct("SetCache").field("listing", &listing).field("table", &table).finish_non_exhaustive()
     }
@@ -44,7 +49,8 @@ struct Listing {
     version: u64,
     cversion: i32,
     num_children: i32,
-    children: BTreeSet<String>,
+    /// Parsed once, at the listing, and changed in place by the recorded changes after it.
+    listed: Arc<Listed>,
 }
 
 impl SetCache {
@@ -61,22 +67,23 @@ impl SetCache {
     }
 
     /// Remembers `children`, listed in one read with `header` and its node's `stat` (only a `ready` header's: the base
-    /// set is then the set in force).
-    pub fn remember(&mut self, header: &Header, stat: &Stat, children: &[String]) {
+    /// set is then the set in force), and returns them parsed (for [`RawRead::listed`](super::layout::RawRead)).
+    pub fn remember(&mut self, header: &Header, stat: &Stat, children: &[String]) -> Option<Arc<Listed>> {
         self.listing = (header.state == State::Ready && !self.tables_only).then(|| Listing {
             version: header.version,
             cversion: stat.cversion,
             num_children: stat.num_children,
-            children: children.iter().cloned().collect(),
+            listed: Arc::new(Listed::parse(header.kind, children.iter().cloned())),
         });
+        self.listing.as_ref().map(|listing| listing.listed.clone())
     }
 
     /// The base set's children as of `header` (read with its node's `stat`), from the remembered listing and the
     /// changes the header records, if they account exactly for every child created and deleted since; `None` if the
     /// items must be listed. What it returns is remembered for the next read.
-    pub fn bridge(&mut self, header: &Header, stat: &Stat) -> Option<Vec<String>> {
+    pub fn bridge(&mut self, header: &Header, stat: &Stat) -> Option<Arc<Listed>> {
         let listing = self.listing.as_mut()?;
-        if header.state != State::Ready || header.version < listing.version {
+        if header.state != State::Ready || header.version < listing.version || header.kind != listing.listed.kind {
             return None;
         }
         let wanted = listing.version + 1..=header.version;
@@ -89,18 +96,17 @@ impl SetCache {
         if !contiguous || created_and_deleted != added + removed || grown != added - removed {
             return None;
         }
-        for delta in deltas {
+        for delta in deltas.iter().filter(|d| !d.added.is_empty() || !d.removed.is_empty()) {
             // Each change applies as its `multi` did: the removed were there, the added were not. (With the counts
-            // matching this cannot fail; if it did, the listing is forgotten and the items listed.)
-            let applies = delta.removed.iter().all(|name| listing.children.remove(name))
-                && delta.added.iter().all(|name| listing.children.insert(name.clone()));
-            if !applies {
+            // matching this cannot fail; if it did, the listing is forgotten and the items listed.) Changed in place
+            // unless the last read still holds the listing.
+            if !Arc::make_mut(&mut listing.listed).apply(&delta.removed, &delta.added) {
                 self.listing = None;
                 return None;
             }
         }
         (listing.version, listing.cversion, listing.num_children) = (header.version, stat.cversion, stat.num_children);
-        Some(listing.children.iter().cloned().collect())
+        Some(listing.listed.clone())
     }
 
     /// The weight table last read, and its reference (a clone shares the chunks' data).
@@ -161,14 +167,14 @@ mod tests {
         let h8 = recorded(8, &changes);
         // cversion counts creates and deletes: 3 creates and 1 delete, 4 more; 2 more children.
         let mut cache = fresh();
-        let mut children = cache.bridge(&h8, &stat(14, 5)).expect("every change since v5 is recorded");
-        children.sort();
-        assert_eq!(children, names(&["a1", "a2", "b", "c", "d"]));
+        let bridged = cache.bridge(&h8, &stat(14, 5)).expect("every change since v5 is recorded");
+        // What listing the set now would give.
+        assert_eq!(*bridged, Listed::parse(Kind::Str, names(&["d", "c", "b", "a2", "a1"])));
         // It remembers what it bridged to: the next version bridges from v8.
         let h9 = recorded(9, &[(&["a1", "a2"], &["a"]), (&[], &[]), (&["d"], &[]), (&[], &["b"])]);
-        assert_eq!(cache.bridge(&h9, &stat(15, 4)).map(|c| c.len()), Some(4));
+        assert_eq!(cache.bridge(&h9, &stat(15, 4)).map(|c| c.items.len()), Some(4));
         // The same version again, unchanged: nothing to apply.
-        assert_eq!(cache.bridge(&h9, &stat(15, 4)).map(|c| c.len()), Some(4));
+        assert_eq!(cache.bridge(&h9, &stat(15, 4)).map(|c| c.items.len()), Some(4));
 
         // A child made or deleted besides the recorded changes (by hand, a staged update's apply).
         assert_eq!(fresh().bridge(&h8, &stat(15, 6)), None, "one create more");
@@ -199,7 +205,7 @@ mod tests {
         let mut cache = SetCache::default();
         assert_eq!(cache.table(), None);
         let table = TableRef { tag: "00000000000000aa".into() };
-        let chunks = Table { chunks: vec![Chunk { name: "00000000000000aa-0".into(), data: b"a\t2\n"[..].into() }] };
+        let chunks = Table { chunks: vec![Chunk::new("00000000000000aa-0".into(), b"a\t2\n"[..].into())] };
         cache.remember_table(table.clone(), chunks.clone(), 1);
         assert_eq!(cache.table(), Some((table, chunks)));
         assert_eq!((cache.take_chunks_read(), cache.take_chunks_read()), (1, 0));

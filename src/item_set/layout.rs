@@ -47,6 +47,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use super::delta::{self, Delta};
 use crate::error::shown;
@@ -142,11 +143,74 @@ pub(crate) const MAX_CHUNKS: usize = 4096;
 /// The first line of a weight table's index; one chunk name per line follows.
 pub(crate) const INDEX_MAGIC: &str = "zk-partitioner weight table v1";
 
-/// One chunk of a weight table as read: its node's name and data (shared, not copied, between a member's reads).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One chunk of a weight table as read: its node's name and data (shared, not copied, between a member's reads), and
+/// its lines once parsed: a chunk never changes, and a member keeps it for as long as its tables share it, so a
+/// new table costs a member the parsing of its new chunks only.
+#[derive(Clone)]
 pub(crate) struct Chunk {
     pub name: String,
-    pub data: std::sync::Arc<[u8]>,
+    pub data: Arc<[u8]>,
+    /// The lines as items of a kind (the set's: a set's kind never changes).
+    parsed: Arc<OnceLock<ParsedAs>>,
+}
+
+/// A chunk's lines as parsed, and the kind they were parsed as.
+type ParsedAs = (Kind, Result<Arc<Lines>, String>);
+
+/// A chunk's lines: the items of the set's kind with their weights, in the chunk's order.
+#[derive(Debug)]
+struct Lines {
+    entries: Vec<(Item, Weight)>,
+    /// Some line names no item of the kind.
+    others: bool,
+}
+
+impl Chunk {
+    pub fn new(name: String, data: Arc<[u8]>) -> Chunk {
+        Chunk { name, data, parsed: Arc::default() }
+    }
+
+    /// Its lines as items of `kind`, parsed at the first call.
+    fn lines(&self, kind: Kind) -> Result<Arc<Lines>, String> {
+        match self.parsed.get() {
+            Some((parsed_as, lines)) if *parsed_as == kind => lines.clone(),
+            // Parsed as another kind (never, but for a set deleted and created again as the other kind under a
+            // reused name): parse again, not remembered.
+            Some(_) => parse_chunk(&self.name, &self.data, kind),
+            None => self.parsed.get_or_init(|| (kind, parse_chunk(&self.name, &self.data, kind))).1.clone(),
+        }
+    }
+}
+
+/// A chunk is its name and data; what was parsed of it follows from them.
+impl PartialEq for Chunk {
+    fn eq(&self, other: &Chunk) -> bool {
+        self.name == other.name && self.data == other.data
+    }
+}
+
+impl Eq for Chunk {}
+
+impl fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chunk").field("name", &self.name).field("bytes", &self.data.len()).finish_non_exhaustive()
+    }
+}
+
+/// The lines of chunk `k`: `<item>\t<weight>` each.
+fn parse_chunk(k: &str, data: &[u8], kind: Kind) -> Result<Arc<Lines>, String> {
+    let text = std::str::from_utf8(data).map_err(|_| format!("chunk {k} is not UTF-8"))?;
+    let mut lines = Lines { entries: Vec::new(), others: false };
+    for line in text.lines() {
+        let (name, weight) =
+            line.split_once('\t').ok_or_else(|| format!("chunk {k} has a line without a tab: {}", shown(line)))?;
+        let weight: Weight = weight.parse().map_err(|err| format!("chunk {k}: {err}"))?;
+        match parse_name(kind, name) {
+            Some(item) => lines.entries.push((item, weight)),
+            None => lines.others = true,
+        }
+    }
+    Ok(Arc::new(lines))
 }
 
 /// A weight table as read: its chunks in the index's order.
@@ -381,8 +445,13 @@ impl SetPaths {
 pub(crate) struct RawRead {
     /// The header's data and znode data version; `None` if `<path>/items` does not exist.
     pub header: Option<(Vec<u8>, i32)>,
-    /// The base set's children.
+    /// The base set's children (empty when `listed` has them).
     pub children: Vec<String>,
+    /// The base set's children already parsed, as a member keeps them between reads ([`SetCache`]): for a `ready`
+    /// header, of its kind, in place of `children`.
+    ///
+    /// [`SetCache`]: super::cache::SetCache
+    pub listed: Option<Arc<Listed>>,
     /// For an `applying` header: the change's additions and removals, if they were read along.
     pub change: Option<(Vec<String>, Vec<String>)>,
     /// For a header with a change under way: whether its writer's lease exists, if it was read along.
@@ -390,6 +459,76 @@ pub(crate) struct RawRead {
     /// For a header that names a weight table: its chunks, if its index and they were all read (after the rest), or
     /// why its index is not one.
     pub weights: Option<Result<Table, String>>,
+}
+
+/// A set's children as items of its kind: what [`parse_names`] makes of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub kind: Kind,
+    /// Sorted, without duplicates.
+    pub items: Vec<Item>,
+    /// The children that are not items of the kind, sorted.
+    pub skipped: Vec<String>,
+}
+
+impl Listed {
+    pub fn parse(kind: Kind, children: impl IntoIterator<Item = String>) -> Listed {
+        let mut names: Vec<String> = children.into_iter().collect();
+        names.sort_unstable();
+        names.dedup();
+        let (items, skipped) = parse_names(kind, names);
+        Listed { kind, items, skipped }
+    }
+
+    /// Applies a change that removed the children `removed` and then created `added` (node names), as its `multi`
+    /// did; `false` (and nothing changed) unless each removed one was there and each added one then was not.
+    pub fn apply(&mut self, removed: &[String], added: &[String]) -> bool {
+        let (gone, mut gone_skipped) = parse_names(self.kind, removed.iter().cloned());
+        let (new, mut new_skipped) = parse_names(self.kind, added.iter().cloned());
+        gone_skipped.sort_unstable();
+        new_skipped.sort_unstable();
+        let applies = distinct(&gone)
+            && distinct(&new)
+            && distinct(&gone_skipped)
+            && distinct(&new_skipped)
+            && gone.iter().all(|i| self.items.binary_search(i).is_ok())
+            && gone_skipped.iter().all(|n| self.skipped.binary_search(n).is_ok())
+            && new.iter().all(|i| self.items.binary_search(i).is_err() || gone.binary_search(i).is_ok())
+            && new_skipped
+                .iter()
+                .all(|n| self.skipped.binary_search(n).is_err() || gone_skipped.binary_search(n).is_ok());
+        if applies {
+            self.items.retain(|i| gone.binary_search(i).is_err());
+            self.skipped.retain(|n| gone_skipped.binary_search(n).is_err());
+            merge_sorted(&mut self.items, new);
+            merge_sorted(&mut self.skipped, new_skipped);
+        }
+        applies
+    }
+}
+
+/// Whether a sorted list has no element twice.
+fn distinct<T: Ord>(sorted: &[T]) -> bool {
+    sorted.windows(2).all(|pair| pair[0] < pair[1])
+}
+
+/// Merges `more` (sorted, none in `into`) into `into` (sorted): one pass, not an insert each.
+fn merge_sorted<T: Ord>(into: &mut Vec<T>, more: Vec<T>) {
+    if more.is_empty() {
+        return;
+    }
+    let old = std::mem::take(into);
+    into.reserve(old.len() + more.len());
+    let (mut old, mut more) = (old.into_iter().peekable(), more.into_iter().peekable());
+    loop {
+        let next = match (old.peek(), more.peek()) {
+            (Some(a), Some(b)) if a < b => old.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => more.next(),
+            (Some(_), None) => old.next(),
+            (None, None) => break,
+        };
+        into.extend(next);
+    }
 }
 
 /// What a read says.
@@ -497,19 +636,13 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
     {
         return SetView::Missing { unfinished };
     }
-    let mut names: BTreeSet<String> = read.children.into_iter().collect();
-    #[cfg(test)]
-    let change =
-        if crate::sabotage::breaks(crate::sabotage::Sabotage::ApplyingReadAsBase) { None } else { read.change };
-    #[cfg(not(test))]
-    let change = read.change;
-    if let (State::Applying(_), Some((adds, removes))) = (&header.state, change) {
-        names.extend(adds);
-        for name in &removes {
-            names.remove(name);
+    let (items, skipped) = match read.listed {
+        // Parsed already (a member's bridged read).
+        Some(listed) if header.state == State::Ready && listed.kind == header.kind => {
+            (listed.items.clone(), listed.skipped.clone())
         }
-    }
-    let (items, skipped) = parse_names(header.kind, names);
+        _ => parse_children(&header, read.children, read.change),
+    };
     let table = match read.weights.filter(|_| header.weights.is_some()) {
         None => None,
         Some(Ok(table)) => Some(table),
@@ -533,25 +666,56 @@ pub(crate) fn interpret(read: RawRead) -> SetView {
     }))
 }
 
+/// The base set's `children` as items of the header's kind, with an `applying` change's lists applied.
+fn parse_children(
+    header: &Header,
+    children: Vec<String>,
+    change: Option<(Vec<String>, Vec<String>)>,
+) -> (Vec<Item>, Vec<String>) {
+    let mut names: BTreeSet<String> = children.into_iter().collect();
+    #[cfg(test)]
+    let change = if crate::sabotage::breaks(crate::sabotage::Sabotage::ApplyingReadAsBase) { None } else { change };
+    if let (State::Applying(_), Some((adds, removes))) = (&header.state, change) {
+        names.extend(adds);
+        for name in &removes {
+            names.remove(name);
+        }
+    }
+    parse_names(header.kind, names)
+}
+
 /// The weights a table's chunks give the items of `items` (sorted), and whether it has lines of other items (skipped).
+/// A line naming an item twice: the later one counts.
 pub(crate) fn parse_table(table: &Table, kind: Kind, items: &[Item]) -> Result<(BTreeMap<Item, Weight>, bool), String> {
-    let (mut weights, mut others) = (BTreeMap::new(), false);
-    for Chunk { name: k, data } in &table.chunks {
-        let text = std::str::from_utf8(data).map_err(|_| format!("chunk {k} is not UTF-8"))?;
-        for line in text.lines() {
-            let (name, weight) =
-                line.split_once('\t').ok_or_else(|| format!("chunk {k} has a line without a tab: {}", shown(line)))?;
-            let weight: Weight = weight.parse().map_err(|err| format!("chunk {k}: {err}"))?;
-            let (mut parsed, _) = parse_names(kind, [name.to_owned()]);
-            match parsed.pop() {
-                Some(item) if items.binary_search(&item).is_ok() => {
-                    weights.insert(item, weight);
-                }
+    let mut others = false;
+    let mut chunks = Vec::with_capacity(table.chunks.len());
+    for chunk in &table.chunks {
+        let lines = chunk.lines(kind)?;
+        others |= lines.others;
+        chunks.push(lines);
+    }
+    let lines = || chunks.iter().flat_map(|lines| &lines.entries);
+    let mut weights = Vec::with_capacity(chunks.iter().map(|lines| lines.entries.len()).sum());
+    if lines().is_sorted_by(|a, b| a.0 < b.0) && items.is_sorted() {
+        // A table this crate wrote: one walk along the set.
+        let mut set = items.iter().peekable();
+        for (item, weight) in lines() {
+            while set.next_if(|&i| i < item).is_some() {}
+            match set.peek() {
+                Some(&i) if i == item => weights.push((item.clone(), weight.clone())),
                 _ => others = true,
             }
         }
+    } else {
+        for (item, weight) in lines() {
+            match items.binary_search(item) {
+                Ok(_) => weights.push((item.clone(), weight.clone())),
+                Err(_) => others = true,
+            }
+        }
     }
-    Ok((weights, others))
+    // Collected in the lines' order: of equal keys the last is kept.
+    Ok((weights.into_iter().collect(), others))
 }
 
 /// Item names as items of `kind`, sorted; names that are not such items come back apart.
@@ -560,200 +724,29 @@ pub(crate) fn parse_names(kind: Kind, names: impl IntoIterator<Item = String>) -
     for name in names {
         match kind {
             Kind::Str => items.push(Item::Str(name)),
-            Kind::Int => match name.parse::<i64>() {
-                // Only the canonical rendering ("7", not "07" or "+7") names the item.
-                Ok(value) if value.to_string() == name => items.push(Item::Int(value)),
-                _ => skipped.push(name),
+            Kind::Int => match parse_name(kind, &name) {
+                Some(item) => items.push(item),
+                None => skipped.push(name),
             },
         }
     }
-    items.sort();
+    items.sort_unstable();
     (items, skipped)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header(state: State) -> Header {
-        Header {
-            kind: Kind::Int,
-            version: 3,
-            state,
-            log: vec!["00000000000000aa".into()],
-            weights: None,
-            lineage: false,
-            deltas: Vec::new(),
+/// The item of `kind` named `name`, if it is one. Only the canonical rendering of an integer (`7`, `-7`, `0`; not
+/// `07`, `+7` or `-0`) names one.
+pub(crate) fn parse_name(kind: Kind, name: &str) -> Option<Item> {
+    match kind {
+        Kind::Str => Some(Item::Str(name.to_owned())),
+        Kind::Int => {
+            let digits = name.strip_prefix('-').unwrap_or(name);
+            let canonical = digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits == "0" && digits.len() == name.len() || !digits.is_empty() && !digits.starts_with('0'));
+            canonical.then(|| name.parse().ok().map(Item::Int)).flatten()
         }
-    }
-
-    fn read(header: &Header, children: &[&str]) -> RawRead {
-        RawRead {
-            header: Some((header.render().into_bytes(), 5)),
-            children: children.iter().map(|c| c.to_string()).collect(),
-            change: None,
-            lease: None,
-            weights: None,
-        }
-    }
-
-    #[test]
-    fn headers_round_trip_and_garbage_is_refused() {
-        let tag = "0123456789abcdef".to_string();
-        for state in [
-            State::Ready,
-            State::Staging(tag.clone()),
-            State::Applying(tag.clone()),
-            State::Creating(tag),
-            State::Absent,
-        ] {
-            let h = header(state);
-            assert_eq!(Header::parse(h.render().as_bytes()), Ok(h));
-        }
-        for garbage in [
-            &b""[..],
-            b"{}",
-            b"zk-partitioner item set v2",
-            b"zk-partitioner item set v2 kind=int version=1 state=staging",
-            b"zk-partitioner item set v2 kind=int version=1 state=ready change=0123456789abcdef",
-            b"zk-partitioner item set v2 kind=int version=x state=ready",
-            b"zk-partitioner item set v2 kind=int version=1 state=ready log=xyz",
-            b"zk-partitioner item set v1 kind=int state=ready",
-            b"\xff",
-        ] {
-            assert!(Header::parse(garbage).is_err(), "{garbage:?}");
-        }
-        let next = header(State::Ready).next(Kind::Str, State::Ready, "00000000000000bb");
-        assert_eq!((next.version, next.kind, next.log.len()), (4, Kind::Str, 2));
-        assert!(next.landed("00000000000000aa") && next.landed("00000000000000bb") && !next.landed("x"));
-        let mut long = header(State::Ready);
-        for i in 0..40u64 {
-            long = long.next(Kind::Int, State::Ready, &token(i));
-        }
-        assert_eq!(long.log.len(), LOG);
-        assert!(long.landed(&token(39)) && !long.landed(&token(39 - LOG as u64)));
-    }
-
-    #[test]
-    fn every_reader_sees_a_committed_set() {
-        let tag = "0123456789abcdef".to_string();
-        // ready, and staging: the base set
-        for state in [State::Ready, State::Staging(tag.clone())] {
-            let h = header(state.clone());
-            let mut r = read(&h, &["1", "2", "07"]);
-            if state != State::Ready {
-                r.lease = Some(true);
-            }
-            let SetView::Committed(c) = interpret(r) else { panic!("{state:?}") };
-            assert_eq!(c.items, [Item::Int(1), Item::Int(2)]);
-            assert_eq!((c.version, c.header_version, c.skipped), (3, 5, vec!["07".to_string()]));
-        }
-        // applying: the base set with the change, however much of it was applied
-        let h = header(State::Applying(tag.clone()));
-        let mut r = read(&h, &["1", "2", "3"]);
-        assert_eq!(interpret(r.clone()), SetView::Torn, "the change's lists must be read along");
-        r.change = Some((vec!["4".into(), "3".into()], vec!["1".into()]));
-        r.lease = Some(false);
-        let SetView::Committed(c) = interpret(r) else { panic!() };
-        assert_eq!(c.items, [2, 3, 4].map(Item::from));
-        assert!(c.unfinished.as_ref().is_some_and(Unfinished::abandoned));
-        // creating and deleting: no set yet
-        let mut r = read(&header(State::Creating(tag)), &["1"]);
-        r.lease = Some(true);
-        assert!(matches!(interpret(r), SetView::Missing { unfinished: Some(u) } if !u.abandoned()));
-        // missing, unreadable
-        assert_eq!(interpret(RawRead { header: None, ..read(&h, &[]) }), SetView::Missing { unfinished: None });
-        assert!(matches!(
-            interpret(RawRead { header: Some((b"junk".to_vec(), 0)), ..read(&h, &[]) }),
-            SetView::Unreadable(_)
-        ));
-    }
-
-    #[test]
-    fn weight_tables_round_trip_and_a_missing_table_is_a_torn_read() {
-        let mut h = header(State::Ready);
-        h.weights = Some(TableRef { tag: "00000000000000cc".into() });
-        assert_eq!(Header::parse(h.render().as_bytes()), Ok(h.clone()));
-        assert!(h.render().ends_with(" weights=00000000000000cc"), "{}", h.render());
-        assert_eq!(
-            h.next(Kind::Int, State::Ready, "00000000000000dd").weights,
-            h.weights,
-            "carried to the next version"
-        );
-        let mut marked = h.clone();
-        marked.lineage = true;
-        assert!(marked.render().ends_with(" lineage=on"), "{}", marked.render());
-        assert_eq!(Header::parse(marked.render().as_bytes()), Ok(marked.clone()));
-        assert!(marked.next(Kind::Int, State::Ready, "00000000000000dd").lineage, "carried to the next version");
-        for garbage in ["weights=xyz", "weights=00000000000000cc.2", "weights=", "lineage=yes"] {
-            let text = format!("{MAGIC} kind=int version=1 state=ready {garbage}");
-            assert!(Header::parse(text.as_bytes()).is_err(), "{garbage}");
-        }
-        let old = format!("{MAGIC} kind=int version=1 state=ready weights=00000000000000cc.2");
-        assert!(Header::parse(old.as_bytes()).is_err_and(|e| e.contains("earlier development version")));
-
-        // The index: chunk names, in order.
-        let names = ["00000000000000cc-0", "00000000000000aa-3"];
-        let index = render_index(names);
-        assert_eq!(parse_index(index.as_bytes()), Ok(names.map(str::to_owned).to_vec()));
-        assert_eq!(names.map(tag_of), ["00000000000000cc", "00000000000000aa"]);
-        assert_eq!(tag_of("00000000000000cc"), "00000000000000cc");
-        for garbage in [
-            String::new(),
-            INDEX_MAGIC.to_owned(),
-            render_index(["00000000000000cc-0", "00000000000000cc-0"]),
-            render_index(["00000000000000cc"]),
-            render_index(["00000000000000cc-01"]),
-            render_index(["xyz-1"]),
-            format!("weights\n{}", names[0]),
-        ] {
-            assert!(parse_index(garbage.as_bytes()).is_err(), "{garbage:?}");
-        }
-        assert!(
-            parse_index(
-                render_index(
-                    (0..=MAX_CHUNKS)
-                        .map(|k| chunk_name("00000000000000cc", k))
-                        .collect::<Vec<_>>()
-                        .iter()
-                        .map(String::as_str)
-                )
-                .as_bytes()
-            )
-            .is_err()
-        );
-
-        let chunk = |name: &str, data: &[u8]| Chunk { name: name.into(), data: data.into() };
-        let table = Table { chunks: vec![chunk(names[0], b"1\t5\n2\tbytes=9,cpu=2\n"), chunk(names[1], b"3\t0\n")] };
-        let weights = BTreeMap::from([
-            (Item::from(1), Weight::new(5)),
-            (Item::from(2), Weight::named([("cpu", 2), ("bytes", 9)]).unwrap()),
-            (Item::from(3), Weight::new(0)),
-        ]);
-        let items: Vec<Item> = (1..=3).map(Item::from).collect();
-        assert_eq!(parse_table(&table, Kind::Int, &items), Ok((weights.clone(), false)));
-        // Weights of items not in the set are not the set's.
-        assert_eq!(parse_table(&table, Kind::Int, &items[..1]).map(|(w, stale)| (w.len(), stale)), Ok((1, true)));
-        assert!(parse_table(&Table { chunks: vec![chunk(names[0], b"1 5\n")] }, Kind::Int, &items).is_err());
-        assert!(parse_table(&Table { chunks: vec![chunk(names[0], b"1\tlots\n")] }, Kind::Int, &items).is_err());
-        // Read along: the set with its weights; the table missing: torn; its index not one: unreadable.
-        let mut r = read(&h, &["1", "2", "3"]);
-        assert_eq!(interpret(r.clone()), SetView::Torn);
-        r.weights = Some(Ok(table.clone()));
-        let SetView::Committed(c) = interpret(r.clone()) else { panic!() };
-        assert_eq!((c.weights, c.table), (weights, Some(table)));
-        r.weights = Some(Err("its index is not UTF-8".into()));
-        assert!(matches!(interpret(r), SetView::Unreadable(_)));
-    }
-
-    #[test]
-    fn names_parse_by_kind() {
-        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (items, skipped) = parse_names(Kind::Int, names(&["10", "9", "07", "x", "-3"]));
-        assert_eq!(items, [-3, 9, 10].map(Item::from));
-        assert_eq!(skipped, ["07", "x"]);
-        let (items, skipped) = parse_names(Kind::Str, names(&["b", "a"]));
-        assert_eq!(items, ["a", "b"].map(Item::from));
-        assert!(skipped.is_empty());
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -148,7 +148,7 @@ pub(crate) async fn read_raw_cached<Z: ZooKeeper>(
             None
         };
         let lease_alive = lease_path.is_some().then(|| matches!(results.next(), Some(ReadResult::Data(..))));
-        let mut read = RawRead { header, children, change, lease: lease_alive, weights: None };
+        let mut read = RawRead { header, children, listed: None, change, lease: lease_alive, weights: None };
         // Enough for what this header asks?
         let needs = read.header.as_ref().and_then(|(data, _)| Header::parse(data).ok()).map(|header| {
             let (lists, lease) = layout::wants(&header);
@@ -165,7 +165,7 @@ pub(crate) async fn read_raw_cached<Z: ZooKeeper>(
                 if let (Some(cache), Some(stat), Some(Ok(header))) =
                     (cache, stat, read.header.as_ref().map(|(data, _)| Header::parse(data)))
                 {
-                    SetCache::locked(cache).remember(&header, &stat, &read.children);
+                    read.listed = SetCache::locked(cache).remember(&header, &stat, &read.children);
                 }
                 read.weights = read_table(zk, paths, read.header.as_ref(), cache).await?;
                 return Ok(read);
@@ -186,9 +186,15 @@ pub(crate) async fn read_bridged<Z: ZooKeeper>(
     if header.state != State::Ready {
         return None;
     }
-    let children = SetCache::locked(cache).bridge(header, stat)?;
-    let mut read =
-        RawRead { header: Some((data.to_vec(), stat.version)), children, change: None, lease: None, weights: None };
+    let listed = SetCache::locked(cache).bridge(header, stat)?;
+    let mut read = RawRead {
+        header: Some((data.to_vec(), stat.version)),
+        children: Vec::new(),
+        listed: Some(listed),
+        change: None,
+        lease: None,
+        weights: None,
+    };
     Some(match read_table(zk, paths, read.header.as_ref(), Some(cache)).await {
         Ok(weights) => {
             read.weights = weights;
@@ -225,8 +231,9 @@ async fn read_table<Z: ZooKeeper>(
         Err(ZkError::NoNode) => return Ok(None),
         Err(err) => return Err(err),
     };
-    let mut known: HashMap<String, Arc<[u8]>> =
-        remembered.into_iter().flat_map(|(_, table)| table.chunks).map(|chunk| (chunk.name, chunk.data)).collect();
+    // The chunks remembered, with what was parsed of them.
+    let mut known: HashMap<String, Chunk> =
+        remembered.into_iter().flat_map(|(_, table)| table.chunks).map(|chunk| (chunk.name.clone(), chunk)).collect();
     let missing: Vec<String> = names.iter().filter(|name| !known.contains_key(*name)).cloned().collect();
     let chunk_paths: Vec<String> = missing.iter().map(|name| paths.table_chunk(name)).collect();
     let mut read: Vec<Arc<[u8]>> = Vec::with_capacity(missing.len());
@@ -242,8 +249,8 @@ async fn read_table<Z: ZooKeeper>(
         }
     }
     let read_count = read.len();
-    known.extend(missing.into_iter().zip(read));
-    let chunks = names.into_iter().filter_map(|name| known.get(&name).cloned().map(|data| Chunk { name, data }));
+    known.extend(missing.into_iter().zip(read).map(|(name, data)| (name.clone(), Chunk::new(name, data))));
+    let chunks = names.into_iter().filter_map(|name| known.get(&name).cloned());
     let table = Table { chunks: chunks.collect() };
     if let Some(cache) = cache {
         SetCache::locked(cache).remember_table(wanted, table.clone(), read_count);

@@ -88,7 +88,7 @@ mod tests {
 
     fn written(plan: &Plan) -> Table {
         let data: HashMap<&str, &[u8]> = plan.creates.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
-        let chunks = plan.names.iter().map(|name| Chunk { name: name.clone(), data: Arc::from(data[name.as_str()]) });
+        let chunks = plan.names.iter().map(|name| Chunk::new(name.clone(), Arc::from(data[name.as_str()])));
         Table { chunks: chunks.collect() }
     }
 

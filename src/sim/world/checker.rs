@@ -88,7 +88,7 @@ impl World {
             let index = index.ok_or_else(|| format!("the index of weight table {} is missing", table.tag))?;
             let names = layout::parse_index(&index)?;
             let chunks = names.into_iter().map(|name| match net.zk.data_of(&format!("{PATH}/item-weights/{name}")) {
-                Some(data) => Ok(Chunk { name, data: data.into() }),
+                Some(data) => Ok(Chunk::new(name, data.into())),
                 None => Err(format!("chunk {name} of weight table {} is missing", table.tag)),
             });
             Ok(Table { chunks: chunks.collect::<Result<_, String>>()? })
@@ -102,6 +102,7 @@ impl World {
         let read = RawRead {
             header: Some((data.clone(), version)),
             children: net.zk.children_of(ITEMS),
+            listed: None,
             change,
             lease,
             weights,
