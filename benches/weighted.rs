@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::thread_cpu_nanos;
+use support::{process_cpu_nanos, thread_cpu_nanos};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     FencingToken, Item, ItemSet, PartitionFn, PartitionState, Rebalance, Rendezvous, SetPartitioner, Weight, Weighted,
@@ -308,13 +308,13 @@ async fn run(args: &Args) -> Result<(), String> {
                 took: Duration,
                 moved: (u64, usize, usize),
                 least: f64,
-                cpu: (f64, f64)| {
+                cpu: (f64, f64, f64)| {
         let (worst, left_out) = heaviest(members, weights);
         println!(
             "{{\"function\":\"{function}\",\"phase\":\"{phase}\",\"members\":{},\"items\":{},\"zipf\":{},\
              \"time_boundary_s\":{},\"converged_s\":{:.3},\"heaviest_over_ideal\":{worst:.4},\
              \"left_out\":{left_out},\"moved_weight\":{},\"moved_items\":{},\"least_weight\":{least:.1},\
-             \"moved_over_least\":{:.4},\"kept_but_stopped\":{},\"cpu_ms_mean\":{:.3},\"cpu_ms_max\":{:.3}}}",
+             \"moved_over_least\":{:.4},\"kept_but_stopped\":{},\"cpu_ms_mean\":{:.3},\"cpu_ms_max\":{:.3},\"process_cpu_ms_per_member\":{:.3}}}",
             members.len(),
             args.items,
             args.zipf,
@@ -326,19 +326,25 @@ async fn run(args: &Args) -> Result<(), String> {
             moved.2,
             cpu.0,
             cpu.1,
+            cpu.2,
         );
     };
-    // The CPU each member spent in the function since the last phase: mean and max, in ms.
-    let cpu_since = |members: &[Member], before: &[u64]| -> (f64, f64) {
+    // The CPU each member spent in the function since the last phase: mean and max, in ms; and the whole process's
+    // CPU over the phase per member (every member's reads, decisions and client, and what the bench itself does: its
+    // snapshot polls, and the admin's `set_weights` in the doubling phase).
+    let cpu_since = |members: &[Member], before: &(Vec<u64>, u64)| -> (f64, f64, f64) {
         let spent: Vec<f64> = members
             .iter()
             .enumerate()
-            .map(|(i, m)| (m.cpu.load(Ordering::Relaxed) - before.get(i).copied().unwrap_or(0)) as f64 / 1e6)
+            .map(|(i, m)| (m.cpu.load(Ordering::Relaxed) - before.0.get(i).copied().unwrap_or(0)) as f64 / 1e6)
             .collect();
-        (spent.iter().sum::<f64>() / spent.len() as f64, spent.iter().copied().fold(0.0, f64::max))
+        let process = process_cpu_nanos().saturating_sub(before.1) as f64 / 1e6 / members.len().max(1) as f64;
+        (spent.iter().sum::<f64>() / spent.len() as f64, spent.iter().copied().fold(0.0, f64::max), process)
     };
-    let cpu_now = |members: &[Member]| -> Vec<u64> { members.iter().map(|m| m.cpu.load(Ordering::Relaxed)).collect() };
-    line("formed", &members, &weights, started.elapsed(), (0, 0, 0), 0.0, cpu_since(&members, &[]));
+    let cpu_now = |members: &[Member]| -> (Vec<u64>, u64) {
+        (members.iter().map(|m| m.cpu.load(Ordering::Relaxed)).collect(), process_cpu_nanos())
+    };
+    line("formed", &members, &weights, started.elapsed(), (0, 0, 0), 0.0, cpu_since(&members, &(Vec::new(), 0)));
 
     // A member of capacity 4 joins: at least its ideal share must move to it.
     let (before, cpu) = (owners(&members), cpu_now(&members));
