@@ -280,10 +280,10 @@ impl Weights {
     }
 }
 
-/// Each of `items`' weight in `weights`, if it has one: one walk when `items` is sorted (as the partitioner passes
-/// them, and as the map's keys are), else a lookup per item.
+/// Each of `items`' weight in `weights`, if it has one: one walk when `items` is sorted without duplicates (as the
+/// partitioner passes them, and as the map's keys are), else a lookup per item.
 fn matched<'a>(items: &[Item], weights: &'a BTreeMap<Item, Weight>) -> Vec<Option<&'a Weight>> {
-    if !items.is_sorted() {
+    if !items.is_sorted_by(|a, b| a < b) {
         return items.iter().map(|item| weights.get(item)).collect();
     }
     let mut named = weights.iter().peekable();
@@ -417,6 +417,12 @@ mod tests {
         let sorted: Vec<Item> = (0..4).map(Item::from).collect();
         let shuffled: Vec<Item> = [3, 0, 2, 1].map(Item::from).to_vec();
         let (a, b) = (Weights::of(&sorted, &named), Weights::of(&shuffled, &named));
+        let twice = Weights::of(&[1, 1, 2].map(Item::from), &named);
+        assert_eq!(
+            [twice.item(0), twice.item(1), twice.item(2)],
+            [&[7][..], &[7], &[1]],
+            "an item listed twice weighs the same twice"
+        );
         assert_eq!(a.dimensions(), ["cpu", "weight"]);
         assert_eq!([a.item(0), a.item(1), a.item(3)], [&[1, 1][..], &[0, 7], &[2, 0]]);
         assert_eq!([b.item(0), b.item(1), b.item(3)], [&[2, 0][..], &[1, 1], &[0, 7]]);

@@ -695,9 +695,10 @@ pub(crate) fn parse_table(table: &Table, kind: Kind, items: &[Item]) -> Result<(
         chunks.push(lines);
     }
     let lines = || chunks.iter().flat_map(|lines| &lines.entries);
-    let mut weights = Vec::with_capacity(chunks.iter().map(|lines| lines.entries.len()).sum());
     if lines().is_sorted_by(|a, b| a.0 < b.0) && items.is_sorted() {
-        // A table this crate wrote: one walk along the set.
+        // A table this crate wrote (each item once, in order): one walk along the set, and a map built from sorted
+        // keys in one pass.
+        let mut weights = Vec::with_capacity(chunks.iter().map(|lines| lines.entries.len()).sum());
         let mut set = items.iter().peekable();
         for (item, weight) in lines() {
             while set.next_if(|&i| i < item).is_some() {}
@@ -706,16 +707,17 @@ pub(crate) fn parse_table(table: &Table, kind: Kind, items: &[Item]) -> Result<(
                 _ => others = true,
             }
         }
-    } else {
-        for (item, weight) in lines() {
-            match items.binary_search(item) {
-                Ok(_) => weights.push((item.clone(), weight.clone())),
-                Err(_) => others = true,
-            }
+        return Ok((weights.into_iter().collect(), others));
+    }
+    let mut weights = BTreeMap::new();
+    for (item, weight) in lines() {
+        match items.binary_search(item) {
+            // A line naming an item again replaces the earlier one.
+            Ok(_) => _ = weights.insert(item.clone(), weight.clone()),
+            Err(_) => others = true,
         }
     }
-    // Collected in the lines' order: of equal keys the last is kept.
-    Ok((weights.into_iter().collect(), others))
+    Ok((weights, others))
 }
 
 /// Item names as items of `kind`, sorted; names that are not such items come back apart.
