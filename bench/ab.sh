@@ -5,12 +5,13 @@
 #   bash bench/ab.sh HEAD~1                 # this change against the commit before it
 #   bash bench/ab.sh 7c2fb68 HEAD
 #
-# Every ref is exported (git archive) to ${CARGO_TARGET_DIR:-target}/ab/<commit> and its worker example built in
-# release mode with one target directory for all refs, ${CARGO_TARGET_DIR:-target}/ab/target (the dependencies build
-# once; each exported tree's crate is its own package to cargo, so refs do not overwrite each other's artifacts, and a
-# second run against the same commit builds nothing); the binaries are found through cargo, never by a fixed path. Then, against ONE ZooKeeper container (the image is built
-# locally if missing, never pulled), the two binaries run in alternating order (A B, B A, ...), so drift in the machine
-# hits both alike:
+# Every ref is exported (git archive) to ${CARGO_TARGET_DIR:-target}/ab/<commit>/src and its worker example built in
+# release mode in a target directory of its own, ${CARGO_TARGET_DIR:-target}/ab/<commit>/target (a first run against a
+# commit builds its dependencies too, a few minutes; a second run builds nothing). Not one shared target directory:
+# every exported tree is the same package to cargo, its artifacts would have the same names, and cargo could hand back
+# another commit's binary as fresh. The binaries are found through cargo, never by a fixed path. Then, against ONE
+# ZooKeeper container (the image is built locally if missing, never pulled), the two binaries run in alternating order
+# (A B, B A, ...), so drift in the machine hits both alike:
 #   - warm: one member's allocation over 1,000, 5,000 and 20,000 items on a path whose lock directories exist, from its
 #     ALLOCATING line to its ACQUIRED line, minus time_boundary (0.5 s);
 #   - join5: 4 members over 1,000 items, then a fifth joins: from its start to all 5 ACQUIRED over a disjoint cover,
@@ -82,7 +83,10 @@ prepare() {
             git archive "$commit" | tar -x -C "$src"
         fi
         say "building $side: $ref ($commit), exported to $src"
-        build_worker "$src" "$target_root/ab/target" "$work/$side"
+        # A target directory per commit: every exported tree is the same package (same name, version and features)
+        # to cargo, so in a shared one two commits' artifacts get the same file names, and cargo, finding a
+        # commit's fingerprint fresh, would hand back the other commit's binary.
+        build_worker "$src" "$target_root/ab/$commit/target" "$work/$side"
     fi
     printf -v "label_$side" '%s' "$label"
 }
