@@ -6,15 +6,15 @@
 //! item again: a burst of finishes costs each member a header read per version, not a read of the whole set. It also
 //! keeps the weight table it read: the same table is not read again, and a new one only for the chunks it does not
 //! share with it ([`table`](super::table)).
+//! The header's stat makes this exact. A client sees its node's `cversion` count every child created and deleted, and
+//! `numChildren` count the children, so the recorded changes must account for both moves since `v` exactly; any
+//! change to the base set that is not recorded (a staged update's apply, a set deleted and created again at the same
+//! version, a hand-made node) shows as a mismatch, and the member lists the items as before.
 //!
 //! What it keeps is kept parsed: the listing as items of the set's kind ([`Listed`], changed in place by each recorded
 //! change), and each chunk with its lines parsed at first use ([`Chunk`](super::layout::Chunk)). So a version that
 //! changes one weight of 100,000 costs a member one chunk to parse and one pass over the items, not 100,000 names
 //! and lines to parse again (BENCHMARKS.md, "A member's CPU per version of the set").
-//! The header's stat makes this exact. A client sees its node's `cversion` count every child created and deleted, and
-//! `numChildren` count the children, so the recorded changes must account for both moves since `v` exactly; any
-//! change to the base set that is not recorded (a staged update's apply, a set deleted and created again at the same
-//! version, a hand-made node) shows as a mismatch, and the member lists the items as before.
 
 use std::sync::Arc;
 
