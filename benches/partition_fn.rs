@@ -26,6 +26,11 @@
 //! - the CPU milliseconds of each change on a function that saw the previous party: `prepare_weighted` (the work
 //!   done ahead) + the deciding `partition_weighted` with the same inputs.
 //!
+//! The `assign_sticky` row computes each change from the assignment before it
+//! (`WeightedRendezvous::assign_sticky`): the start is the greedy's placement carried through one sticky call (its
+//! cost is the "first call" column), and the join, each leave and the doubling start from that; its CPU is the one
+//! call. It also says whether each start, computed again from itself, came out unchanged.
+//!
 //! Not a criterion benchmark (`harness = false`); a bare `cargo bench` runs it once at the default size.
 
 use std::process::ExitCode;
@@ -252,6 +257,8 @@ mod weighted {
         hot_only: Vec<f64>,
         first: Vec<f64>,
         costs: Vec<(&'static str, f64, f64)>,
+        /// Sticky only: whether every placement computed again from itself came out unchanged.
+        idempotent: bool,
     }
 
     impl Figures {
@@ -297,6 +304,67 @@ mod weighted {
         out.cost("weight", f.change(party, items, &weights));
     }
 
+    /// Each item's owner under `from` as an index into `to` (`None` where that member is not in `to`).
+    fn carried_over(owners: &[usize], from: &Party, to: &Party) -> Vec<Option<usize>> {
+        owners.iter().map(|&m| to.names.iter().position(|n| *n == from.names[m])).collect()
+    }
+
+    /// `assign_sticky` from `previous`, and its CPU milliseconds.
+    fn sticky(
+        f: &WeightedRendezvous,
+        party: &Party,
+        items: &[Item],
+        weights: &Weights,
+        previous: &[Option<usize>],
+    ) -> (Vec<usize>, f64) {
+        let input = Weighted::new("", &party.names, &party.capacities, items, weights);
+        let started = thread_cpu_nanos();
+        let owners = f.assign_sticky(&input, previous);
+        (owners, thread_cpu_nanos().saturating_sub(started) as f64 / 1e6)
+    }
+
+    /// The same events as [`scenario`], each computed by `assign_sticky` from the previous assignment: the start is
+    /// the greedy's placement carried through one sticky call (the one-off move a party makes when it first keeps
+    /// a record), and every change starts from that.
+    fn sticky_scenario(party: &Party, items: &[Item], seed: u64, out: &mut Figures) {
+        let f = WeightedRendezvous::default();
+        let named = zipf(items, seed);
+        let weights = Weights::of(items, &named);
+        let total = weights.totals()[0];
+        let greedy = f.assign(&Weighted::new("", &party.names, &party.capacities, items, &weights));
+        let (base, ms) = sticky(&f, party, items, &weights, &carried_over(&greedy, party, party));
+        out.first.push(ms);
+        out.heaviest.push(heaviest(&base, party, &weights));
+        let (again, _) = sticky(&f, party, items, &weights, &carried_over(&base, party, party));
+        out.idempotent &= again == base;
+
+        let joined = party.with("member-new", 4);
+        let (after, ms) = sticky(&f, &joined, items, &weights, &carried_over(&base, party, &joined));
+        out.cost("join", (0.0, ms));
+        out.heaviest.push(heaviest(&after, &joined, &weights));
+        let ideal = total as f64 * 4.0 / joined.total() as f64;
+        out.join.push(moved((&base, party), (&after, &joined), &weights, None) as f64 / ideal);
+
+        for capacity in 1..=8 {
+            let Some(at) = party.capacities.iter().position(|&c| c == capacity) else { continue };
+            let left = party.without(at);
+            let (after, ms) = sticky(&f, &left, items, &weights, &carried_over(&base, party, &left));
+            out.cost("leave", (0.0, ms));
+            out.heaviest.push(heaviest(&after, &left, &weights));
+            let load: u64 = (0..items.len()).filter(|&i| base[i] == at).map(|i| value(&weights, i)).sum();
+            out.leave.push(moved((&base, party), (&after, &left), &weights, None) as f64 / load.max(1) as f64);
+        }
+
+        let hot = (0..items.len()).max_by_key(|&i| value(&weights, i)).unwrap_or(0);
+        let mut doubled = named.clone();
+        doubled.insert(items[hot].clone(), Weight::new(2 * value(&weights, hot)));
+        let doubled = Weights::of(items, &doubled);
+        let (after, ms) = sticky(&f, party, items, &doubled, &carried_over(&base, party, party));
+        out.cost("weight", (0.0, ms));
+        out.heaviest.push(heaviest(&after, party, &doubled));
+        out.hot_only.push(moved((&base, party), (&after, party), &weights, Some(hot)) as f64 / total as f64);
+    }
+
     fn worst(values: &mut [f64]) -> String {
         values.sort_by(f64::total_cmp);
         match values {
@@ -321,12 +389,16 @@ mod weighted {
             "function", "heaviest/ideal", "join moved/min", "leave moved/min", "doubling: others", "first call ms"
         );
         for (name, make) in [
-            ("WeightedRendezvous", (|| Function::Weighted(WeightedRendezvous::default())) as fn() -> Function),
-            ("Rendezvous", || Function::Plain(Rendezvous::default())),
+            ("WeightedRendezvous", Some((|| Function::Weighted(WeightedRendezvous::default())) as fn() -> Function)),
+            ("assign_sticky", None),
+            ("Rendezvous", Some(|| Function::Plain(Rendezvous::default()))),
         ] {
-            let mut figures = Figures::default();
+            let mut figures = Figures { idempotent: true, ..Figures::default() };
             for seed in 0..args.weighted_seeds as u64 {
-                scenario(&make(), &party, items, seed, &mut figures);
+                match make {
+                    Some(make) => scenario(&make(), &party, items, seed, &mut figures),
+                    None => sticky_scenario(&party, items, seed, &mut figures),
+                }
             }
             // Per kind of change: median of prepare + decide [median prepare + median decide], and the largest sum.
             let cost = |kind: &str| {
@@ -354,6 +426,9 @@ mod weighted {
                 cost("leave"),
                 cost("weight")
             );
+            if make.is_none() {
+                println!("{:<20} computed again from itself, every start unchanged: {}", "", figures.idempotent);
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::{Item, PartitionFn};
 mod ln;
 mod memory;
 mod place;
+mod sticky;
 #[cfg(test)]
 mod tests;
 
@@ -124,6 +125,46 @@ impl WeightedRendezvous {
             }
             // Only a panic inside this function poisons the lock; compute afresh rather than trust what it left.
             Err(_) => assign_uncached(&problem),
+        }
+    }
+
+    /// The *sticky* placement: the owner of every item (as [`assign`](Self::assign) returns it), computed from the
+    /// previous assignment `previous` (each item's previous owner as an index into `input.members`, `None` where the
+    /// owner left or there was none), so that a change moves close to the minimum weight: a member joining takes
+    /// about its share, a member leaving moves little more than what it held, and a changed weight moves little
+    /// besides that item. Its rule, in integers and the same on every member given the same `previous`, is in
+    /// `docs/sticky-placement.md`; no member goes past its limit unless an item fits under no member's limit.
+    ///
+    /// The partitioner does not call it yet: every member must compute from the *same* previous assignment, which
+    /// needs the placement record that document proposes. It is for placements kept elsewhere (a controller), and
+    /// for measuring (`cargo bench --bench partition_fn`). Weights of several dimensions are placed by
+    /// [`assign`](Self::assign), ignoring `previous`.
+    ///
+    /// ```
+    /// use zk_partitioner::{Item, Weighted, WeightedRendezvous, Weights};
+    ///
+    /// let items: Vec<Item> = (0..1000).map(Item::from).collect();
+    /// let weights = Weights::uniform(items.len());
+    /// let before = ["a".to_string(), "b".to_string()];
+    /// let f = WeightedRendezvous::default();
+    /// let first = f.assign(&Weighted::new("a", &before, &[1, 1], &items, &weights));
+    /// // "c" joins: the old owners are indexes into the new party, which keeps "a" and "b" at 0 and 1.
+    /// let after = ["a".to_string(), "b".to_string(), "c".to_string()];
+    /// let previous: Vec<Option<usize>> = first.iter().map(|&m| Some(m)).collect();
+    /// let next = f.assign_sticky(&Weighted::new("a", &after, &[1, 1, 1], &items, &weights), &previous);
+    /// let moved = first.iter().zip(&next).filter(|(a, b)| a != b).count();
+    /// // Every moved item went to the joiner, about a third of them in all.
+    /// assert!(first.iter().zip(&next).all(|(&a, &b)| a == b || b == 2));
+    /// assert!((300..=367).contains(&moved), "{moved}");
+    /// ```
+    pub fn assign_sticky(&self, input: &Weighted<'_>, previous: &[Option<usize>]) -> Vec<usize> {
+        match Problem::new(input, self.load_factor) {
+            // Items are numbered in 32 bits, one number short of the full range (`u32::MAX` is "no owner").
+            Some(problem) if problem.dimensions == 1 && problem.items.len() < u32::MAX as usize => {
+                sticky::assign_sticky(&problem, previous)
+            }
+            Some(_) => self.assign(input),
+            None => Vec::new(),
         }
     }
 

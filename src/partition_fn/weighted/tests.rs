@@ -400,3 +400,5 @@ fn a_join_scores_each_item_once_and_few_items_rank_everyone() {
     assert!(fallbacks * 100 <= items.len(), "{fallbacks} items ranked afresh after a join");
     assert_eq!(owners, uncached(&joined, &items, &weights));
 }
+
+mod sticky;

@@ -1,0 +1,175 @@
+//! Property tests of the sticky placement ([`WeightedRendezvous::assign_sticky`]): random parties, previous
+//! assignments and weights from a seeded generator.
+
+use super::*;
+
+/// Zipf(1.1) weights, `round(1e6 / rank^1.1)`, the ranks shuffled over the items (the benchmark's scenario).
+fn zipf(rng: &mut SplitMix64, items: &[Item]) -> BTreeMap<Item, Weight> {
+    let mut ranks: Vec<u64> = (1..=items.len() as u64).collect();
+    for i in (1..ranks.len()).rev() {
+        ranks.swap(i, rng.below(i + 1));
+    }
+    items
+        .iter()
+        .zip(ranks)
+        .map(|(item, r)| (item.clone(), Weight::new((1e6 / (r as f64).powf(1.1)).round() as u64)))
+        .collect()
+}
+
+/// Each owner under `from` as an index into `to`, `None` where that member left.
+fn carried(owners: &[usize], from: &Party, to: &Party) -> Vec<Option<usize>> {
+    owners.iter().map(|&m| to.names.iter().position(|n| *n == from.names[m])).collect()
+}
+
+fn sticky(party: &Party, items: &[Item], weights: &Weights, previous: &[Option<usize>]) -> Vec<usize> {
+    WeightedRendezvous::default().assign_sticky(&party.input(items, weights), previous)
+}
+
+/// The start every change below is measured from: the greedy's placement carried through one sticky call.
+fn start(party: &Party, items: &[Item], weights: &Weights) -> Vec<usize> {
+    let greedy = uncached(party, items, weights);
+    sticky(party, items, weights, &carried(&greedy, party, party))
+}
+
+/// Whether `m` holds an item larger than its ideal share.
+fn exempt(owners: &[usize], party: &Party, weights: &Weights, m: usize) -> bool {
+    let total = u128::from(weights.totals()[0]);
+    (0..owners.len())
+        .filter(|&i| owners[i] == m)
+        .any(|i| u128::from(weights.item(i)[0]) * u128::from(party.total()) > total * u128::from(party.capacities[m]))
+}
+
+#[test]
+fn every_item_placed_within_limits_from_any_previous_assignment() {
+    let mut rng = SplitMix64::new(28);
+    for case in 0..40 {
+        let size = 2 + rng.below(20);
+        let party = Party::random(&mut rng, size, 8);
+        let items = items(100 + rng.below(3000));
+        let weights = Weights::of(&items, &random_weights(&mut rng, &items, 1000, false));
+        // Garbage as much as sense: owners out of range, none, a list too short or too long.
+        let length = match case % 3 {
+            0 => items.len(),
+            1 => rng.below(items.len()),
+            _ => items.len() + 10,
+        };
+        let previous: Vec<Option<usize>> = (0..length)
+            .map(|_| match rng.below(5) {
+                0 => None,
+                1 => Some(party.names.len() + rng.below(5)),
+                _ => Some(rng.below(party.names.len())),
+            })
+            .collect();
+        let owners = sticky(&party, &items, &weights, &previous);
+        assert_eq!(owners.len(), items.len(), "case {case}");
+        assert!(owners.iter().all(|&m| m < party.names.len()), "case {case}");
+        // Every item fits under every limit here (1000 is far below the smallest share): no member passes its own.
+        let loads = loads(&owners, party.names.len(), &weights);
+        for (m, load) in loads.iter().enumerate() {
+            assert!(load[0] <= limit(&party, &weights, m, 0), "case {case}: member {m} {load:?}");
+        }
+        // The same previous assignment gives the same answer, on any function object.
+        assert_eq!(sticky(&party, &items, &weights, &previous), owners, "case {case}");
+    }
+}
+
+#[test]
+fn a_placement_computed_again_from_itself_is_unchanged() {
+    let mut rng = SplitMix64::new(7);
+    for case in 0..12 {
+        let size = 3 + rng.below(30);
+        let party = Party::random(&mut rng, size, 8);
+        let items = items(500 + rng.below(5000));
+        let weights = Weights::of(&items, &zipf(&mut rng, &items));
+        let first = start(&party, &items, &weights);
+        let joined = party.with(&member(&mut rng), 1 + rng.below(8) as u32);
+        let after_join = sticky(&joined, &items, &weights, &carried(&first, &party, &joined));
+        for (p, owners) in [(&party, &first), (&joined, &after_join)] {
+            let again = sticky(p, &items, &weights, &carried(owners, p, p));
+            let moved = (0..items.len()).filter(|&i| again[i] != owners[i]).count();
+            assert_eq!(moved, 0, "case {case}: {} members", p.names.len());
+        }
+    }
+}
+
+/// The scenario at a fifth of its size: 30 members of capacities 1 + i % 8, 20,000 Zipf-weighted items.
+#[test]
+fn joins_leaves_and_weight_changes_move_close_to_the_minimum() {
+    let mut rng = SplitMix64::new(11);
+    let names: Vec<String> = (0..30).map(|m| format!("member-{m:03}")).collect();
+    let party = Party { capacities: (0..30).map(|i| 1 + (i % 8) as u32).collect(), names };
+    let items = items(20_000);
+    for seed in 0..2 {
+        let named = zipf(&mut rng, &items);
+        let weights = Weights::of(&items, &named);
+        let total = weights.totals()[0];
+        let base = start(&party, &items, &weights);
+        let joined = party.with("member-new", 4);
+        let after = sticky(&joined, &items, &weights, &carried(&base, &party, &joined));
+        let minimum = total as f64 * 4.0 / joined.total() as f64;
+        let ratio = moved(&base, &party, &after, &joined, &weights) as f64 / minimum;
+        assert!(ratio <= 1.2, "seed {seed}: a join moved {ratio:.3}x the minimum");
+        // And the joiner did take its share: the members that hold no item larger than their share carry about
+        // 0.77 of it (the rest sits on those that do), and a member is left alone down to 9/10 of that.
+        let joiner = joined.names.iter().position(|n| n == "member-new").unwrap_or(0);
+        let load: u64 = (0..items.len()).filter(|&i| after[i] == joiner).map(|i| weights.item(i)[0]).sum();
+        assert!(load as f64 >= 0.6 * minimum, "seed {seed}: the joiner took {load} of its share {minimum}");
+        for capacity in [1, 4, 8] {
+            let Some(at) = party.capacities.iter().position(|&c| c == capacity) else { continue };
+            let left = party.without(at);
+            let after = sticky(&left, &items, &weights, &carried(&base, &party, &left));
+            let held: u64 = (0..items.len()).filter(|&i| base[i] == at).map(|i| weights.item(i)[0]).sum();
+            let ratio = moved(&base, &party, &after, &left, &weights) as f64 / held as f64;
+            assert!(ratio <= 1.2, "seed {seed}: a capacity-{capacity} leave moved {ratio:.3}x the minimum");
+        }
+        let hot = (0..items.len()).max_by_key(|&i| weights.item(i)[0]).unwrap_or(0);
+        let mut doubled = named.clone();
+        doubled.insert(items[hot].clone(), Weight::new(2 * weights.item(hot)[0]));
+        let doubled = Weights::of(&items, &doubled);
+        let after = sticky(&party, &items, &doubled, &carried(&base, &party, &party));
+        let others: u64 =
+            (0..items.len()).filter(|&i| i != hot && after[i] != base[i]).map(|i| weights.item(i)[0]).sum();
+        assert!(others as f64 <= 0.01 * total as f64, "seed {seed}: doubling moved {others} of {total} besides");
+    }
+}
+
+#[test]
+fn an_item_larger_than_every_share_is_placed_and_the_rest_kept_within_limits() {
+    let party = Party { names: vec!["a".into(), "b".into(), "c".into()], capacities: vec![1, 2, 3] };
+    let items = items(600);
+    let weights = Weights::of(&items, &BTreeMap::from([(Item::from(5), Weight::new(100_000))]));
+    let owners = start(&party, &items, &weights);
+    assert_eq!(owners.len(), items.len());
+    let loads = loads(&owners, 3, &weights);
+    for m in 0..3 {
+        assert!(
+            exempt(&owners, &party, &weights, m) || loads[m][0] <= limit(&party, &weights, m, 0),
+            "member {m}: {loads:?}"
+        );
+    }
+    // The giant goes to the largest member (least full relative to its share after taking it).
+    assert_eq!(owners[items.iter().position(|i| *i == Item::from(5)).unwrap_or(0)], 2);
+}
+
+#[test]
+fn several_dimensions_and_empty_inputs() {
+    let mut rng = SplitMix64::new(3);
+    let party = Party::random(&mut rng, 5, 4);
+    let items = items(300);
+    let weights = Weights::of(&items, &random_weights(&mut rng, &items, 50, true));
+    let previous = vec![Some(0); items.len()];
+    let f = WeightedRendezvous::default();
+    // Several dimensions: the greedy's placement, `previous` ignored.
+    assert_eq!(f.assign_sticky(&party.input(&items, &weights), &previous), f.assign(&party.input(&items, &weights)));
+    let nobody = Party { names: Vec::new(), capacities: Vec::new() };
+    assert!(f.assign_sticky(&nobody.input(&items, &weights), &previous).is_empty());
+}
+
+#[test]
+fn names_are_hashed_as_the_node_names() {
+    use crate::partition_fn::weighted::sticky::name_of;
+    for item in [Item::from(0), Item::from(-1), Item::from(i64::MIN), Item::from(i64::MAX), Item::from("queue-7")] {
+        let mut digits = [0; 20];
+        assert_eq!(name_of(&item, &mut digits), item.node_name().as_bytes());
+    }
+}
