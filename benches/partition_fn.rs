@@ -259,6 +259,8 @@ mod weighted {
         costs: Vec<(&'static str, f64, f64)>,
         /// Sticky only: whether every placement computed again from itself came out unchanged.
         idempotent: bool,
+        /// Sticky only: how many items changed owner, per kind of change (what a record of the changes would hold).
+        items_moved: Vec<(&'static str, usize)>,
     }
 
     impl Figures {
@@ -344,6 +346,7 @@ mod weighted {
         out.heaviest.push(heaviest(&after, &joined, &weights));
         let ideal = total as f64 * 4.0 / joined.total() as f64;
         out.join.push(moved((&base, party), (&after, &joined), &weights, None) as f64 / ideal);
+        out.items_moved.push(("join", count_moved((&base, party), (&after, &joined))));
 
         for capacity in 1..=8 {
             let Some(at) = party.capacities.iter().position(|&c| c == capacity) else { continue };
@@ -353,6 +356,7 @@ mod weighted {
             out.heaviest.push(heaviest(&after, &left, &weights));
             let load: u64 = (0..items.len()).filter(|&i| base[i] == at).map(|i| value(&weights, i)).sum();
             out.leave.push(moved((&base, party), (&after, &left), &weights, None) as f64 / load.max(1) as f64);
+            out.items_moved.push(("leave", count_moved((&base, party), (&after, &left))));
         }
 
         let hot = (0..items.len()).max_by_key(|&i| value(&weights, i)).unwrap_or(0);
@@ -363,6 +367,12 @@ mod weighted {
         out.cost("weight", (0.0, ms));
         out.heaviest.push(heaviest(&after, party, &doubled));
         out.hot_only.push(moved((&base, party), (&after, party), &weights, Some(hot)) as f64 / total as f64);
+        out.items_moved.push(("weight", count_moved((&base, party), (&after, party))));
+    }
+
+    /// How many items changed owner, by name.
+    fn count_moved(a: (&[usize], &Party), b: (&[usize], &Party)) -> usize {
+        (0..a.0.len()).filter(|&i| a.1.names[a.0[i]] != b.1.names[b.0[i]]).count()
     }
 
     fn worst(values: &mut [f64]) -> String {
@@ -428,6 +438,23 @@ mod weighted {
             );
             if make.is_none() {
                 println!("{:<20} computed again from itself, every start unchanged: {}", "", figures.idempotent);
+                let items = |kind: &str| {
+                    let mut v: Vec<usize> = figures.items_moved.iter().filter(|m| m.0 == kind).map(|m| m.1).collect();
+                    v.sort_unstable();
+                    format!(
+                        "{} [{}-{}]",
+                        v.get(v.len() / 2).unwrap_or(&0),
+                        v.first().unwrap_or(&0),
+                        v.last().unwrap_or(&0)
+                    )
+                };
+                println!(
+                    "{:<20} items that changed owner, median [range]: join {}, leave {}, weight {}",
+                    "",
+                    items("join"),
+                    items("leave"),
+                    items("weight")
+                );
             }
         }
     }
