@@ -10,9 +10,9 @@
 //! share, and a band relative to the ideal share could not be met by anyone.
 //!
 //! 1. **Keep** every item on its previous owner if that owner is in the party; the others form the pool.
-//! 2. **Shed**: a member that is not exempt and is over its limit keeps its heaviest item and sheds its others, its
-//!    worst-scored first, each that fits in what is left of the excess; if an excess remains, also its lightest
-//!    remaining item (so it ends at most at its limit).
+//! 2. **Shed**: a member that is not exempt and is over its limit keeps its heaviest item and sheds its others, the
+//!    ones it ranks worst first (its lowest rendezvous hashes; equal ones by item), each that fits in what is left of
+//!    the excess; if an excess remains, also its lightest remaining item (so it ends at most at its limit).
 //! 3. **Place** the pool heaviest first: each item, in its rendezvous order, to the first *needy* member (not exempt,
 //!    below 9/10 of its target) it fits on within its target; else the first member it fits on within its target;
 //!    else within its limit; else to the member it leaves exempt (so none has to shed for it) and least full relative
@@ -20,14 +20,17 @@
 //!    placing run again, at most ten times, if a fallback put a member over its limit.
 //! 4. **Pull**: every needy member, the neediest first, takes items until it is within 1/1000 of its ideal share of
 //!    its target, from the members above 19/20 of their targets (donors): the donors give down to a common level
-//!    (at least 19/20 of their targets) that covers the deficit, the fullest first, each its items that fit in what
-//!    it owes, in the puller's rendezvous order. A donor that gives less than 9/10 of what it owes (its items are too
-//!    lumpy) is not asked again by that puller.
+//!    (at least 19/20 of their targets) that covers the deficit, the fullest first, each the items that fit in what
+//!    it owes, those it ranks worst first (as it sheds). A donor that gives less than 9/10 of what it owes (its items
+//!    are too lumpy) is not asked again by that puller.
 //!
 //! Nothing else moves: a member between 9/10 of its target and its limit keeps every item, which is what makes a
 //! change cheap (a joiner starts empty and pulls its share thinly from everyone). Every comparison is exact, in
 //! integers, and every tie goes to the lower item or member index, so members computing from the same previous
 //! assignment and inputs agree.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::ln;
 use super::place::Problem;
@@ -82,6 +85,23 @@ struct State<'p, 'a> {
     heaviest: Vec<u64>,
     /// Each member's items; an entry whose item has since moved is skipped (and dropped by [`State::items_of`]).
     held: Vec<Vec<u32>>,
+    /// While pulling: each member's items in the order it gives them away; dropped when the member takes items
+    /// itself (and built again if it is asked to give later).
+    giving: Vec<Option<Giving>>,
+}
+
+/// A member's items in the order it gives them away: least preferred first (its lowest rendezvous hashes, the items
+/// it ranks worst), equal ones by item. A heap, so that a donor asked for a little sorts only what it gives.
+struct Giving {
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// The lightest weight among them: a donor that owes less has nothing left to give.
+    lightest: u64,
+}
+
+impl Giving {
+    fn new(entries: Vec<Reverse<(u64, u32)>>, lightest: u64) -> Giving {
+        Giving { heap: BinaryHeap::from(entries), lightest }
+    }
 }
 
 impl<'p, 'a> State<'p, 'a> {
@@ -99,6 +119,7 @@ impl<'p, 'a> State<'p, 'a> {
             load: vec![0; members],
             heaviest: vec![0; members],
             held: vec![Vec::new(); members],
+            giving: (0..members).map(|_| None).collect(),
         };
         for (i, before) in previous.iter().enumerate().take(problem.items.len()) {
             if let Some(m) = before.filter(|&m| m < members) {
@@ -285,8 +306,13 @@ impl<'p, 'a> State<'p, 'a> {
             let (la, lb) = (u128::from(self.load[a]), u128::from(self.load[b]));
             (la * u128::from(target[b])).cmp(&(lb * u128::from(target[a]))).then(a.cmp(&b))
         });
+        if !needy.is_empty() {
+            self.giving = self.giving_orders(&exempt);
+        }
         for m in needy {
             self.pull_into(m, &exempt, &target);
+            // It holds more now: the order it would give in, if asked later, is built again.
+            self.giving[m] = None;
         }
     }
 
@@ -295,10 +321,6 @@ impl<'p, 'a> State<'p, 'a> {
         let mut deficit = target[m].saturating_sub(self.load[m]);
         let mut stuck = vec![false; members];
         stuck[m] = true;
-        // Each donor's weighing items in the puller's order, built when the donor is first asked: a donor loses
-        // only what this puller takes from it, which the walk skips.
-        let mut lists: Vec<Option<Vec<(u64, u32)>>> = vec![None; members];
-        let mut preference = Vec::new();
         for _ in 0..PULL_ROUNDS {
             // Close enough: within 1/1000 of its ideal share, W · c / C.
             if u128::from(deficit) * 1000 * self.total_capacity <= self.total_weight * self.capacity(m) {
@@ -327,27 +349,29 @@ impl<'p, 'a> State<'p, 'a> {
                 if budget == 0 {
                     break;
                 }
-                let preferred = match &mut lists[j] {
-                    Some(list) => list,
-                    empty => {
-                        if preference.is_empty() {
-                            preference = self.preferences(m);
-                        }
-                        empty.insert(self.preferred_by(j, &preference))
-                    }
+                let mut giving = match self.giving[j].take() {
+                    Some(giving) => giving,
+                    None => self.giving_order(j),
                 };
-                let mut left = budget;
-                let mut taken_items = Vec::new();
-                for &(_, i) in preferred.iter() {
-                    let w = self.weights[i as usize];
-                    if w <= left && self.owner[i as usize] == j as u32 {
-                        taken_items.push(i);
-                        left -= w;
-                        if left == 0 {
-                            break;
+                // Least preferred first, each that fits in what is left; entries of items given away since are
+                // dropped, those too heavy now are put back.
+                let (mut left, mut taken_items, mut too_heavy) = (budget, Vec::new(), Vec::new());
+                while left > 0 && left >= giving.lightest {
+                    let Some(entry) = giving.heap.pop() else { break };
+                    let i = entry.0.1;
+                    if self.owner[i as usize] != j as u32 {
+                        continue;
+                    }
+                    match self.weights[i as usize] {
+                        w if w <= left => {
+                            taken_items.push(i);
+                            left -= w;
                         }
+                        _ => too_heavy.push(entry),
                     }
                 }
+                giving.heap.extend(too_heavy);
+                self.giving[j] = Some(giving);
                 for i in taken_items {
                     self.take(i);
                     self.give(i, m);
@@ -367,31 +391,29 @@ impl<'p, 'a> State<'p, 'a> {
         }
     }
 
-    /// `j`'s items that weigh something, most preferred first by `preference` (the puller's, per item), equal ones by
-    /// item.
-    fn preferred_by(&mut self, j: usize, preference: &[u64]) -> Vec<(u64, u32)> {
-        let mut list: Vec<(u64, u32)> = self
-            .items_of(j)
-            .into_iter()
-            .filter(|&i| self.weights[i as usize] > 0)
-            .map(|i| (u64::MAX - preference[i as usize], i))
-            .collect();
-        list.sort_unstable();
-        list
+    /// The order in which each member that is not exempt gives its items (those that weigh something) away, from
+    /// one pass over the items in order (a pass in order costs a fraction of reading the same items scattered,
+    /// member by member).
+    fn giving_orders(&self, exempt: &[bool]) -> Vec<Option<Giving>> {
+        let mut entries: Vec<Vec<Reverse<(u64, u32)>>> =
+            self.held.iter().map(|held| Vec::with_capacity(held.len())).collect();
+        let mut lightest = vec![u64::MAX; self.load.len()];
+        for (i, (item, (&m, &w))) in self.problem.items.iter().zip(self.owner.iter().zip(&self.weights)).enumerate() {
+            let m = m as usize;
+            if m < exempt.len() && !exempt[m] && w > 0 {
+                let mut digits = [0; 20];
+                entries[m].push(Reverse((weight(self.seeds[m], name_of(item, &mut digits)), i as u32)));
+                lightest[m] = lightest[m].min(w);
+            }
+        }
+        entries.into_iter().zip(lightest).map(|(e, lightest)| Some(Giving::new(e, lightest))).collect()
     }
 
-    /// `m`'s preference for every item, in one pass over the items (a pass in order costs a fraction of reading
-    /// the same items scattered, donor by donor).
-    fn preferences(&self, m: usize) -> Vec<u64> {
-        let seed = self.seeds[m];
-        self.problem
-            .items
-            .iter()
-            .map(|item| {
-                let mut digits = [0; 20];
-                weight(seed, name_of(item, &mut digits))
-            })
-            .collect()
+    /// [`State::giving_orders`] for one member.
+    fn giving_order(&mut self, j: usize) -> Giving {
+        let items: Vec<u32> = self.items_of(j).into_iter().filter(|&i| self.weights[i as usize] > 0).collect();
+        let lightest = items.iter().map(|&i| self.weights[i as usize]).min().unwrap_or(u64::MAX);
+        Giving::new(items.into_iter().map(|i| Reverse((self.preference(j, i), i))).collect(), lightest)
     }
 
     /// The level `x` (Q32, at least 19/20) down to which the donors give: the lowest at which what they carry above
