@@ -14,9 +14,9 @@
 //!    ones it ranks worst first (its lowest rendezvous hashes; equal ones by item), each that fits in what is left of
 //!    the excess; if an excess remains, also its lightest remaining item (so it ends at most at its limit).
 //! 3. **Place** the pool heaviest first: each item, in its rendezvous order, to the first *needy* member (not exempt,
-//!    below 9/10 of its target) it fits on within its target; else the first member it fits on within its target;
-//!    else within its limit; else to the member it leaves exempt (so none has to shed for it) and least full relative
-//!    to its ideal share. Targets here count the pool as spread over the members that are not exempt. Shedding and
+//!    below 9/10 of its target) it fits on within its target; else the first needy member it fits on within its
+//!    limit; else the first member it fits on within its target; else within its limit; else to the member it leaves
+//!    exempt (so none has to shed for it) and least full relative to its ideal share. Targets here count the pool as spread over the members that are not exempt. Shedding and
 //!    placing run again, at most ten times, if a fallback put a member over its limit.
 //! 4. **Pull**: every needy member, the neediest first, takes items until it is within 1/1000 of its ideal share of
 //!    its target, from the members above 19/20 of their targets (donors): the donors give down to a common level
@@ -249,22 +249,24 @@ impl<'p, 'a> State<'p, 'a> {
         let largest_limit = (0..members).map(|m| self.limit(m)).max().unwrap_or(0);
         let spread: u128 = pool.iter().map(|&i| self.weight(i)).filter(|&w| w <= largest_limit).map(u128::from).sum();
         let target = self.targets(&exempt, self.carried(&exempt) + spread);
-        let needy: Vec<bool> = (0..members).map(|m| !exempt[m] && is_needy(self.load[m], target[m])).collect();
         let mut hashes = Vec::with_capacity(members);
         for i in pool {
             let w = self.weight(i);
             let mut digits = [0; 20];
             weights(&self.seeds, name_of(&self.problem.items[i as usize], &mut digits), &mut hashes);
-            // The best-ranked member of each kind in one pass: needy and within its target, within its target,
-            // within its limit. Ranked by score, equal scores by index (the pass visits members in index order).
-            let mut best: [Option<(u64, usize)>; 3] = [None; 3];
+            // The best-ranked member of each kind in one pass: needy and within its target, needy, within its
+            // target, any (all within their limits). Ranked by score, equal scores by index (the pass visits members
+            // in index order). A needy member takes an orphan even past its target: else it would pull as much
+            // from the others, and a leaver's few items would move others' too.
+            let mut best: [Option<(u64, usize)>; 4] = [None; 4];
             for (m, &h) in hashes.iter().enumerate() {
                 let after = self.load[m].saturating_add(w);
                 if after > self.limit(m) {
                     continue;
                 }
                 let score = ln::neg_ln(h) / u64::from(self.problem.capacities[m]);
-                let kinds = [needy[m] && after <= target[m], after <= target[m], true];
+                let needy = !exempt[m] && is_needy(self.load[m], target[m]);
+                let kinds = [needy && after <= target[m], needy, after <= target[m], true];
                 for (slot, fits) in best.iter_mut().zip(kinds) {
                     if fits && slot.is_none_or(|(s, _)| score < s) {
                         *slot = Some((score, m));
