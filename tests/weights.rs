@@ -206,3 +206,31 @@ async fn weight_nodes(ctx: &Ctx) -> (Vec<String>, Vec<String>) {
     nodes.sort();
     nodes.into_iter().partition(|name| !name.contains('-'))
 }
+
+/// An admin's updates of a large weighted set cost time in proportion to the set, not to its square: on a
+/// current-thread runtime (this test's) the work between two requests starves the admin's own session, so an update
+/// that compared every weighted item with every item of the new set (2.5 billion comparisons at this size, minutes in
+/// a debug build) lost the connection, then the session. The session must stay connected through every update.
+#[tokio::test]
+async fn a_large_weighted_sets_updates_keep_the_admins_session_connected() {
+    const N: i64 = 50_000;
+    let ctx = Ctx::new().await;
+    let client = ctx.client().await;
+    let mut states = client.state_watcher();
+    // Any change of the session's state (a lost connection first) ends this task.
+    let watch = tokio::spawn(async move { states.changed().await });
+    let set = ItemSet::new(client, PATH).expect("handle");
+    let ints = |range: std::ops::Range<i64>| range.map(Item::from).collect::<Vec<_>>();
+    set.create_if_missing(ints(0..N)).await.expect("create the set");
+    set.set_weights((0..N).map(|i| (i, Weight::new(i as u64 % 5 + 1)))).await.expect("weigh every item");
+    // when: one item added (one request), then half the set replaced (a staged update applied in chunks)
+    let added = set.add([Item::from(N)]).await.expect("add one item");
+    assert_eq!(added.weights.len(), N as usize, "the weights stay with their items");
+    let replaced = set.replace(ints(N / 2..N / 2 + N)).await.expect("replace half the set");
+    // then: the set is what was asked, the kept items keep their weights, and the session never left SyncConnected
+    assert_eq!(replaced.items, ints(N / 2..N / 2 + N));
+    assert_eq!(replaced.weights.len(), (N / 2) as usize, "the removed items' weights went with them");
+    assert_eq!(set.read().await.expect("read").items, replaced.items);
+    assert!(!watch.is_finished(), "the admin's session changed state: {:?}", watch.await);
+    watch.abort();
+}

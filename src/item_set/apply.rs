@@ -44,12 +44,14 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
             }
             let paths: Vec<String> = todo.iter().map(|(path, _)| path.clone()).collect();
+            // The chunks are consecutive slices of `paths`, which is `todo` in order: `done` is where one starts.
+            let mut done = 0;
             for chunk in chunks(&paths, self.chunk) {
                 let mut ops = vec![WriteOp::Check { path: &self.paths.node, version: Some(*version) }];
-                for path in chunk {
-                    let create = todo.iter().any(|(p, create)| p == path && *create);
-                    ops.push(if create { self.create_op(path) } else { WriteOp::Delete { path, version: None } });
+                for (path, (_, create)) in chunk.iter().zip(&todo[done..]) {
+                    ops.push(if *create { self.create_op(path) } else { WriteOp::Delete { path, version: None } });
                 }
+                done += chunk.len();
                 match zk.multi_write(&ops).await {
                     Ok(_) => {}
                     // The header moved on (someone finished it), or another applier raced us, or the reply was lost:

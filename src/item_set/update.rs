@@ -164,7 +164,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let weights: BTreeMap<Item, Weight> = current
                 .weights
                 .iter()
-                .filter(|(item, _)| after.contains(item))
+                // `after` is sorted (validate_items): a search, not a scan, or a weighted set's update is quadratic.
+                .filter(|(item, _)| after.binary_search(item).is_ok())
                 .map(|(i, w)| (i.clone(), w.clone()))
                 .collect();
             let pruned = if weights.len() == current.weights.len() && !current.stale_weights {
