@@ -59,7 +59,12 @@ impl<'a> Problem<'a> {
 /// the smallest is member `m`'s with probability `c_m / Σ c`: each member is first choice for its capacity's share of
 /// the items, and a member joining or leaving changes nothing between the others.
 pub(super) fn score(seed: u64, capacity: u32, item: &[u8]) -> u64 {
-    ln::neg_ln(weight(seed, item)) / u64::from(capacity.max(1))
+    score_of_hash(weight(seed, item), capacity)
+}
+
+/// [`score`] from a rendezvous hash already computed.
+pub(super) fn score_of_hash(hash: u64, capacity: u32) -> u64 {
+    ln::neg_ln(hash) / u64::from(capacity.max(1))
 }
 
 /// Each item's largest share of a dimension's total, as a fraction `(weight, total)` (`(0, 1)` for an item that

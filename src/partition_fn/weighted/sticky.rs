@@ -32,8 +32,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::ln;
-use super::place::Problem;
+use super::place::{Problem, score_of_hash};
 use crate::Item;
 use crate::partition_fn::{member_seed, weight, weights};
 
@@ -264,7 +263,7 @@ impl<'p, 'a> State<'p, 'a> {
                 if after > self.limit(m) {
                     continue;
                 }
-                let score = ln::neg_ln(h) / u64::from(self.problem.capacities[m]);
+                let score = score_of_hash(h, self.problem.capacities[m]);
                 let needy = !exempt[m] && is_needy(self.load[m], target[m]);
                 let kinds = [needy && after <= target[m], needy, after <= target[m], true];
                 for (slot, fits) in best.iter_mut().zip(kinds) {
@@ -290,10 +289,9 @@ impl<'p, 'a> State<'p, 'a> {
         let fuller = |a: usize, b: usize| (after(a) * self.capacity(b)).cmp(&(after(b) * self.capacity(a)));
         let left_exempt =
             |m: usize| u128::from(self.heaviest[m].max(w)) * self.total_capacity > self.total_weight * self.capacity(m);
+        let order = |a: &usize, b: &usize| fuller(*a, *b).then(a.cmp(b));
         let members = 0..self.load.len();
-        let best_of =
-            |candidates: &mut dyn Iterator<Item = usize>| candidates.min_by(|&a, &b| fuller(a, b).then(a.cmp(&b)));
-        best_of(&mut members.clone().filter(|&m| left_exempt(m))).or_else(|| best_of(&mut members.clone())).unwrap_or(0)
+        members.clone().filter(|&m| left_exempt(m)).min_by(order).or_else(|| members.min_by(order)).unwrap_or(0)
     }
 
     /// Step 4: the needy members pull from the donors.
