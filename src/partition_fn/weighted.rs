@@ -133,10 +133,8 @@ impl WeightedRendezvous {
     /// owner left or there was none), so that a change moves close to the minimum weight: a member joining takes
     /// about its share, a member leaving moves little more than what it held, and a changed weight moves little
     /// besides that item. Its rule, in integers and the same on every member given the same `previous`, is in
-    /// `docs/sticky-placement.md`. No member that holds no item larger than its ideal share goes past its limit
-    /// unless an item fits under no member's limit. A member that does hold one keeps what it held (it is exempt from
-    /// the bound, and neither sheds nor gives), so a `previous` that piled items on it, or a drop in the total weight,
-    /// can leave it past its limit: the greedy [`assign`](Self::assign) would place it within.
+    /// `docs/sticky-placement.md`. Whatever `previous` piled on a member, it ends within its limit, or holding one
+    /// item larger than its limit and nothing else, unless the members' limits cannot hold the items at all.
     ///
     /// The partitioner does not call it yet: every member must compute from the *same* previous assignment, which
     /// needs the placement record that document proposes. It is for placements kept elsewhere (a controller), and

@@ -10,14 +10,16 @@
 //! share, and a band relative to the ideal share could not be met by anyone.
 //!
 //! 1. **Keep** every item on its previous owner if that owner is in the party; the others form the pool.
-//! 2. **Shed**: a member that is not exempt and is over its limit keeps its heaviest item and sheds its others, the
-//!    ones it ranks worst first (its lowest rendezvous hashes; equal ones by item), each that fits in what is left of
-//!    the excess; if an excess remains, also its lightest remaining item (so it ends at most at its limit).
+//! 2. **Shed**: a member over its limit keeps its heaviest item and sheds its others, the ones it ranks worst first
+//!    (its lowest rendezvous hashes; equal ones by item), each that fits in what is left of the excess; if an excess
+//!    remains, also its lightest remaining item (so it ends at most at its limit). A heaviest item larger than the
+//!    limit is the bound instead: its member keeps it alone.
 //! 3. **Place** the pool heaviest first: each item, in its rendezvous order, to the first *needy* member (not exempt,
 //!    below 9/10 of its target) it fits on within its target; else the first needy member it fits on within its
-//!    limit; else the first member it fits on within its target; else within its limit; else to the member it leaves
-//!    exempt (so none has to shed for it) and least full relative to its ideal share. Targets here count the pool as spread over the members that are not exempt. Shedding and
-//!    placing run again, at most ten times, if a fallback put a member over its limit.
+//!    limit; else the first member it fits on within its target; else within its limit; else to the member that
+//!    would shed least to take it (equal ones: the least full relative to its ideal share after taking it). Targets
+//!    here count the pool as spread over the members that are not exempt. Shedding and placing run again, at most
+//!    ten times, if a fallback put a member over its limit.
 //! 4. **Pull**: every needy member, the neediest first, takes items until it is within 1/1000 of its ideal share of
 //!    its target, from the members above 19/20 of their targets (donors): the donors give down to a common level
 //!    (at least 19/20 of their targets) that covers the deficit, the fullest first, each the items that fit in what
@@ -59,8 +61,8 @@ pub(super) fn assign_sticky(problem: &Problem<'_>, previous: &[Option<usize>]) -
         state.place(pool);
         pool = state.shed();
     }
-    // Only when every member is exempt or full could shedding leave items unplaced: place them where they fit least
-    // badly, so that no item is without an owner.
+    // Only when the limits can hardly hold the items could ten rounds leave items unplaced: place them where they
+    // cost least, so that no item is without an owner.
     for i in pool {
         let m = state.least_full(i);
         state.give(i, m);
@@ -175,11 +177,11 @@ impl<'p, 'a> State<'p, 'a> {
         self.held[m].clone()
     }
 
-    /// Step 2: the items shed by every member that is not exempt and is over its limit.
+    /// Step 2: the items shed by every member over its limit, or over its heaviest item when that is larger.
     fn shed(&mut self) -> Vec<u32> {
         let mut shed = Vec::new();
         for m in 0..self.load.len() {
-            if self.exempt(m) || self.load[m] <= self.limit(m) {
+            if self.load[m] <= self.limit(m) {
                 continue;
             }
             let items = self.items_of(m);
@@ -187,11 +189,16 @@ impl<'p, 'a> State<'p, 'a> {
             else {
                 continue;
             };
+            // An item larger than the limit stays where it is: its member keeps it and sheds the rest.
+            let bound = self.limit(m).max(self.weight(keep));
+            if self.load[m] <= bound {
+                continue;
+            }
             // Least preferred (worst-scored) first, equal ones by item.
             let mut ranked: Vec<(u64, u32)> =
                 items.iter().filter(|&&i| i != keep).map(|&i| (self.preference(m, i), i)).collect();
             ranked.sort_unstable();
-            let mut excess = self.load[m] - self.limit(m);
+            let mut excess = self.load[m] - bound;
             let mut chosen = vec![false; ranked.len()];
             for (k, &(_, i)) in ranked.iter().enumerate() {
                 if excess == 0 {
@@ -280,18 +287,18 @@ impl<'p, 'a> State<'p, 'a> {
         }
     }
 
-    /// Where an item that fits under no member's limit goes: among the members it leaves exempt (so none has to shed
-    /// for it), else among all, the one least full relative to its ideal share after taking it; ties by index.
+    /// Where an item that fits under no member's limit goes: to the member that would shed least to take it (down
+    /// to its limit, or to the item alone if the item is larger), then the least full relative to its ideal share
+    /// after taking it, then the lower index.
     fn least_full(&self, i: u32) -> usize {
         let w = self.weight(i);
         let after = |m: usize| u128::from(self.load[m].saturating_add(w));
         // (load + w) / (W · c / C) compared across members: (load_a + w) · c_b against (load_b + w) · c_a.
         let fuller = |a: usize, b: usize| (after(a) * self.capacity(b)).cmp(&(after(b) * self.capacity(a)));
-        let left_exempt =
-            |m: usize| u128::from(self.heaviest[m].max(w)) * self.total_capacity > self.total_weight * self.capacity(m);
-        let order = |a: &usize, b: &usize| fuller(*a, *b).then(a.cmp(b));
-        let members = 0..self.load.len();
-        members.clone().filter(|&m| left_exempt(m)).min_by(order).or_else(|| members.min_by(order)).unwrap_or(0)
+        // What `m` would shed to take it: down to its limit, or to the item alone if it is larger.
+        let cost = |m: usize| self.load[m].saturating_add(w).saturating_sub(self.limit(m).max(w));
+        let order = |a: &usize, b: &usize| cost(*a).cmp(&cost(*b)).then(fuller(*a, *b)).then(a.cmp(b));
+        (0..self.load.len()).min_by(order).unwrap_or(0)
     }
 
     /// Step 4: the needy members pull from the donors.

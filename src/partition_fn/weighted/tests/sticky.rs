@@ -151,6 +151,37 @@ fn an_item_larger_than_every_share_is_placed_and_the_rest_kept_within_limits() {
     assert_eq!(owners[items.iter().position(|i| *i == Item::from(5)).unwrap_or(0)], 2);
 }
 
+/// A member holding an item larger than its share (exempt from the band) still sheds what takes it past its limit,
+/// or past that item alone when the item is larger than the limit, whatever the previous assignment piled on it.
+#[test]
+fn a_member_holding_a_giant_item_ends_within_its_limit_or_with_the_item_alone() {
+    let mut rng = SplitMix64::new(41);
+    for case in 0..30 {
+        let size = 3 + rng.below(12);
+        let party = Party::random(&mut rng, size, 8);
+        let items = items(200 + rng.below(2000));
+        let mut named = random_weights(&mut rng, &items, 1000, false);
+        // One or two giants, from one to three average shares each (the larger ones past every limit).
+        let average = items.len() as u64 * 500 / size as u64;
+        for g in 0..1 + case % 2 {
+            named.insert(items[g * 7].clone(), Weight::new(average * (1 + rng.below(3) as u64)));
+        }
+        let weights = Weights::of(&items, &named);
+        // Everything on one member, or half of it and the rest anywhere.
+        let piled = rng.below(size);
+        let previous: Vec<Option<usize>> = (0..items.len())
+            .map(|_| if case % 3 == 0 || rng.below(2) == 0 { Some(piled) } else { Some(rng.below(size)) })
+            .collect();
+        let owners = sticky(&party, &items, &weights, &previous);
+        let loads = loads(&owners, size, &weights);
+        for (m, load) in loads.iter().enumerate() {
+            let heaviest = (0..items.len()).filter(|&i| owners[i] == m).map(|i| weights.item(i)[0]).max();
+            let bound = limit(&party, &weights, m, 0).max(heaviest.unwrap_or(0));
+            assert!(load[0] <= bound, "case {case}: member {m} carries {} over its bound {bound}", load[0]);
+        }
+    }
+}
+
 #[test]
 fn several_dimensions_and_empty_inputs() {
     let mut rng = SplitMix64::new(3);
