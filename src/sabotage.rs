@@ -46,6 +46,9 @@ pub(crate) enum Sabotage {
     /// Retiring an item leaves its children naming it as their parent: its name used again for a new item becomes
     /// the parent of children already in the set.
     RetireKeepsLinks,
+    /// A change of the target does not clear the remembered "every listed item is in the target": an item that left
+    /// the member's share stays listed, and the member that gained it waits for its lock forever.
+    TargetChangeUnseen,
 }
 
 #[cfg(test)]

@@ -213,6 +213,10 @@ pub(crate) struct Core {
     /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
     /// once the quiet period ends.
     target_outdated: bool,
+    /// Every listed item was in `target` when last checked, and neither has changed since: the check walks both
+    /// sets, and a member releasing or taking 50,000 locks runs it on each of their events. Cleared wherever either
+    /// changes (`show`, and every write of `target`).
+    listed_in_target: bool,
     /// Our load under that share (weights against capacity).
     load: Option<Arc<Load>>,
     /// Members announcing another set or function (as of the latest party read).
@@ -291,6 +295,7 @@ impl Core {
             members: Arc::from([]),
             target: None,
             target_outdated: false,
+            listed_in_target: false,
             load: None,
             disagreements: Arc::from([]),
             party_nodes: Vec::new(),

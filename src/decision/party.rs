@@ -37,6 +37,7 @@ impl Core {
         self.load = Some(Arc::new(load));
         self.members = self.latest_party.clone().into();
         self.target = Some(target);
+        self.target_changed();
         self.target_outdated = false;
         self.locks.want_is_target = false;
         self.note_set_in_force();
@@ -70,6 +71,7 @@ impl Core {
             return self.outdate_target();
         }
         self.target_outdated = false;
+        self.target_changed();
         if self.target.take().is_none() {
             return;
         }
@@ -83,6 +85,7 @@ impl Core {
     fn outdate_target(&mut self) {
         if let Some(target) = &mut self.target {
             target.retain(|&item| self.catalogue.contains(item));
+            self.target_changed();
         }
         if !self.target_outdated {
             self.target_outdated = true;

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::{Core, Owed, Reason};
+use crate::sabotage::{Sabotage, breaks};
 use crate::{PartitionState, Rebalance};
 
 impl Core {
@@ -90,8 +91,18 @@ impl Core {
         self.target = Some(target);
     }
 
+    /// To be called after every write of `target`: what was checked against the old one is checked again.
+    pub(super) fn target_changed(&mut self) {
+        if !breaks(Sabotage::TargetChangeUnseen) {
+            self.listed_in_target = false;
+        }
+    }
+
     pub(super) fn rebalance_towards(&mut self, target: &BTreeSet<usize>) {
-        let moved: BTreeSet<usize> = self.shown.listed.difference(target).copied().collect();
+        let moved: BTreeSet<usize> = match self.listed_in_target {
+            true => BTreeSet::new(),
+            false => self.shown.listed.difference(target).copied().collect(),
+        };
         if !moved.is_empty() {
             let mut revoked = match self.owed.take() {
                 Some(Owed::Revoked(revoked)) => revoked,
@@ -107,6 +118,8 @@ impl Core {
             self.owed = Some(Owed::Revoked(revoked));
             self.stop_allocation_clock();
         }
+        // Listed less what moved: within the target until either changes.
+        self.listed_in_target = true;
         match &self.owed {
             Some(Owed::Revoked(revoked)) => {
                 // Keep the revoked items until the worker says it stopped them; let go of unlisted items not ours.

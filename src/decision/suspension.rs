@@ -106,6 +106,7 @@ impl Core {
         if ours && breaks(Sabotage::ResumeAbandonsRebalance) {
             self.owed = None;
             self.target = Some(self.locks.held.clone());
+            self.target_changed();
             self.target_outdated = false;
             self.locks.want_is_target = false;
             let held = self.locks.held.clone();

@@ -75,6 +75,7 @@ impl Core {
                 );
                 self.set_want(BTreeSet::new());
                 self.target = None;
+                self.target_changed();
                 self.target_outdated = false;
                 self.locks.want_is_target = false;
                 self.debounce.changed(self.now, self.latest_party.len());
@@ -157,5 +158,6 @@ impl Core {
             reason,
         })));
         self.shown = shown;
+        self.listed_in_target = false;
     }
 }
