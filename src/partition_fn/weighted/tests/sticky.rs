@@ -147,7 +147,7 @@ fn an_item_larger_than_every_share_is_placed_and_the_rest_kept_within_limits() {
             "member {m}: {loads:?}"
         );
     }
-    // The giant goes to the largest member (least full relative to its share after taking it).
+    // The giant goes to the largest member: none would shed for it, and that one is least full relative to its share.
     assert_eq!(owners[items.iter().position(|i| *i == Item::from(5)).unwrap_or(0)], 2);
 }
 
