@@ -47,7 +47,7 @@ pub(crate) enum Sabotage {
     /// the parent of children already in the set.
     RetireKeepsLinks,
     /// A change of the target does not clear the remembered "every listed item is in the target": an item that left
-    /// the member's share stays listed, and the member that gained it waits for its lock forever.
+    /// the member's share is never revoked, and stays listed after its lock is let go.
     TargetChangeUnseen,
 }
 
