@@ -228,6 +228,7 @@ mod names;
 mod partition_fn;
 mod partitioner;
 mod party;
+mod placement;
 mod policy;
 mod relay;
 #[cfg(any(test, feature = "testing"))]

@@ -64,6 +64,7 @@ pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
 pub use read::SharedItems;
 pub(crate) use read::{read_bridged, read_raw_cached};
 pub(crate) use recovery::recover;
+pub(crate) use table::{TABLE_CHUNK_BYTES, cuts_before};
 
 use std::time::Duration;
 

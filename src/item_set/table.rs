@@ -62,7 +62,7 @@ pub(crate) fn render_chunks(weights: &BTreeMap<Item, Weight>, per_chunk: usize) 
 
 /// Whether a chunk starts at the item named `name`: for one name in `per_chunk`, the same on every machine and in
 /// every version (FNV-1a of the name, then SplitMix64's finalizer, so that its low bits are even).
-fn cuts_before(name: &str, per_chunk: usize) -> bool {
+pub(crate) fn cuts_before(name: &str, per_chunk: usize) -> bool {
     let fnv = name
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));

@@ -1,0 +1,251 @@
+//! The record's format: its index, its chunks' lines, and the assignment they add up to.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use crate::Item;
+use crate::error::shown;
+use crate::item_set::layout::{Kind, parse_name};
+
+/// The first line of the index.
+pub(crate) const MAGIC: &str = "zk-partitioner placement v1";
+/// The most chunks an index may name, in all.
+pub(crate) const MAX_CHUNKS: usize = 4096;
+
+/// The record's index: what it is for, and the names of its chunks (children of `<path>/placement`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Index {
+    /// The digest of the inputs the assignment was computed from.
+    pub inputs: u64,
+    /// The assignment's [`digest`].
+    pub digest: u64,
+    /// How many items it places.
+    pub items: usize,
+    /// Chunks of member names, in order.
+    pub names: Vec<String>,
+    /// Chunks of the base assignment, in item order.
+    pub base: Vec<String>,
+    /// One chunk per change since the base, oldest first.
+    pub log: Vec<String>,
+}
+
+impl Index {
+    pub fn render(&self) -> Vec<u8> {
+        let mut text =
+            format!("{MAGIC}\ninputs {:016x}\ndigest {:016x}\nitems {}\n", self.inputs, self.digest, self.items);
+        for (key, chunks) in [("names", &self.names), ("base", &self.base), ("log", &self.log)] {
+            text.push_str(key);
+            for chunk in chunks {
+                let _ = write!(text, " {chunk}");
+            }
+            text.push('\n');
+        }
+        text.into_bytes()
+    }
+
+    pub fn parse(data: &[u8]) -> Result<Index, String> {
+        let text = std::str::from_utf8(data).map_err(|_| "its index is not UTF-8".to_owned())?;
+        let mut lines = text.lines();
+        if lines.next() != Some(MAGIC) {
+            return Err(format!("its index {} does not start with {MAGIC:?}", shown(text)));
+        }
+        let mut field = |key: &str| {
+            let line = lines.next().unwrap_or_default();
+            match line.split_once(' ').map_or((line, ""), |(k, rest)| (k, rest)) {
+                (k, rest) if k == key => Ok(rest),
+                _ => Err(format!("its index has {} where {key:?} belongs", shown(line))),
+            }
+        };
+        let hex = |key: &str, text: &str| {
+            u64::from_str_radix(text, 16)
+                .ok()
+                .filter(|_| text.len() == 16)
+                .ok_or_else(|| format!("its {key} {} is not 16 hex digits", shown(text)))
+        };
+        let inputs = hex("inputs", field("inputs")?)?;
+        let digest = hex("digest", field("digest")?)?;
+        let items = field("items")?;
+        let items = items.parse().map_err(|_| format!("its item count {} is not a number", shown(items)))?;
+        let names = chunk_names(field("names")?);
+        let base = chunk_names(field("base")?);
+        let log = chunk_names(field("log")?);
+        let index = Index { inputs, digest, items, names, base, log };
+        let all: Vec<&String> = index.chunks().collect();
+        let distinct: BTreeSet<&&String> = all.iter().collect();
+        if all.len() > MAX_CHUNKS || distinct.len() != all.len() {
+            return Err(format!(
+                "its index names {} chunks ({} distinct): at most {MAX_CHUNKS}, each once, are allowed",
+                all.len(),
+                distinct.len()
+            ));
+        }
+        if index.names.is_empty() && index.items > 0 {
+            return Err("its index names no member for its items".into());
+        }
+        match all.iter().find(|name| !is_chunk_name(name)) {
+            Some(bad) => Err(format!("its index names a chunk {}, not <tag>-<k>", shown(bad))),
+            None => Ok(index),
+        }
+    }
+
+    /// Every chunk it names: names, base, then log.
+    pub fn chunks(&self) -> impl Iterator<Item = &String> {
+        self.names.iter().chain(&self.base).chain(&self.log)
+    }
+}
+
+fn chunk_names(text: &str) -> Vec<String> {
+    text.split(' ').filter(|name| !name.is_empty()).map(str::to_owned).collect()
+}
+
+/// `<tag>-<k>`: a chunk written by the record of tag `tag` (16 hex digits), its `k`-th.
+pub(crate) fn chunk_name(tag: &str, k: usize) -> String {
+    format!("{tag}-{k}")
+}
+
+fn is_chunk_name(name: &str) -> bool {
+    name.split_once('-').is_some_and(|(tag, k)| {
+        tag.len() == 16
+            && tag.bytes().all(|b| b.is_ascii_hexdigit())
+            && k.parse::<usize>().is_ok_and(|n| n.to_string() == k)
+    })
+}
+
+/// A record as assembled from its index and chunks: who owned each item under the inputs it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub inputs: u64,
+    pub digest: u64,
+    /// The member names its owners are numbered by (members that have left included, until the next fold).
+    pub names: Vec<String>,
+    /// Every item it places, in item order, with its owner (an index into `names`).
+    pub owners: Vec<(Item, u32)>,
+}
+
+impl Record {
+    /// The record `index` names, from its chunks (`chunk` gives a chunk's data by name), its items of `kind`. An
+    /// error when a chunk is missing (a torn read: the index has moved on since, or the writer stopped half-way,
+    /// which leaves chunks no index names but never an index naming missing ones) or when what the chunks add up
+    /// to does not have the index's count and digest.
+    pub fn assemble<'d>(index: &Index, chunk: impl Fn(&str) -> Option<&'d [u8]>, kind: Kind) -> Result<Record, String> {
+        let text = |name: &String| {
+            let data = chunk(name).ok_or_else(|| format!("its chunk {name} is missing"))?;
+            std::str::from_utf8(data).map_err(|_| format!("its chunk {name} is not UTF-8"))
+        };
+        let mut names = Vec::new();
+        for name in &index.names {
+            names.extend(text(name)?.lines().map(str::to_owned));
+        }
+        let mut owners: Vec<(Item, u32)> = Vec::with_capacity(index.items);
+        for name in &index.base {
+            for line in text(name)?.lines() {
+                let (item, owner) = parse_line(name, line, kind, names.len())?;
+                let owner = owner.ok_or_else(|| format!("its base chunk {name} removes an item"))?;
+                if owners.last().is_some_and(|(last, _)| *last >= item) {
+                    return Err(format!("its base chunk {name} is out of item order at {}", shown(line)));
+                }
+                owners.push((item, owner));
+            }
+        }
+        for name in &index.log {
+            let mut change = Vec::new();
+            for line in text(name)?.lines() {
+                let entry = parse_line(name, line, kind, names.len())?;
+                if change.last().is_some_and(|(last, _)| *last >= entry.0) {
+                    return Err(format!("its log chunk {name} is out of item order at {}", shown(line)));
+                }
+                change.push(entry);
+            }
+            owners = apply(owners, change);
+        }
+        let record = Record { inputs: index.inputs, digest: index.digest, names, owners };
+        let found = digest_of(&record.names, record.owners.iter().map(|&(_, owner)| owner as usize));
+        if record.owners.len() != index.items || found != index.digest {
+            return Err(format!(
+                "its chunks add up to {} items of digest {found:016x}, not the {} of digest {:016x} it names",
+                record.owners.len(),
+                index.items,
+                index.digest
+            ));
+        }
+        Ok(record)
+    }
+
+    /// Each of `items`' owner in the record, as an index into `members` (sorted, as the partitioner passes them):
+    /// `None` for an item the record does not place or whose owner is not among `members`. The previous assignment
+    /// the sticky placement starts from.
+    pub fn previous_for(&self, members: &[String], items: &[Item]) -> Vec<Option<usize>> {
+        let member_of: Vec<Option<usize>> = self.names.iter().map(|name| members.binary_search(name).ok()).collect();
+        let mut placed = self.owners.iter().peekable();
+        items
+            .iter()
+            .map(|item| {
+                while placed.next_if(|(other, _)| other < item).is_some() {}
+                placed.next_if(|(other, _)| other == item).and_then(|&(_, owner)| member_of[owner as usize])
+            })
+            .collect()
+    }
+}
+
+/// One line of chunk `chunk`: `<item>\t<owner>`, or `<item>\t-` (the item left the set).
+fn parse_line(chunk: &str, line: &str, kind: Kind, names: usize) -> Result<(Item, Option<u32>), String> {
+    let bad = |why: &str| format!("its chunk {chunk} has a line {} {why}", shown(line));
+    let (name, owner) = line.split_once('\t').ok_or_else(|| bad("without a tab"))?;
+    let item = parse_name(kind, name).ok_or_else(|| bad("that names no item of the set's kind"))?;
+    if owner == "-" {
+        return Ok((item, None));
+    }
+    match owner.parse::<u32>() {
+        Ok(owner) if (owner as usize) < names => Ok((item, Some(owner))),
+        _ => Err(bad("whose owner is not one of its members")),
+    }
+}
+
+/// `owners` with one change applied: each entry of `change` (in item order) places its item, or removes it.
+pub(crate) fn apply(owners: Vec<(Item, u32)>, change: Vec<(Item, Option<u32>)>) -> Vec<(Item, u32)> {
+    let mut merged = Vec::with_capacity(owners.len() + change.len());
+    let mut change = change.into_iter().peekable();
+    for (item, owner) in owners {
+        while let Some((new, placed)) = change.next_if(|(new, _)| *new < item) {
+            merged.extend(placed.map(|owner| (new, owner)));
+        }
+        match change.next_if(|(new, _)| *new == item) {
+            Some((_, placed)) => merged.extend(placed.map(|owner| (item, owner))),
+            None => merged.push((item, owner)),
+        }
+    }
+    merged.extend(change.filter_map(|(item, placed)| placed.map(|owner| (item, owner))));
+    merged
+}
+
+/// The digest of an assignment: its owners' names, one per item in item order (the items themselves are part of the
+/// record's inputs). A member compares it with its own assignment's to know, without reading the record's chunks,
+/// that the record says what it computed.
+///
+/// Owners are indexes into `members`; one out of range counts as no owner (the partition functions never return one).
+pub(crate) fn digest(members: &[String], owners: &[usize]) -> u64 {
+    digest_of(members, owners.iter().copied())
+}
+
+fn digest_of(names: &[String], owners: impl Iterator<Item = usize>) -> u64 {
+    let hashes: Vec<u64> = names.iter().map(|name| fnv(name.as_bytes())).collect();
+    let (mut digest, mut count) = (0x6a09_e667_f3bc_c908_u64, 0u64);
+    for owner in owners {
+        digest = mix(digest ^ hashes.get(owner).copied().unwrap_or(0));
+        count += 1;
+    }
+    mix(digest ^ count)
+}
+
+/// 64-bit FNV-1a.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// SplitMix64's finalizer: each step of the digest depends on every bit of the steps before.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
