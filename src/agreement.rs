@@ -195,6 +195,11 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
     };
     let probe = || {
         let mut hash = Fnv::new();
+        // A sticky function answers the probe (which has no previous assignment) as the same function that is not:
+        // the two must still disagree, as they compute from different things.
+        if function.keeps_placement() {
+            hash.write(b"keeps placement\0");
+        }
         for me in &members {
             let input = crate::Weighted::new(me, &members, &capacities, &items, &weights);
             let mut share = function.partition_weighted(&input);

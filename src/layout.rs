@@ -6,6 +6,7 @@
 //! <path>/party/<32 hex>-<identifier>-<10-digit seq>   a member (ephemeral sequential); its name: after the first `-`
 //! <path>/party/<32 hex>-<identifier>                  a static member, or a kazoo one (ephemeral)
 //! <path>/locks/<item>/<32 hex>__lock__<10-digit seq>  a contender for the item's lock; the lowest sequence holds it
+//! <path>/placement                                    the placement record (a sticky function's; see `placement`)
 //! ```
 
 use crate::acl::NodeAcls;
@@ -15,13 +16,20 @@ use crate::acl::NodeAcls;
 pub(crate) struct Paths {
     pub party: String,
     pub locks: String,
+    /// The placement record's index node (see [`crate::placement`]).
+    pub placement: String,
     /// The ACL of every node created under the path.
     pub acls: NodeAcls,
 }
 
 impl Paths {
     pub fn new(base: &str) -> Self {
-        Paths { party: format!("{base}/party"), locks: format!("{base}/locks"), acls: NodeAcls::default() }
+        Paths {
+            party: format!("{base}/party"),
+            locks: format!("{base}/locks"),
+            placement: format!("{base}/placement"),
+            acls: NodeAcls::default(),
+        }
     }
 
     /// The paths of the partitioner whose party node is `party`.

@@ -239,6 +239,18 @@ impl crate::PartitionFn for Timed {
     fn prepare_weighted(&self, input: &crate::Weighted<'_>) {
         self.inner.prepare_weighted(input);
     }
+
+    fn keeps_placement(&self) -> bool {
+        self.inner.keeps_placement()
+    }
+
+    fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
+        let started = Instant::now();
+        let owners = self.inner.placement(input);
+        ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
+            .record(started.elapsed().as_secs_f64());
+        owners
+    }
 }
 
 /// What the driver records, and the little state that needs (the allocation clock, the last session state).

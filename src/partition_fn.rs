@@ -73,6 +73,21 @@ pub trait PartitionFn: Send + Sync + 'static {
     fn prepare_weighted(&self, input: &Weighted<'_>) {
         self.prepare(input.me, input.members, input.items)
     }
+
+    /// Whether the function computes a *sticky* placement from the previous assignment ([`Weighted::previous`]), so
+    /// that the partitioner keeps the assignment in force in ZooKeeper for every member to compute from (see
+    /// [`WeightedRendezvous::sticky`]). `false` (the default): it computes from its inputs alone.
+    fn keeps_placement(&self) -> bool {
+        false
+    }
+
+    /// For a function that [keeps the placement](PartitionFn::keeps_placement): the owner of every item (an index
+    /// into `input.members`, in the order of `input.items`), computed from `input.previous` where given. `None`
+    /// (the default): the function does not say.
+    fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
+        let _ = input;
+        None
+    }
 }
 
 /// The inputs of [`PartitionFn::partition_weighted`]: those of [`PartitionFn::partition`], with every member's
@@ -90,6 +105,11 @@ pub struct Weighted<'a> {
     pub items: &'a [Item],
     /// The items' weights, in the order of `items`.
     pub weights: &'a crate::Weights,
+    /// The assignment the party agreed on before this change, for a function that [keeps the
+    /// placement](PartitionFn::keeps_placement): each item's owner then, as an index into `members` (`None` where
+    /// that owner has left or the item is new). `None`: there is none (a first assignment, or a function that
+    /// ignores it).
+    pub previous: Option<&'a [Option<usize>]>,
 }
 
 impl<'a> Weighted<'a> {
@@ -107,7 +127,17 @@ impl<'a> Weighted<'a> {
     ) -> Self {
         assert_eq!(members.len(), capacities.len(), "one capacity per member");
         assert_eq!(items.len(), weights.len(), "one weight per item");
-        Weighted { me, members, capacities, items, weights }
+        Weighted { me, members, capacities, items, weights, previous: None }
+    }
+
+    /// The same inputs, with the previous assignment (see [`previous`](Weighted::previous)).
+    ///
+    /// # Panics
+    ///
+    /// When `previous` does not match `items` in length.
+    pub fn with_previous(self, previous: &'a [Option<usize>]) -> Self {
+        assert_eq!(previous.len(), self.items.len(), "one previous owner per item");
+        Weighted { previous: Some(previous), ..self }
     }
 }
 

@@ -28,13 +28,12 @@
 //!
 //! kazoo never reads `<path>/placement`: its `SetPartitioner` reads `party` and `locks` only.
 //!
-//! Status: the format and the writer's plan. The members do not read or write the record yet (issue 28).
-
-// The record is built ahead of the protocol that writes and reads it; until then only its tests use it.
-#![cfg_attr(not(test), allow(dead_code))]
+//! [`record`]: the format; [`plan`]: what a writer creates; [`store`]: reading and writing it in ZooKeeper. The
+//! decision core's side (when to read, what to compute from, when to write) is `decision::placement`.
 
 pub(crate) mod plan;
 pub(crate) mod record;
+pub(crate) mod store;
 
 #[cfg(test)]
 mod tests;

@@ -49,6 +49,13 @@ pub(crate) enum Sabotage {
     /// A change of the target does not clear the remembered "every listed item is in the target": an item that left
     /// the member's share is never revoked, and stays listed after its lock is let go.
     TargetChangeUnseen,
+    /// A sticky member computes again from a placement record written for its very inputs instead of handing it out
+    /// as it is: the rule is not idempotent at every size, so a member deciding after the record came holds another
+    /// assignment than those that decided before it.
+    PlacementRecomputed,
+    /// A placement record that says something else than the assignment a member computed (from an older record) is
+    /// taken note of, but the member does not compute its assignment again from it.
+    PlacementChangeIgnored,
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub(super) struct Catalogue {
     items: Vec<Item>,
     index: HashMap<Item, usize>,
     /// The set in force, sorted by item (what the partition function sees) ...
-    sorted: Vec<Item>,
+    sorted: Arc<[Item]>,
     /// ... and the same items' indexes, in the same order.
     set: Vec<usize>,
     in_set: Vec<bool>,
@@ -80,7 +80,7 @@ impl Catalogue {
         let (set, in_set) = ((0..count).collect(), vec![true; count]);
         let weights = Weights::of(&items, &named);
         Catalogue {
-            sorted: items.clone(),
+            sorted: items.as_slice().into(),
             items,
             index,
             set,
@@ -110,6 +110,11 @@ impl Catalogue {
     /// The set in force, sorted.
     pub fn sorted(&self) -> &[Item] {
         &self.sorted
+    }
+
+    /// The same, shared (a placement record keeps it).
+    pub fn sorted_shared(&self) -> Arc<[Item]> {
+        self.sorted.clone()
     }
 
     /// The index of an item of the set in force.
@@ -143,7 +148,7 @@ impl Catalogue {
         let weights = Weights::of(&items, &named);
         drop(named);
         let reweighed = reweighed((&self.sorted, &self.weights), (&items, &weights));
-        if items == self.sorted {
+        if items[..] == self.sorted[..] {
             if reweighed {
                 self.weights = weights;
                 self.generation += 1;
@@ -183,7 +188,7 @@ impl Catalogue {
         }
         self.generation += 1;
         self.weights = weights;
-        self.sorted = items;
+        self.sorted = items.into();
         self.set = set;
         self.in_set = in_set;
         (change, reweighed)

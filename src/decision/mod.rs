@@ -86,6 +86,7 @@ mod debounce;
 mod ending;
 mod locks;
 mod party;
+mod placement;
 mod protocol;
 mod rebalance;
 mod replies;
@@ -185,6 +186,8 @@ enum Pending {
     Strays,
     /// A read of these items' lineage nodes (whether each is closed).
     Closed(Vec<usize>),
+    ReadPlacement,
+    WritePlacement,
 }
 
 /// The decision core. See the module docs for the table.
@@ -244,6 +247,8 @@ pub(crate) struct Core {
     lineage: bool,
     /// Which of our items are closed.
     closed: closed::Closed,
+    /// The placement record, for a function that keeps the placement.
+    placement: placement::Placement,
     /// The set the assignment in force was computed from (indexes), and its change.
     assigned_set: Vec<usize>,
     set_in_force: SetInForce,
@@ -279,7 +284,7 @@ impl Core {
         // The jitter's seed: the random bits the contender prefixes are made from.
         let debounce = Debounce::new(cfg.time_boundary, cfg.jitter_parties, now, (nonce >> 64) as u64 ^ nonce as u64);
         let window = Window::new(cfg.batch.small.min(cfg.batch.large), cfg.window);
-        let dirs_exist = cfg.lock_dirs_exist;
+        let (dirs_exist, keeps_placement) = (cfg.lock_dirs_exist, cfg.partition_fn.keeps_placement());
         let mut core = Core {
             cfg,
             now,
@@ -305,6 +310,7 @@ impl Core {
             unfinished: None,
             lineage: false,
             closed: closed::Closed::default(),
+            placement: placement::Placement::new(keeps_placement),
             assigned_set: catalogue.set().to_vec(),
             catalogue,
             set_read: None,
@@ -425,6 +431,7 @@ impl Core {
             }
             // Only a read that shows a different set starts a new episode.
             Event::SetChanged => self.set_fresh = false,
+            Event::PlacementChanged => self.placement.fresh = false,
             Event::Reply(id, reply) => self.on_reply(id, reply),
             Event::ReleaseSet(ack) => self.on_release_set(ack),
             Event::Finish(ack) => {
@@ -491,6 +498,7 @@ impl Core {
             && self.connected
             && self.debounce.ready(self.now)
             && self.capacities_known()
+            && self.placement.ready()
         {
             if !self.in_party {
                 self.rejoin();
@@ -502,6 +510,7 @@ impl Core {
         }
         self.decide_rebalance();
         self.settle_locks();
+        self.write_placement_if_due();
     }
 
     /// The stored timers that only this fires, once due: after an event as after a timeout. (An event handled at the
@@ -538,6 +547,7 @@ impl Core {
         if self.shared() && may_send && self.set_read.is_none() && !self.set_fresh {
             self.set_read = Some(self.request(Op::ReadSet, Pending::ReadSet));
         }
+        self.read_placement_if_stale();
         // A weighted function waits for every member's capacity: a failed read of the announcements is sent again.
         if may_send && self.party_fresh && !self.capacities_known() {
             self.read_announcements(false);

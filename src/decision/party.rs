@@ -11,8 +11,12 @@ use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError};
 use crate::agreement::Agreement;
 use crate::layout;
 use crate::partition_fn::guarded;
+use crate::placement::record::Record;
 use crate::sabotage::{Sabotage, breaks};
 use crate::{Disagreement, Load, Weighted};
+
+/// A whole assignment, as a function that keeps the placement computed it.
+type Placed = Arc<Record>;
 
 impl Core {
     /// Someone (an operator, or a bug elsewhere) removed our party node: join again, which changes the party.
@@ -33,7 +37,8 @@ impl Core {
 
     /// The quiet period has lasted `time_boundary`: our share under the party as it stands becomes the target.
     pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
-        let (target, load) = self.assignment(&self.latest_party)?;
+        let (target, load, placement) = self.assignment(&self.latest_party)?;
+        self.note_placement(placement);
         self.load = Some(Arc::new(load));
         self.members = self.latest_party.clone().into();
         self.target = Some(target);
@@ -274,14 +279,19 @@ impl Core {
             .collect()
     }
 
-    /// Our share under the partition function, as indexes into the sorted item list, and our load under it.
-    pub(super) fn assignment(&self, members: &[String]) -> Result<(BTreeSet<usize>, Load), Cause> {
+    /// Our share under the partition function, as indexes into the sorted item list, our load under it, and (for a
+    /// function that keeps the placement) the whole assignment.
+    pub(super) fn assignment(&self, members: &[String]) -> Result<(BTreeSet<usize>, Load, Option<Placed>), Cause> {
         let (items, weights) = (self.catalogue.sorted(), self.catalogue.weights());
         let capacities = self.capacities().unwrap_or_else(|| vec![1; members.len()]);
         let input = Weighted::new(&self.me, members, &capacities, items, weights);
-        // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
-        let call = || self.cfg.partition_fn.partition_weighted(&input);
-        let mine = guarded(call).map_err(Cause::PartitionFn)?;
+        let (mine, placed) = if self.placement.on {
+            self.placed_share(&input)?
+        } else {
+            // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
+            let call = || self.cfg.partition_fn.partition_weighted(&input);
+            (guarded(call).map_err(Cause::PartitionFn)?, None)
+        };
         let positions: Vec<usize> = mine.iter().filter_map(|item| items.binary_search(item).ok()).collect();
         let ours = members.iter().position(|m| **m == *self.me).map_or(1, |at| capacities[at]);
         let total: u64 = capacities.iter().map(|&c| u64::from(c)).sum();
@@ -298,6 +308,6 @@ impl Core {
                 return Err(Cause::PartitionFn("returned an item more than once".into()));
             }
         }
-        Ok((assigned, load))
+        Ok((assigned, load, placed))
     }
 }

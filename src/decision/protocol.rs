@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::item_set::layout::{RawRead, Unfinished};
+use crate::item_set::layout::{Kind, RawRead, Unfinished};
+use crate::placement::store as placement;
 use crate::{Disagreement, Error, FencingToken, PartitionState};
 
 /// Identifies a request the core asked for; its [`Reply`] comes back with the same id.
@@ -27,6 +28,8 @@ pub(crate) enum Event {
     PartyChanged,
     /// The watch armed by the latest read of the shared set fired.
     SetChanged,
+    /// The watch armed by the latest read of the placement record fired.
+    PlacementChanged,
     /// A request's outcome.
     Reply(ReqId, Reply),
     /// A handle called `release_set()`.
@@ -85,6 +88,11 @@ pub(crate) enum Op {
     WatchHeld { item: usize, node: String },
     /// Read these items' lineage nodes (read-only `multi`s): whether each item is closed.
     ReadClosed(Vec<usize>),
+    /// Read the placement record (its chunks only if its digest is not `expect`) and arm a watch on it (its firing
+    /// is [`Event::PlacementChanged`]).
+    ReadPlacement { expect: Option<u64>, kind: Kind },
+    /// Write a new placement record over the one read at its version.
+    WritePlacement(Box<placement::Write>),
 }
 
 /// One of our contender nodes, to delete: found by its prefix when its name is unknown (a create whose reply was
@@ -215,6 +223,10 @@ pub(crate) enum Reply {
     HeldGone(Result<(), Failed>),
     /// Per item, in request order: whether its lineage node says it is closed (no node: not closed).
     Closed(Result<Vec<bool>, Failed>),
+    /// The placement record as read; a watch is armed either way.
+    Placement(Result<placement::Read, Failed>),
+    /// Whether the record was written (`false`: it moved on since it was read).
+    PlacementWritten(Result<bool, Failed>),
 }
 
 impl Reply {

@@ -132,6 +132,10 @@ impl Core {
                 self.on_held_gone(item, node, result.map_err(classify));
             }
             (Pending::Closed(items), Reply::Closed(result)) => self.on_closed(items, result.map_err(classify)),
+            (Pending::ReadPlacement, Reply::Placement(result)) => self.on_placement(result.map_err(classify)),
+            (Pending::WritePlacement, Reply::PlacementWritten(result)) => {
+                self.on_placement_written(result.map_err(classify));
+            }
             (pending, reply) => {
                 self.fail(Cause::Internal(format!("reply {reply:?} to a {pending:?} request")));
             }

@@ -676,5 +676,6 @@ fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_
     crate::sabotage::set(Sabotage::None);
 }
 
+mod placement;
 mod read_cost;
 mod shared_set;

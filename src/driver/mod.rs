@@ -25,12 +25,14 @@ use crate::zookeeper::WatchEvent;
 pub(crate) mod publish;
 pub(crate) mod requests;
 mod supervise;
+mod watches;
 
 use publish::Publisher;
 use requests::{Context, Done};
 #[cfg(test)]
 pub(crate) use supervise::delete_our_nodes;
-pub(crate) use supervise::supervise; // the simulation's panic clean-up
+pub(crate) use supervise::supervise;
+use watches::InputWatches; // the simulation's panic clean-up
 
 /// A watch of the real client.
 type Watch = BoxFuture<'static, WatchEvent>;
@@ -47,10 +49,8 @@ pub(crate) struct Driver {
     in_flight: FuturesUnordered<BoxFuture<'static, Done<Watch>>>,
     /// How to stop waiting on a lock watch the core no longer cares about.
     watches: HashMap<ReqId, AbortHandle>,
-    /// The watch armed by the latest party read; `None` once fired (a fired future is never polled again).
-    party_watch: Option<Watch>,
-    /// The same for the shared set.
-    set_watch: Option<Watch>,
+    /// The watches armed by the latest reads of the party, the shared set and the placement record.
+    input_watches: InputWatches<Watch>,
     /// Each item's lock directory, by the core's item index (grown as the shared set brings new items).
     lock_dirs: Arc<Vec<String>>,
     release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
@@ -82,8 +82,7 @@ impl Driver {
             publisher,
             in_flight: FuturesUnordered::new(),
             watches: HashMap::new(),
-            party_watch: None,
-            set_watch: None,
+            input_watches: InputWatches::new(),
             lock_dirs: Arc::new(Vec::new()),
             release_acks: HashMap::new(),
             finish_acks: HashMap::new(),
@@ -108,43 +107,24 @@ impl Driver {
             }
             let deadline = self.core.poll_timeout().map(Instant::from_std);
             let sleep = OptionFuture::from(deadline.map(tokio::time::sleep_until));
-            let party_watch = OptionFuture::from(self.party_watch.as_mut());
-            let set_watch = OptionFuture::from(self.set_watch.as_mut());
+
             tokio::select! {
                 state = self.session.changed() => {
                     self.publisher.session(state);
                     self.core.handle(publish::session_event(state), now());
                 }
-                Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                Some(mut done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.watches.remove(&done.id);
-                    if let Some(watch) = done.party_watch {
-                        self.party_watch = Some(watch);
-                    }
-                    if let Some(watch) = done.set_watch {
-                        self.set_watch = Some(watch);
-                    }
+                    self.input_watches.keep(&mut done);
                     if let Some(membership) = done.joined {
                         self.membership = membership;
                     }
                     self.core.handle(Event::Reply(done.id, done.reply), now());
                 }
-                Some(event) = party_watch => {
-                    self.party_watch = None;
-                    let event = match event {
-                        WatchEvent::SessionEnded(state) => {
-                            self.publisher.session(state);
-                            publish::session_event(state)
-                        }
-                        _ => Event::PartyChanged,
-                    };
-                    self.core.handle(event, now());
-                }
-                Some(event) = set_watch => {
-                    self.set_watch = None;
-                    let event = match event {
-                        WatchEvent::SessionEnded(state) => publish::session_event(state),
-                        _ => Event::SetChanged,
-                    };
+                (event, ended) = self.input_watches.fired() => {
+                    if let Some(state) = ended {
+                        self.publisher.session(state);
+                    }
                     self.core.handle(event, now());
                 }
                 command = self.commands.recv(), if self.handles_alive => {
@@ -200,8 +180,7 @@ impl Driver {
                 }
             }
             Action::Stop => {
-                self.party_watch = None;
-                self.set_watch = None;
+                self.input_watches.clear();
                 for (_, abort) in self.watches.drain() {
                     abort.abort();
                 }

@@ -18,6 +18,7 @@ use crate::item_set::{SharedSet, read_bridged, read_raw_cached};
 use crate::layout::{self, Paths};
 use crate::locks::{self, NodeRef};
 use crate::party::{self, Membership};
+use crate::placement::store as placement;
 use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 
@@ -42,6 +43,8 @@ pub(crate) struct Context {
     held_watch_registrations: tokio::sync::Semaphore,
     /// The shared set's last listing and weight table, so that a read after a small change lists nothing.
     set_cache: std::sync::Mutex<SetCache>,
+    /// The placement record's chunks as last read, so that a read after a change reads only the new ones.
+    placement_cache: placement::ChunkCache,
 }
 
 impl Context {
@@ -60,6 +63,7 @@ impl Context {
             set_chunk,
             held_watch_registrations: tokio::sync::Semaphore::new(HELD_WATCH_REGISTRATIONS),
             set_cache: std::sync::Mutex::default(),
+            placement_cache: placement::ChunkCache::default(),
         }
     }
 }
@@ -72,6 +76,8 @@ pub(crate) struct Done<W> {
     pub party_watch: Option<W>,
     /// The shared set read's watch.
     pub set_watch: Option<W>,
+    /// The placement record read's watch.
+    pub placement_watch: Option<W>,
     /// Our new party node, after a rejoin.
     pub joined: Option<Membership>,
 }
@@ -79,7 +85,7 @@ pub(crate) struct Done<W> {
 impl<W> Done<W> {
     /// A reply that armed no watch.
     pub fn reply_to(id: ReqId, reply: Reply) -> Self {
-        Done { id, reply, party_watch: None, set_watch: None, joined: None }
+        Done { id, reply, party_watch: None, set_watch: None, placement_watch: None, joined: None }
     }
 }
 
@@ -160,7 +166,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                     tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
                 }
                 let reply = Reply::Party(Ok(PartyRead { children }));
-                Done { id, reply, party_watch: Some(watch), set_watch: None, joined: None }
+                Done { id, reply, party_watch: Some(watch), set_watch: None, placement_watch: None, joined: None }
             }
             Err(err) => Done::reply_to(id, Reply::Party(Err(Failed::of("get_children", &paths.party, err)))),
         },
@@ -221,7 +227,14 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             match joined {
                 Ok(membership) => {
                     let reply = Reply::Joined(Ok(membership.node.clone()));
-                    Done { id, reply, party_watch: None, set_watch: None, joined: Some(membership) }
+                    Done {
+                        id,
+                        reply,
+                        party_watch: None,
+                        set_watch: None,
+                        placement_watch: None,
+                        joined: Some(membership),
+                    }
                 }
                 Err(err) => Done::reply_to(id, Reply::Joined(Err(Failed::from_error(err)))),
             }
@@ -308,7 +321,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             };
             let (result, set_watch) = read_set(&zk, set, &ctx.set_cache, paths).await;
             let reply = Reply::Set(result.map_err(|err| Failed::of("read", &set.node, err)));
-            Done { id, reply, party_watch: None, set_watch, joined: None }
+            Done { id, reply, party_watch: None, set_watch, placement_watch: None, joined: None }
         }
         Op::RecoverSet(unfinished) => {
             let result = match &ctx.set {
@@ -345,6 +358,18 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let path = format!("{}/{node}", dir(item));
             let result = locks::wait_gone(&zk, &path, &ctx.held_watch_registrations).await;
             Done::reply_to(id, Reply::HeldGone(result.map_err(|err| Failed::of("get_data", &path, err))))
+        }
+        Op::ReadPlacement { expect, kind } => {
+            let node = &paths.placement;
+            let (result, placement_watch) = placement::read(&zk, node, expect, kind, &ctx.placement_cache).await;
+            let reply = Reply::Placement(result.map_err(|err| Failed::of("read", node, err)));
+            Done { id, reply, party_watch: None, set_watch: None, placement_watch, joined: None }
+        }
+        Op::WritePlacement(write) => {
+            let node = &paths.placement;
+            let result = placement::write(&zk, node, &paths.acls, &write, &ctx.placement_cache).await;
+            tracing::debug!(?result, items = write.assignment.items.len(), "placement record written");
+            Done::reply_to(id, Reply::PlacementWritten(result.map_err(|err| Failed::of("write", node, err))))
         }
         Op::Leave => {
             if let Err(err) = party::leave(&zk, paths, &own).await {

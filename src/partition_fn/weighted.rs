@@ -74,6 +74,8 @@ use place::{Problem, assign_uncached};
 /// ```
 pub struct WeightedRendezvous {
     load_factor: f64,
+    /// Places from the previous assignment the party agreed on ([`WeightedRendezvous::sticky`]).
+    sticky: bool,
     memory: Mutex<Option<Memory>>,
 }
 
@@ -87,13 +89,16 @@ impl Default for WeightedRendezvous {
 impl Clone for WeightedRendezvous {
     /// The same function, with nothing remembered yet.
     fn clone(&self) -> Self {
-        WeightedRendezvous::with_load_factor(self.load_factor)
+        WeightedRendezvous { sticky: self.sticky, ..WeightedRendezvous::with_load_factor(self.load_factor) }
     }
 }
 
 impl std::fmt::Debug for WeightedRendezvous {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WeightedRendezvous").field("load_factor", &self.load_factor).finish_non_exhaustive()
+        f.debug_struct("WeightedRendezvous")
+            .field("load_factor", &self.load_factor)
+            .field("sticky", &self.sticky)
+            .finish_non_exhaustive()
     }
 }
 
@@ -103,7 +108,15 @@ impl WeightedRendezvous {
     /// more weight on a change.
     pub fn with_load_factor(load_factor: f64) -> Self {
         let load_factor = if load_factor.is_finite() { load_factor.clamp(1.0, 1000.0) } else { 1.0 };
-        WeightedRendezvous { load_factor, memory: Mutex::new(None) }
+        WeightedRendezvous { load_factor, sticky: false, memory: Mutex::new(None) }
+    }
+
+    /// The same function, placing from the previous assignment: [`assign_sticky`](Self::assign_sticky) when the
+    /// partitioner passes one ([`Weighted::previous`]), else [`assign`](Self::assign). The partitioner then keeps the
+    /// assignment in force in ZooKeeper, so that every member computes from the same one (`docs/sticky-placement.md`).
+    /// Every member of a party must agree on this, as on the load factor: the function's fingerprint tells them apart.
+    pub fn sticky(self) -> Self {
+        WeightedRendezvous { sticky: true, ..self }
     }
 
     /// The owner (an index into `input.members`) of every item, in the order of `input.items`; empty when there are
@@ -136,9 +149,9 @@ impl WeightedRendezvous {
     /// `docs/sticky-placement.md`. Whatever `previous` piled on a member, it ends within its limit, or holding one
     /// item larger than its limit and nothing else, unless the members' limits cannot hold the items at all.
     ///
-    /// The partitioner does not call it yet: every member must compute from the *same* previous assignment, which
-    /// needs the placement record that document proposes. It is for placements kept elsewhere (a controller), and
-    /// for measuring (`cargo bench --bench partition_fn`). Weights of several dimensions are placed by
+    /// The partitioner calls it for a [`sticky`](Self::sticky) function, with the assignment its members agreed on
+    /// (the placement record that document describes); it also serves placements kept elsewhere (a controller), and
+    /// measuring (`cargo bench --bench partition_fn`). Weights of several dimensions are placed by
     /// [`assign`](Self::assign), ignoring `previous`.
     ///
     /// ```
@@ -199,14 +212,14 @@ impl PartitionFn for WeightedRendezvous {
     fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
         let capacities = vec![1; members.len()];
         let weights = crate::Weights::uniform(items.len());
-        self.partition_weighted(&Weighted { me, members, capacities: &capacities, items, weights: &weights })
+        self.partition_weighted(&Weighted::new(me, members, &capacities, items, &weights))
     }
 
     /// Ranks and places ahead (see [Memory](WeightedRendezvous#memory)).
     fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
         let capacities = vec![1; members.len()];
         let weights = crate::Weights::uniform(items.len());
-        self.prepare_weighted(&Weighted { me, members, capacities: &capacities, items, weights: &weights });
+        self.prepare_weighted(&Weighted::new(me, members, &capacities, items, &weights));
     }
 
     fn load_bound(&self) -> Option<f64> {
@@ -217,7 +230,7 @@ impl PartitionFn for WeightedRendezvous {
         let Some(me) = input.members.iter().position(|m| m == input.me) else {
             return Vec::new();
         };
-        self.assign(input)
+        self.owners(input)
             .into_iter()
             .zip(input.items)
             .filter(|&(owner, _)| owner == me)
@@ -230,5 +243,23 @@ impl PartitionFn for WeightedRendezvous {
     /// and a change 5 to 9 ms (BENCHMARKS.md, "Weighted items and capacities: the partition function alone").
     fn prepare_weighted(&self, input: &Weighted<'_>) {
         self.assign(input);
+    }
+
+    fn keeps_placement(&self) -> bool {
+        self.sticky
+    }
+
+    fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
+        self.sticky.then(|| self.owners(input))
+    }
+}
+
+impl WeightedRendezvous {
+    /// Every item's owner: from the previous assignment where the function is sticky and one is given.
+    fn owners(&self, input: &Weighted<'_>) -> Vec<usize> {
+        match input.previous {
+            Some(previous) if self.sticky && previous.len() == input.items.len() => self.assign_sticky(input, previous),
+            _ => self.assign(input),
+        }
     }
 }

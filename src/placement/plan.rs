@@ -110,13 +110,13 @@ fn appended(
         return None;
     }
     let mut change = String::new();
-    let mut previous = old.owners.iter().peekable();
+    let mut previous = old.items.iter().zip(&old.owners).peekable();
     for (item, &owner) in items.iter().zip(owners) {
-        while let Some((gone, _)) = previous.next_if(|(other, _)| other < item) {
+        while let Some((gone, _)) = previous.next_if(|(other, _)| *other < item) {
             let _ = writeln!(change, "{gone}\t-");
         }
         let owner = number[owner];
-        if previous.next_if(|(other, _)| other == item).is_none_or(|&(_, was)| was != owner) {
+        if previous.next_if(|(other, _)| *other == item).is_none_or(|(_, &was)| was != owner) {
             let _ = writeln!(change, "{item}\t{owner}");
         }
     }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::Item;
 use crate::error::shown;
@@ -111,15 +112,18 @@ fn is_chunk_name(name: &str) -> bool {
     })
 }
 
-/// A record as assembled from its index and chunks: who owned each item under the inputs it names.
+/// An assignment with what it was computed from: a record as assembled from its index and chunks, or a member's
+/// own latest assignment (which is the record in force when their digests agree).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
     pub inputs: u64,
     pub digest: u64,
     /// The member names its owners are numbered by (members that have left included, until the next fold).
     pub names: Vec<String>,
-    /// Every item it places, in item order, with its owner (an index into `names`).
-    pub owners: Vec<(Item, u32)>,
+    /// Every item it places, sorted.
+    pub items: Arc<[Item]>,
+    /// Each item's owner, in the order of `items`: an index into `names`.
+    pub owners: Vec<u32>,
 }
 
 impl Record {
@@ -158,17 +162,33 @@ impl Record {
             }
             owners = apply(owners, change);
         }
-        let record = Record { inputs: index.inputs, digest: index.digest, names, owners };
-        let found = digest_of(&record.names, record.owners.iter().map(|&(_, owner)| owner as usize));
-        if record.owners.len() != index.items || found != index.digest {
+        let found = digest_of(&names, owners.iter().map(|&(_, owner)| owner as usize));
+        if owners.len() != index.items || found != index.digest {
             return Err(format!(
                 "its chunks add up to {} items of digest {found:016x}, not the {} of digest {:016x} it names",
-                record.owners.len(),
+                owners.len(),
                 index.items,
                 index.digest
             ));
         }
-        Ok(record)
+        let (items, owners): (Vec<Item>, Vec<u32>) = owners.into_iter().unzip();
+        Ok(Record { inputs: index.inputs, digest: index.digest, names, items: items.into(), owners })
+    }
+
+    /// A member's own assignment (`owners[i]` owns `items[i]`, an index into `members`), computed from `inputs`.
+    /// `None` when an owner is out of range.
+    pub fn computed(inputs: u64, members: &[String], items: Arc<[Item]>, owners: &[usize]) -> Option<Record> {
+        let owners: Vec<u32> = owners
+            .iter()
+            .map(|&owner| u32::try_from(owner).ok().filter(|&o| (o as usize) < members.len()))
+            .collect::<Option<_>>()?;
+        (owners.len() == items.len()).then(|| Record {
+            inputs,
+            digest: digest_of(members, owners.iter().map(|&owner| owner as usize)),
+            names: members.to_vec(),
+            items,
+            owners,
+        })
     }
 
     /// Each of `items`' owner in the record, as an index into `members` (sorted, as the partitioner passes them):
@@ -176,12 +196,12 @@ impl Record {
     /// the sticky placement starts from.
     pub fn previous_for(&self, members: &[String], items: &[Item]) -> Vec<Option<usize>> {
         let member_of: Vec<Option<usize>> = self.names.iter().map(|name| members.binary_search(name).ok()).collect();
-        let mut placed = self.owners.iter().peekable();
+        let mut placed = self.items.iter().zip(&self.owners).peekable();
         items
             .iter()
             .map(|item| {
-                while placed.next_if(|(other, _)| other < item).is_some() {}
-                placed.next_if(|(other, _)| other == item).and_then(|&(_, owner)| member_of[owner as usize])
+                while placed.next_if(|(other, _)| *other < item).is_some() {}
+                placed.next_if(|(other, _)| *other == item).and_then(|(_, &owner)| member_of[owner as usize])
             })
             .collect()
     }

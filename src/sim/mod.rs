@@ -115,6 +115,9 @@ pub(crate) struct Plan {
     /// With a shared set: admins also split, merge, close and add children, and workers finish the closed items they
     /// hold (fenced, through the handle's checkpoint writer).
     pub lineage: bool,
+    /// In a weighted run: the function is sticky ([`WeightedRendezvous::sticky`](crate::WeightedRendezvous::sticky)),
+    /// so members follow and write the placement record.
+    pub sticky: bool,
     pub sabotage: Sabotage,
 }
 
@@ -137,6 +140,7 @@ impl Plan {
             large_party_jitter: rng.below(2) == 0,
             weighted: rng.below(3) == 0,
             lineage: rng.below(2) == 0,
+            sticky: rng.below(2) == 0,
         }
     }
 }
@@ -152,6 +156,8 @@ pub(crate) struct Outcome {
     pub weighted: bool,
     /// Lineage (see [`Plan::lineage`]): a shared set's run with lineage.
     pub lineage: bool,
+    /// A sticky function's run (see [`Plan::sticky`]).
+    pub sticky: bool,
     /// Items finished by their owners.
     pub finishes: usize,
     /// Set changes admins made (committed).

@@ -356,14 +356,17 @@ fn nothing_for_empty_or_mismatched_inputs_or_a_stranger() {
     assert!(f.partition_weighted(&Weighted::new("x", &names, &[1, 1], &items, &weights)).is_empty());
     assert!(f.partition_weighted(&Weighted::new("a", &[], &[], &items, &weights)).is_empty());
     assert!(f.partition_weighted(&Weighted::new("a", &names, &[1, 1], &[], &Weights::uniform(0))).is_empty());
-    let mismatched = Weighted { me: "a", members: &names, capacities: &[1], items: &items, weights: &weights };
+    let mismatched =
+        Weighted { me: "a", members: &names, capacities: &[1], items: &items, weights: &weights, previous: None };
     assert!(f.partition_weighted(&mismatched).is_empty() && f.assign(&mismatched).is_empty());
     let short = Weights::uniform(3);
-    let mismatched = Weighted { me: "a", members: &names, capacities: &[1, 1], items: &items, weights: &short };
+    let mismatched =
+        Weighted { me: "a", members: &names, capacities: &[1, 1], items: &items, weights: &short, previous: None };
     assert!(f.partition_weighted(&mismatched).is_empty());
     f.prepare_weighted(&mismatched);
     // A capacity of 0 counts as 1.
-    let zero = Weighted { me: "a", members: &names, capacities: &[0, 1], items: &items, weights: &weights };
+    let zero =
+        Weighted { me: "a", members: &names, capacities: &[0, 1], items: &items, weights: &weights, previous: None };
     assert_eq!(f.assign(&zero), f.assign(&Weighted::new("a", &names, &[1, 1], &items, &weights)));
 }
 

@@ -297,7 +297,42 @@ impl World {
         if (0..self.actors.len()).any(|a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_some())) {
             return Err("an admin's change is under way".into());
         }
+        if self.plan.weighted && self.plan.combo.rendezvous && self.plan.sticky {
+            self.placement_recorded(&members)?;
+        }
         self.loads_follow_the_weights(&members)
+    }
+
+    /// A sticky function's party: the placement record reads whole, and says who holds what.
+    fn placement_recorded(&self, members: &[ActorId]) -> Result<(), String> {
+        let mut listed = BTreeMap::new();
+        for &actor in members {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            for &index in m.core.listed() {
+                listed.insert(m.core.item(index).clone(), m.core.me().to_owned());
+            }
+        }
+        let node = format!("{PATH}/placement");
+        let net = lock(&self.net);
+        let index = net.zk.data_of(&node).ok_or("no placement record")?;
+        let index =
+            crate::placement::record::Index::parse(&index).map_err(|err| format!("the placement record: {err}"))?;
+        let chunks: BTreeMap<&String, Vec<u8>> =
+            index.chunks().filter_map(|name| Some((name, net.zk.data_of(&format!("{node}/{name}"))?))).collect();
+        drop(net);
+        let chunk = |name: &str| chunks.iter().find(|(n, _)| n.as_str() == name).map(|(_, data)| data.as_slice());
+        let record = crate::placement::record::Record::assemble(&index, chunk, layout::Kind::Int)
+            .map_err(|err| format!("the placement record: {err}"))?;
+        let recorded: BTreeMap<Item, String> = record
+            .items
+            .iter()
+            .zip(&record.owners)
+            .map(|(item, &owner)| (item.clone(), record.names[owner as usize].clone()))
+            .collect();
+        match recorded == listed {
+            true => Ok(()),
+            false => Err(format!("the placement record says {recorded:?}, the members hold {listed:?}")),
+        }
     }
 
     /// Every member reports its own capacity, and a load that is the committed weight of what it lists.

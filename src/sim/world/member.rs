@@ -44,6 +44,8 @@ pub(super) struct Member {
     pub(super) set_watch: Option<SimWatch>,
     pub(super) party_fired: Option<WatchEvent>,
     pub(super) set_fired: Option<WatchEvent>,
+    pub(super) placement_watch: Option<SimWatch>,
+    pub(super) placement_fired: Option<WatchEvent>,
     pub(super) commands_rx: mpsc::UnboundedReceiver<Command>,
     pub(super) commands: VecDeque<Command>,
     pub(super) release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
@@ -103,6 +105,8 @@ impl World {
             set_watch: None,
             party_fired: None,
             set_fired: None,
+            placement_watch: None,
+            placement_fired: None,
             commands_rx,
             commands: VecDeque::new(),
             release_acks: HashMap::new(),
@@ -151,6 +155,13 @@ impl World {
                 m.set_watch = None;
                 m.set_fired = Some(event);
             }
+            if m.placement_fired.is_none()
+                && let Some(watch) = &mut m.placement_watch
+                && let Poll::Ready(event) = poll_with(watch, &waker)
+            {
+                m.placement_watch = None;
+                m.placement_fired = Some(event);
+            }
             while let Ok(command) = m.commands_rx.try_recv() {
                 m.commands.push_back(command);
             }
@@ -166,6 +177,8 @@ impl World {
                 m.set_fired.is_some(),
                 !m.commands.is_empty(),
                 timer,
+                // Last: runs without a placement record draw exactly as before it existed.
+                m.placement_fired.is_some(),
             ];
             let ready: Vec<usize> = (0..sources.len()).filter(|&s| sources[s]).collect();
             if ready.is_empty() {
@@ -194,6 +207,9 @@ impl World {
                     }
                     if let Some(watch) = done.set_watch {
                         m.set_watch = Some(watch);
+                    }
+                    if let Some(watch) = done.placement_watch {
+                        m.placement_watch = Some(watch);
                     }
                     if let Some(membership) = done.joined {
                         m.membership = membership;
@@ -227,6 +243,13 @@ impl World {
                             m.finish_acks.insert(id, ack);
                             Event::Finish(Some(id))
                         }
+                    };
+                    m.core.handle(event, instant);
+                }
+                6 => {
+                    let event = match m.placement_fired.take() {
+                        Some(WatchEvent::SessionEnded(state)) => session_event(state),
+                        _ => Event::PlacementChanged,
                     };
                     m.core.handle(event, instant);
                 }
@@ -295,6 +318,7 @@ impl World {
             Action::Stop => {
                 m.party_watch = None;
                 m.set_watch = None;
+                m.placement_watch = None;
                 m.in_flight.clear();
             }
         }

@@ -321,6 +321,7 @@ impl World {
             shared_set: self.plan.shared_set,
             weighted: self.plan.weighted,
             lineage: self.plan.shared_set && self.plan.lineage,
+            sticky: self.plan.weighted && self.plan.combo.rendezvous && self.plan.sticky,
             finishes: self.ever_finished.len(),
             set_changes: self.committed.len().saturating_sub(1),
             saves: self.saves,

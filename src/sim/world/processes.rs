@@ -36,6 +36,7 @@ impl World {
         let plan = &self.plan;
         let ident = if plan.static_membership { format!("s{slot}") } else { format!("m{actor}") };
         let partition_fn: Box<dyn crate::PartitionFn> = match (plan.combo.rendezvous, plan.weighted) {
+            (true, true) if plan.sticky => Box::new(WeightedRendezvous::default().sticky()),
             (true, true) => Box::new(WeightedRendezvous::default()),
             (true, false) => Box::new(Rendezvous::default()),
             (false, _) => Box::new(KazooStride),

@@ -1,0 +1,131 @@
+//! The placement record's rows, for a sticky function: read before deciding, written by the first member once it
+//! holds its share, computed from again when it says something else, and read again after a lost race.
+
+use super::*;
+use crate::WeightedRendezvous;
+use crate::placement::record::Record;
+use crate::placement::store::{Found, Read};
+
+const ITEMS: usize = 12;
+
+/// A core of a sticky function over a fixed set of [`ITEMS`] integers.
+fn sticky_config(rebalance: Rebalance) -> CoreConfig {
+    let mut cfg = config(ITEMS, rebalance, SessionPolicy::Standard, None);
+    let function = WeightedRendezvous::default().sticky();
+    cfg.agreement = Agreement::new(Some(&cfg.items), None, &function, None);
+    cfg.kazoo_compatible = false;
+    cfg.partition_fn = Box::new(function);
+    cfg
+}
+
+impl Script {
+    /// Answers the placement read with `found` (the index at `version`).
+    fn placement_read_finds(&mut self, version: Option<i32>, found: Found) {
+        let (id, _) = self.request("placement read", |op| matches!(op, Op::ReadPlacement { .. }));
+        self.send(Event::Reply(id, Reply::Placement(Ok(Read { version, found }))));
+    }
+
+    /// Answers the read of the other members' announcements: each the same line as ours.
+    fn announcements_agree(&mut self) {
+        let (id, Op::ReadAnnouncements(nodes)) =
+            self.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
+        else {
+            unreachable!()
+        };
+        let ours = self.core.cfg.agreement;
+        let data = nodes.iter().map(|node| Some(ours.node_data(node).into_bytes())).collect();
+        self.send(Event::Reply(id, Reply::Announcements(Ok(data))));
+    }
+
+    fn creates(&self) -> usize {
+        self.seen.iter().filter(|a| matches!(a, Action::Request(_, Op::Create { .. }))).count()
+    }
+}
+
+/// Members `a` and `b`, `a` holding its share under no record, with the record it then writes.
+fn acquired_in_a_pair(rebalance: Rebalance) -> (Script, Arc<Record>) {
+    let mut s = Script::new(sticky_config(rebalance));
+    s.party(&["a-0000000000", "b-0000000001"]);
+    s.announcements_agree();
+    s.wait(SETTLED);
+    assert_eq!(s.creates(), 0, "decided before the record was read");
+    s.placement_read_finds(None, Found::Nothing);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    let (_, Op::WritePlacement(write)) = s.request("record write", |op| matches!(op, Op::WritePlacement(_))) else {
+        unreachable!()
+    };
+    assert_eq!(write.version, None, "no record was read");
+    let written = write.assignment.clone();
+    assert_eq!(written.items.len(), ITEMS);
+    assert_eq!(written.names, ["a-0000000000", "b-0000000001"]);
+    // What it writes is what it holds.
+    let held: BTreeSet<usize> = (0..ITEMS).filter(|&i| written.owners[i] == 0).collect();
+    assert_eq!(s.core.listed(), &held);
+    (s, written)
+}
+
+#[test]
+fn the_first_member_reads_the_record_before_deciding_and_writes_what_it_holds() {
+    let (mut s, written) = acquired_in_a_pair(Rebalance::Eager);
+    // Its own record comes back through the watch: the digest it expected, nothing changes, nothing is written.
+    s.send(Event::PlacementChanged);
+    let (id, Op::ReadPlacement { expect, .. }) =
+        s.request("placement read", |op| matches!(op, Op::ReadPlacement { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(expect, Some(written.digest));
+    let found = Found::Expected { inputs: written.inputs };
+    s.send(Event::Reply(id, Reply::Placement(Ok(Read { version: Some(1), found }))));
+    s.wait(TB);
+    assert!(s.published().is_empty(), "a record saying what we hold changed something");
+    assert!(!s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::WritePlacement(_)))), "written twice");
+}
+
+#[test]
+fn a_record_that_says_something_else_is_computed_from_again() {
+    for sabotage in [Sabotage::None, Sabotage::PlacementChangeIgnored] {
+        crate::sabotage::set(sabotage);
+        let (mut s, written) = acquired_in_a_pair(Rebalance::Eager);
+        // Another writer recorded, for other inputs, every item on `b`: `a` computes its share from that record.
+        let other = Record {
+            inputs: written.inputs ^ 1,
+            digest: written.digest ^ 1,
+            owners: vec![1; ITEMS],
+            ..(*written).clone()
+        };
+        s.send(Event::PlacementChanged);
+        s.placement_read_finds(Some(1), Found::Record(Arc::new(other)));
+        let states: Vec<PartitionState> = s.published().iter().map(|p| p.state).collect();
+        crate::sabotage::set(Sabotage::None);
+        match sabotage {
+            Sabotage::None => assert_eq!(states, [PartitionState::Release], "a new episode, from the record"),
+            _ => assert!(states.is_empty(), "{states:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_write_that_lost_the_race_reads_the_record_again() {
+    let mut s = Script::new(sticky_config(Rebalance::Incremental));
+    s.party(&["a-0000000000"]);
+    s.placement_read_finds(None, Found::Nothing);
+    s.wait(SETTLED);
+    s.grant_locks();
+    let (id, _) = s.request("record write", |op| matches!(op, Op::WritePlacement(_)));
+    s.send(Event::Reply(id, Reply::PlacementWritten(Ok(false))));
+    // Read again; the record found is ours after all (another writer wrote the same): nothing more to write.
+    let (id, Op::ReadPlacement { expect, .. }) =
+        s.request("placement read", |op| matches!(op, Op::ReadPlacement { .. }))
+    else {
+        unreachable!()
+    };
+    let inputs = s.core.placement_inputs().expect("an assignment");
+    s.send(Event::Reply(id, Reply::Placement(Ok(Read { version: Some(2), found: Found::Expected { inputs } }))));
+    assert!(expect.is_some());
+    s.wait(TB);
+    assert!(!s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::WritePlacement(_)))), "written again");
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+}

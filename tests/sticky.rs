@@ -1,0 +1,166 @@
+//! The sticky weighted placement on a real ZooKeeper (`WeightedRendezvous::sticky`): the party's first member records
+//! the assignment in force under `<path>/placement`, every member computes the next one from it, so a join moves
+//! items to the joiner only, a leave moves the leaver's items only, and a weight change moves little besides the
+//! item; under both rebalance modes, with members of several capacities.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release};
+use common::{Ctx, timing, wait_until};
+use zk_partitioner::{Item, ItemSet, PartitionState, Rebalance, Weight, WeightedRendezvous};
+
+const PATH: &str = "/partitioner";
+const ITEMS: i64 = 400;
+
+struct Worker {
+    member: Member,
+    _loop: AbortOnDrop,
+}
+
+async fn sticky_member(ctx: &Ctx, name: &str, capacity: u32, rebalance: Rebalance) -> Worker {
+    let member = ctx
+        .member_with(name, Vec::new(), |b| {
+            b.shared_item_set(true)
+                .rebalance(rebalance)
+                .partition_func(WeightedRendezvous::default().sticky())
+                .capacity(capacity)
+                .time_boundary(Duration::from_millis(400))
+        })
+        .await;
+    let worker_loop = auto_release(&member.partitioner);
+    Worker { member, _loop: worker_loop }
+}
+
+/// Each item's owner (member name), once every worker is ACQUIRED over the same party of `workers` at the set's
+/// current version, the claims a disjoint cover, and the record names that assignment (its digest line checked by
+/// the crate; here: it exists and is written for this party).
+async fn settled(ctx: &Ctx, workers: &[&Worker], set: &ItemSet) -> BTreeMap<Item, String> {
+    let expected = set.read().await.expect("read the set");
+    wait_until(
+        "every member ACQUIRED over the party at the set's version",
+        timing(Duration::from_secs(30)),
+        || async {
+            workers.iter().all(|w| {
+                let s = w.member.partitioner.snapshot();
+                s.state == PartitionState::Acquired
+                    && s.set_version == Some(expected.version)
+                    && s.members.len() == workers.len()
+            })
+        },
+    )
+    .await;
+    let members: Vec<&Member> = workers.iter().map(|w| &w.member).collect();
+    assert_disjoint_cover(&ctx.observer, PATH, &members, &expected.items).await;
+    // The first member records what everyone holds once it holds its share.
+    wait_until("the placement record names the assignment in force", timing(Duration::from_secs(10)), || async {
+        record_owners(ctx).await == owners(workers)
+    })
+    .await;
+    owners(workers)
+}
+
+fn owners(workers: &[&Worker]) -> BTreeMap<Item, String> {
+    let mut owners = BTreeMap::new();
+    for w in workers {
+        let snapshot = w.member.partitioner.snapshot();
+        for item in snapshot.items.iter() {
+            owners.insert(item.clone(), snapshot.member.to_string());
+        }
+    }
+    owners
+}
+
+/// The assignment the record in ZooKeeper says, read with the observer's own session: the names, the base and the
+/// log, applied in order (the format in `src/placement.rs`). Empty while there is no record.
+async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
+    let node = format!("{PATH}/placement");
+    let Ok((index, _)) = ctx.observer.get_data(&node).await else { return BTreeMap::new() };
+    let index = String::from_utf8(index).expect("utf-8 index");
+    let mut lines = index.lines();
+    assert_eq!(lines.next(), Some("zk-partitioner placement v1"), "{index}");
+    let chunks = |key: &str, line: Option<&str>| -> Vec<String> {
+        let line = line.unwrap_or_default();
+        let rest = line.strip_prefix(key).unwrap_or_else(|| panic!("{key} in {index}"));
+        rest.split_whitespace().map(str::to_owned).collect()
+    };
+    let (_inputs, _digest, _items) = (lines.next(), lines.next(), lines.next());
+    let (names, base, log) = (chunks("names", lines.next()), chunks("base", lines.next()), chunks("log", lines.next()));
+    let text = |name: String| {
+        let node = format!("{node}/{name}");
+        let observer = ctx.observer.clone();
+        async move { String::from_utf8(observer.get_data(&node).await.expect("a named chunk").0).unwrap() }
+    };
+    let mut members = Vec::new();
+    for name in names {
+        members.extend(text(name).await.lines().map(str::to_owned));
+    }
+    let mut owners = BTreeMap::new();
+    for name in base.into_iter().chain(log) {
+        for line in text(name).await.lines() {
+            let (item, owner) = line.split_once('\t').expect("a tab");
+            let item = Item::from(item.parse::<i64>().expect("an integer item"));
+            match owner {
+                "-" => drop(owners.remove(&item)),
+                owner => drop(owners.insert(item, members[owner.parse::<usize>().expect("an index")].clone())),
+            }
+        }
+    }
+    owners
+}
+
+fn moved(before: &BTreeMap<Item, String>, after: &BTreeMap<Item, String>) -> Vec<(Item, String, String)> {
+    before
+        .iter()
+        .filter_map(|(item, was)| {
+            let now = after.get(item)?;
+            (now != was).then(|| (item.clone(), was.clone(), now.clone()))
+        })
+        .collect()
+}
+
+async fn join_weight_change_and_leave(rebalance: Rebalance) {
+    common::init_tracing();
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    admin.create_if_missing((0..ITEMS).map(Item::from)).await.expect("create");
+    admin.set_weights([(0, Weight::new(5)), (1, Weight::new(3))]).await.expect("weights");
+    let a = sticky_member(&ctx, "a", 1, rebalance).await;
+    let b = sticky_member(&ctx, "b", 2, rebalance).await;
+    let c = sticky_member(&ctx, "c", 2, rebalance).await;
+    let first = settled(&ctx, &[&a, &b, &c], &admin).await;
+
+    // A member joins: only the joiner gains.
+    let d = sticky_member(&ctx, "d", 1, rebalance).await;
+    let joined = settled(&ctx, &[&a, &b, &c, &d], &admin).await;
+    let joiner = d.member.partitioner.snapshot().member.to_string();
+    let gained = moved(&first, &joined);
+    assert!(!gained.is_empty(), "the joiner took nothing");
+    assert!(gained.iter().all(|(_, _, to)| *to == joiner), "items moved elsewhere than to the joiner: {gained:?}");
+
+    // One item's weight triples: little moves besides that item (the rule sheds it or a few of its owner's).
+    admin.set_weights([(7, Weight::new(3))]).await.expect("reweigh");
+    let reweighed = settled(&ctx, &[&a, &b, &c, &d], &admin).await;
+    let shifted = moved(&joined, &reweighed);
+    assert!(shifted.len() <= 3, "a weight change moved {} items: {shifted:?}", shifted.len());
+
+    // A member leaves: only its items move.
+    let leaver = b.member.partitioner.snapshot().member.to_string();
+    b.member.partitioner.finish().await;
+    drop(b);
+    let left = settled(&ctx, &[&a, &c, &d], &admin).await;
+    let lost = moved(&reweighed, &left);
+    assert!(lost.iter().all(|(_, from, _)| *from == leaver), "items of members that stayed moved: {lost:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eager_members_keep_the_placement_through_a_join_a_weight_change_and_a_leave() {
+    join_weight_change_and_leave(Rebalance::Eager).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn incremental_members_keep_the_placement_through_a_join_a_weight_change_and_a_leave() {
+    join_weight_change_and_leave(Rebalance::Incremental).await;
+}
