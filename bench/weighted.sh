@@ -9,7 +9,7 @@
 #
 # It ensures the ZooKeeper image (docker/zookeeper/build.sh: builds it locally if missing, never pulls), builds the
 # bench binary in release mode, starts ONE ZooKeeper container (removed on exit), and runs benches/weighted.rs for
-# each function. Knobs (environment): MEMBERS (100), ITEMS (100000), ZIPF (1.1), FUNCTIONS ("weighted rendezvous"),
+# each function. Knobs (environment): MEMBERS (100), ITEMS (100000), ZIPF (1.1), FUNCTIONS ("weighted rendezvous"; also "sticky", WeightedRendezvous::sticky()),
 # TIME_BOUNDARY (2), ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8). Output: a markdown table on stdout, JSON lines in
 # bench/results/weighted.jsonl.
 set -euo pipefail

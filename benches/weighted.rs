@@ -7,10 +7,11 @@
 //!
 //! ```text
 //! cargo bench --bench weighted -- --connect HOST:PORT [--members 100] [--items 100000] [--zipf 1.1]
-//!     [--partition weighted|rendezvous] [--time-boundary SECS] [--path /p]
+//!     [--partition weighted|sticky|rendezvous] [--time-boundary SECS] [--path /p]
 //! ```
 //!
-//! Loads are measured the same way for both functions, from the members' snapshots and the set's weights: member
+//! `sticky` is `WeightedRendezvous::sticky()`: the members keep the placement record and compute each change from the
+//! assignment in force. Loads are measured the same way for every function, from the members' snapshots and the set's weights: member
 //! `k`'s ideal share is the total weight × its capacity / the party's total capacity (`Rendezvous` ignores weights
 //! and capacities; that is the point of the comparison). "Heaviest" leaves out members that hold a single item
 //! heavier than their own ideal share (nothing can place such an item within bound). One JSON line per phase on
@@ -31,12 +32,37 @@ use zk_partitioner::{
     WeightedRendezvous,
 };
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Function {
+    Weighted,
+    Sticky,
+    Rendezvous,
+}
+
+impl Function {
+    fn name(self) -> &'static str {
+        match self {
+            Function::Weighted => "WeightedRendezvous",
+            Function::Sticky => "WeightedRendezvous::sticky",
+            Function::Rendezvous => "Rendezvous",
+        }
+    }
+
+    fn build(self) -> Box<dyn PartitionFn> {
+        match self {
+            Function::Weighted => Box::new(WeightedRendezvous::default()),
+            Function::Sticky => Box::new(WeightedRendezvous::default().sticky()),
+            Function::Rendezvous => Box::new(Rendezvous::default()),
+        }
+    }
+}
+
 struct Args {
     connect: String,
     members: usize,
     items: i64,
     zipf: f64,
-    weighted: bool,
+    function: Function,
     time_boundary: Duration,
     path: String,
 }
@@ -52,7 +78,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         members: 100,
         items: 100_000,
         zipf: 1.1,
-        weighted: true,
+        function: Function::Weighted,
         time_boundary: Duration::from_secs(2),
         path: "/bench/weighted".into(),
     };
@@ -69,10 +95,11 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--time-boundary" => parsed.time_boundary = Duration::from_secs_f64(number(&value)?),
             "--path" => parsed.path = value,
             "--partition" => {
-                parsed.weighted = match value.as_str() {
-                    "weighted" => true,
-                    "rendezvous" => false,
-                    other => return Err(format!("--partition: weighted or rendezvous, not {other:?}")),
+                parsed.function = match value.as_str() {
+                    "weighted" => Function::Weighted,
+                    "sticky" => Function::Sticky,
+                    "rendezvous" => Function::Rendezvous,
+                    other => return Err(format!("--partition: weighted, sticky or rendezvous, not {other:?}")),
                 }
             }
             other => return Err(format!("unknown flag {other}")),
@@ -140,6 +167,12 @@ impl PartitionFn for CpuTimed {
     fn prepare_weighted(&self, input: &Weighted<'_>) {
         self.time(|| self.inner.prepare_weighted(input))
     }
+    fn keeps_placement(&self) -> bool {
+        self.inner.keeps_placement()
+    }
+    fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
+        self.time(|| self.inner.placement(input))
+    }
 }
 
 struct Member {
@@ -159,8 +192,7 @@ async fn connect(endpoint: &str) -> Result<Client, String> {
 async fn join(args: &Args, path: &str, name: &str, capacity: u32) -> Result<Member, String> {
     let client = connect(&args.connect).await?;
     let cpu = Arc::new(AtomicU64::new(0));
-    let inner: Box<dyn PartitionFn> =
-        if args.weighted { Box::new(WeightedRendezvous::default()) } else { Box::new(Rendezvous::default()) };
+    let inner = args.function.build();
     let partitioner = SetPartitioner::builder(client, path.to_owned(), Vec::<Item>::new())
         .identifier(name)
         .shared_item_set(true)
@@ -278,8 +310,8 @@ fn zipf_weights(n: i64, s: f64) -> BTreeMap<Item, u64> {
 
 async fn run(args: &Args) -> Result<(), String> {
     let admin = connect(&args.connect).await?;
-    let function = if args.weighted { "WeightedRendezvous" } else { "Rendezvous" };
-    let path = format!("{}-{function}-{}", args.path, std::process::id());
+    let function = args.function.name();
+    let path = format!("{}-{}-{}", args.path, function.replace("::", "-"), std::process::id());
     let set = ItemSet::new(admin, path.clone()).map_err(|e| e.to_string())?;
     let mut weights = zipf_weights(args.items, args.zipf);
     let started = Instant::now();

@@ -13,7 +13,10 @@
 //! in proportion to the members' capacities: `--capacity N` (default 1) is this member's
 //! ([`Builder::capacity`](zk_partitioner::Builder::capacity)), announced to the others. When ACQUIRED, the worker prints
 //! its load: per dimension of the weights, the weight of its share against its ideal share, and `OVER CAPACITY` when
-//! no placement within the function's load bound was found.
+//! no placement within the function's load bound was found. `--partition sticky`
+//! ([`WeightedRendezvous::sticky`](zk_partitioner::WeightedRendezvous::sticky)) is the same, computing each change
+//! from the assignment in force, which the party keeps in ZooKeeper: far less moves on a join, a leave or a weight
+//! change.
 //!
 //! `--static-membership` ([`Builder::static_membership`](zk_partitioner::Builder::static_membership)) makes the
 //! member's name its `--identifier` (required with it, unique in the party), so a worker restarted with the same
@@ -149,6 +152,9 @@ enum Partition {
     /// Rendezvous hashing by weight (WeightedRendezvous, 1.10 load bound): the items' weights divided in proportion
     /// to the members' --capacity
     Weighted,
+    /// The same, computing each change from the assignment in force, which the party keeps in ZooKeeper
+    /// (WeightedRendezvous::sticky): a join, a leave or a weight change moves close to the least it must
+    Sticky,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -391,6 +397,7 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
         Partition::Stride => builder.partition_func(Timed(KazooStride)),
         Partition::Rendezvous => builder.partition_func(Timed(Rendezvous::default())),
         Partition::Weighted => builder.partition_func(Timed(WeightedRendezvous::default())),
+        Partition::Sticky => builder.partition_func(Timed(WeightedRendezvous::default().sticky())),
     };
     builder = builder.capacity(args.capacity);
     if let Some(identifier) = &args.identifier {
@@ -495,6 +502,19 @@ impl<F: PartitionFn> PartitionFn for Timed<F> {
         let started = thread_cpu_micros();
         self.0.prepare_weighted(input);
         PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
+    }
+
+    /// Forwarded: without it a sticky function would look stateless, and the partitioner would keep no record.
+    fn keeps_placement(&self) -> bool {
+        self.0.keeps_placement()
+    }
+
+    /// The call the partitioner makes for a sticky function: forwarded, and counted.
+    fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
+        let started = thread_cpu_micros();
+        let owners = self.0.placement(input);
+        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
+        owners
     }
 }
 

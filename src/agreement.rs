@@ -268,6 +268,17 @@ mod tests {
     }
 
     #[test]
+    fn a_sticky_function_disagrees_with_the_same_function_that_is_not() {
+        let set = items(&["a", "b", "c"]);
+        let plain = Agreement::new(Some(&set), None, &crate::WeightedRendezvous::default(), None);
+        let sticky = Agreement::new(Some(&set), None, &crate::WeightedRendezvous::default().sticky(), None);
+        assert!(plain.function.is_some() && sticky.function.is_some());
+        assert_eq!(plain.compare(&sticky), Some(crate::DisagreementKind::PartitionFn));
+        let again = Agreement::new(Some(&set), None, &crate::WeightedRendezvous::default().sticky(), None);
+        assert_eq!(sticky.compare(&again), None);
+    }
+
+    #[test]
     fn a_panicking_function_is_not_compared() {
         let panics = |_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("no") };
         let ours = Agreement::new(Some(&items(&["a"])), None, &panics, None);

@@ -76,7 +76,9 @@ pub trait PartitionFn: Send + Sync + 'static {
 
     /// Whether the function computes a *sticky* placement from the previous assignment ([`Weighted::previous`]), so
     /// that the partitioner keeps the assignment in force in ZooKeeper for every member to compute from (see
-    /// [`WeightedRendezvous::sticky`]). `false` (the default): it computes from its inputs alone.
+    /// [`WeightedRendezvous::sticky`]). `false` (the default): it computes from its inputs alone. A function that
+    /// wraps another (to time it, say) must forward this and [`placement`](PartitionFn::placement), or the party
+    /// keeps no record and computes without the previous assignment.
     fn keeps_placement(&self) -> bool {
         false
     }

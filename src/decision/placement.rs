@@ -155,6 +155,12 @@ impl Core {
         self.placement.computed = computed.map(|record| (record, from));
     }
 
+    /// Our latest assignment's owners.
+    #[cfg(test)]
+    pub(super) fn placement_owners(&self) -> Option<Vec<u32>> {
+        self.placement.computed.as_ref().map(|(computed, _)| computed.owners.clone())
+    }
+
     /// The inputs our latest assignment was computed from.
     #[cfg(test)]
     pub(super) fn placement_inputs(&self) -> Option<u64> {

@@ -112,7 +112,8 @@ impl WeightedRendezvous {
     }
 
     /// The same function, placing from the previous assignment: [`assign_sticky`](Self::assign_sticky) when the
-    /// partitioner passes one ([`Weighted::previous`]), else [`assign`](Self::assign). The partitioner then keeps the
+    /// partitioner passes one ([`Weighted::previous`]); without one (the party's first assignment), `assign_sticky`
+    /// from [`assign`](Self::assign)'s placement, which is where the sticky rule would take that placement anyway. The partitioner then keeps the
     /// assignment in force in ZooKeeper, so that every member computes from the same one (`docs/sticky-placement.md`).
     /// Every member of a party must agree on this, as on the load factor: the function's fingerprint tells them apart.
     pub fn sticky(self) -> Self {
@@ -239,10 +240,14 @@ impl PartitionFn for WeightedRendezvous {
     }
 
     /// Ranks and places ahead, so that the deciding call with the same inputs only hands out the placement (see
-    /// [Memory](WeightedRendezvous#memory)). At 100 members × 100,000 items a first call costs about 0.2 s of CPU
-    /// and a change 5 to 9 ms (BENCHMARKS.md, "Weighted items and capacities: the partition function alone").
+    /// [Memory](WeightedRendezvous#memory)); nothing for a [`sticky`](WeightedRendezvous::sticky) function. At 100
+    /// members × 100,000 items a first call costs about 0.2 s of CPU and a change 5 to 9 ms (BENCHMARKS.md,
+    /// "Weighted items and capacities: the partition function alone").
     fn prepare_weighted(&self, input: &Weighted<'_>) {
-        self.assign(input);
+        // The sticky placement keeps nothing between calls to work ahead on: the greedy's ranking would go unused.
+        if !self.sticky {
+            self.assign(input);
+        }
     }
 
     fn keeps_placement(&self) -> bool {
@@ -255,10 +260,20 @@ impl PartitionFn for WeightedRendezvous {
 }
 
 impl WeightedRendezvous {
-    /// Every item's owner: from the previous assignment where the function is sticky and one is given.
+    /// Every item's owner: from the previous assignment where the function is sticky and one is given. A sticky
+    /// function without one starts from the greedy's placement carried through one sticky call: the greedy's is not
+    /// what the sticky rule keeps (it moves 7-9 % of the weight once from it), and starting there would make the
+    /// party's first change pay that on top of its own.
     fn owners(&self, input: &Weighted<'_>) -> Vec<usize> {
         match input.previous {
             Some(previous) if self.sticky && previous.len() == input.items.len() => self.assign_sticky(input, previous),
+            None if self.sticky => {
+                let greedy: Vec<Option<usize>> = self.assign(input).into_iter().map(Some).collect();
+                match greedy.len() == input.items.len() {
+                    true => self.assign_sticky(input, &greedy),
+                    false => Vec::new(),
+                }
+            }
             _ => self.assign(input),
         }
     }

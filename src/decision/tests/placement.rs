@@ -129,3 +129,58 @@ fn a_write_that_lost_the_race_reads_the_record_again() {
     assert!(!s.seen.iter().any(|a| matches!(a, Action::Request(_, Op::WritePlacement(_)))), "written again");
     assert_eq!(s.last_state(), PartitionState::Acquired);
 }
+
+/// A record written for this member's very inputs is the assignment, even where computing again from it would move
+/// something: the sticky rule is not a fixed point at every size. Here (27 items, capacities 3, 1, 2, 3; the case the
+/// simulation found) computing again moves items 13, 17 and 25 to `s4`.
+#[test]
+fn a_record_for_our_own_inputs_is_handed_out_as_it_is() {
+    const RECORDED: [u32; 27] = [0, 0, 3, 1, 0, 0, 3, 2, 1, 0, 0, 3, 0, 1, 0, 2, 1, 0, 3, 0, 3, 3, 3, 3, 2, 3, 3];
+    for sabotage in [Sabotage::None, Sabotage::PlacementRecomputed] {
+        let mut cfg = config(27, Rebalance::Incremental, SessionPolicy::Standard, None);
+        let function = WeightedRendezvous::default().sticky();
+        cfg.agreement = Agreement::new(Some(&cfg.items), None, &function, None);
+        cfg.agreement.capacity = 3;
+        cfg.kazoo_compatible = false;
+        cfg.partition_fn = Box::new(function);
+        cfg.party_node = node_of("s2");
+        let mut s =
+            Script { core: Core::new(cfg, Arc::from("s2"), 7, Instant::now()), now: Instant::now(), seen: Vec::new() };
+        s.drain();
+        s.party(&["s2", "s3", "s4", "s5"]);
+        let (id, Op::ReadAnnouncements(nodes)) =
+            s.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
+        else {
+            unreachable!()
+        };
+        let data = nodes
+            .iter()
+            .zip([1, 2, 3])
+            .map(|(node, capacity)| {
+                let mut theirs = s.core.cfg.agreement;
+                theirs.capacity = capacity;
+                Some(theirs.node_data(node).into_bytes())
+            })
+            .collect();
+        s.send(Event::Reply(id, Reply::Announcements(Ok(data))));
+        s.placement_read_finds(None, Found::Nothing);
+        s.wait(SETTLED);
+        s.grant_locks();
+        let inputs = s.core.placement_inputs().expect("an assignment");
+        // The record for these inputs: written by the first member from the record before it.
+        let members: Vec<String> = ["s2", "s3", "s4", "s5"].map(String::from).to_vec();
+        let items: Arc<[Item]> = (0..27).map(Item::from).collect();
+        let owners: Vec<usize> = RECORDED.iter().map(|&o| o as usize).collect();
+        let recorded = Record::computed(inputs, &members, items, &owners).expect("a record");
+        crate::sabotage::set(sabotage);
+        s.send(Event::PlacementChanged);
+        s.placement_read_finds(Some(3), Found::Record(Arc::new(recorded)));
+        s.wait(SETTLED);
+        let held = s.core.placement_owners();
+        crate::sabotage::set(Sabotage::None);
+        match sabotage {
+            Sabotage::None => assert_eq!(held, Some(RECORDED.to_vec()), "the record, as it is"),
+            _ => assert_ne!(held, Some(RECORDED.to_vec()), "computed again, it moves items"),
+        }
+    }
+}
