@@ -167,11 +167,17 @@ impl Core {
         self.placement.computed.as_ref().map(|(computed, _)| computed.inputs)
     }
 
-    /// What an assignment was computed from: the set (its version, or a fixed set's digest), the function, the party
-    /// and the capacities. (The weights are the shared set's version's.)
+    /// What an assignment was computed from: the set (the shared set's version, or a fixed set's digest, and its
+    /// size), the function, the party and the capacities. (The weights are the shared set's version's.) Not our
+    /// announcement's set: it follows a new version only once the assignment is taken, so members deciding on the
+    /// same version would name different inputs.
     fn inputs_digest(&self, input: &Weighted<'_>) -> u64 {
-        let mut text =
-            format!("{:?} {:?} {:?}\n", self.catalogue.version(), self.cfg.agreement.set, self.cfg.agreement.function);
+        let fixed = match self.cfg.agreement.set {
+            crate::agreement::SetSource::Fixed(digest) => Some(digest),
+            crate::agreement::SetSource::Shared(_) => None,
+        };
+        let (version, function, count) = (self.catalogue.version(), self.cfg.agreement.function, input.items.len());
+        let mut text = format!("{version:?} {fixed:?} {count} {function:?}\n");
         for (member, capacity) in input.members.iter().zip(input.capacities) {
             text.push_str(member);
             text.push_str(&format!("\t{capacity}\n"));

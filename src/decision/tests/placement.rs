@@ -184,3 +184,35 @@ fn a_record_for_our_own_inputs_is_handed_out_as_it_is() {
         }
     }
 }
+
+/// The inputs a record is written for name the shared set's version, not our announcement (which follows a new
+/// version only after the assignment is taken): a member that followed a version and one built at it name the same.
+#[test]
+fn members_on_the_same_version_name_the_same_inputs() {
+    // Version 2 adds an item, so that the follower computes again.
+    let items_at = |version: u64| -> Vec<Item> { (0..ITEMS as i64 + version as i64).map(Item::from).collect() };
+    let at = |built: u64, follows: Option<u64>| {
+        let mut cfg = sticky_config(Rebalance::Incremental);
+        let items = items_at(built);
+        cfg.items = items.clone();
+        cfg.shared_set = Some(built);
+        let function = WeightedRendezvous::default().sticky();
+        cfg.agreement = Agreement::new(None, Some(built), &function, items.first());
+        let mut s = Script::new(cfg);
+        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+        s.send(Event::Reply(id, Reply::Set(Ok(set_read(&items, built)))));
+        s.party(&["a-0000000000"]);
+        s.placement_read_finds(None, Found::Nothing);
+        s.wait(SETTLED);
+        s.grant_locks();
+        if let Some(version) = follows {
+            s.send(Event::SetChanged);
+            let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+            s.send(Event::Reply(id, Reply::Set(Ok(set_read(&items_at(version), version)))));
+            s.wait(SETTLED);
+        }
+        s.core.placement_inputs().expect("an assignment")
+    };
+    assert_eq!(at(1, Some(2)), at(2, None));
+    assert_ne!(at(1, None), at(2, None));
+}
