@@ -79,11 +79,15 @@ impl Core {
             Err(ReqError::Transient | ReqError::NoNode) => return self.back_off(),
             Err(ReqError::Fatal(cause)) => return self.fail(cause),
         };
+        if read.found == Found::Torn {
+            // The record moved on under the read: read it again (its watch fires too) before deciding anything.
+            return self.back_off();
+        }
         self.placement.fresh = true;
         self.placement.version = read.version;
         let computed = self.placement.computed.clone();
         let in_force = match read.found {
-            Found::Nothing => None,
+            Found::Nothing | Found::Torn => None,
             Found::Unreadable(reason) => {
                 tracing::warn!(%reason, "the placement record cannot be read; placing as if there were none");
                 None

@@ -42,6 +42,8 @@ pub(crate) enum Found {
         inputs: u64,
     },
     Record(Arc<Record>),
+    /// A chunk the index named went while it was read: the record moved on (its watch fires), read it again.
+    Torn,
     /// Not a record this crate can use: why.
     Unreadable(String),
 }
@@ -50,7 +52,7 @@ pub(crate) enum Found {
 /// that tells of its next change: a data watch on the index, or an existence watch while there is none. One watch,
 /// never dropped before it fires (dropping an unfired watch makes the client ask the server to remove the path's
 /// watches, racing with the next read's), so a torn read (a chunk gone: the record moved on under it) is not read
-/// again here: the watch fires for the move, and the next read finds the new record.
+/// again here: it says [`Found::Torn`], and the reader reads again.
 pub(crate) async fn read<Z: ZooKeeper>(
     zk: &Z,
     node: &str,
@@ -81,7 +83,12 @@ pub(crate) async fn read<Z: ZooKeeper>(
                     Ok(record) => Found::Record(Arc::new(record)),
                     Err(reason) => Found::Unreadable(reason),
                 },
-                Ok(None) => Found::Unreadable("a chunk its index names is gone (the record moved on?)".into()),
+                // Moved on, or a chunk deleted by hand: the index's version tells.
+                Ok(None) => match zk.check_stat(node).await {
+                    Ok(Some(now)) if now.version != stat.version => Found::Torn,
+                    Ok(_) => Found::Unreadable("a chunk its index names is missing (deleted by hand?)".into()),
+                    Err(err) => return (Err(err), Some(watch)),
+                },
                 Err(err) => return (Err(err), Some(watch)),
             },
         }

@@ -216,3 +216,16 @@ fn members_on_the_same_version_name_the_same_inputs() {
     assert_eq!(at(1, Some(2)), at(2, None));
     assert_ne!(at(1, None), at(2, None));
 }
+
+/// A read that found a chunk gone because the record moved on under it decides nothing: the record is read again.
+#[test]
+fn a_torn_read_is_read_again_before_deciding() {
+    let mut s = Script::new(sticky_config(Rebalance::Eager));
+    s.party(&["a-0000000000"]);
+    s.placement_read_finds(Some(4), Found::Torn);
+    s.wait(SETTLED);
+    assert_eq!(s.creates(), 0, "decided from a torn read");
+    s.placement_read_finds(Some(5), Found::Nothing);
+    s.wait(SETTLED);
+    assert!(s.creates() > 0, "no decision once the record was read");
+}
