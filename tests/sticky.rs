@@ -74,7 +74,8 @@ fn owners(workers: &[&Worker]) -> BTreeMap<Item, String> {
 }
 
 /// The assignment the record in ZooKeeper says, read with the observer's own session: the names, the base and the
-/// log, applied in order (the format in `src/placement.rs`). Empty while there is no record.
+/// log, applied in order (the format in `src/placement.rs`). Empty while there is no record, or while it names a
+/// chunk that does not exist.
 async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
     let node = format!("{PATH}/placement");
     let Ok((index, _)) = ctx.observer.get_data(&node).await else { return BTreeMap::new() };
@@ -91,15 +92,17 @@ async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
     let text = |name: String| {
         let node = format!("{node}/{name}");
         let observer = ctx.observer.clone();
-        async move { String::from_utf8(observer.get_data(&node).await.expect("a named chunk").0).unwrap() }
+        async move { observer.get_data(&node).await.ok().map(|(data, _)| String::from_utf8(data).unwrap()) }
     };
     let mut members = Vec::new();
     for name in names {
-        members.extend(text(name).await.lines().map(str::to_owned));
+        let Some(text) = text(name).await else { return BTreeMap::new() };
+        members.extend(text.lines().map(str::to_owned));
     }
     let mut owners = BTreeMap::new();
     for name in base.into_iter().chain(log) {
-        for line in text(name).await.lines() {
+        let Some(text) = text(name).await else { return BTreeMap::new() };
+        for line in text.lines() {
             let (item, owner) = line.split_once('\t').expect("a tab");
             let item = Item::from(item.parse::<i64>().expect("an integer item"));
             match owner {
@@ -163,4 +166,34 @@ async fn eager_members_keep_the_placement_through_a_join_a_weight_change_and_a_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn incremental_members_keep_the_placement_through_a_join_a_weight_change_and_a_leave() {
     join_weight_change_and_leave(Rebalance::Incremental).await;
+}
+
+/// A chunk of the record deleted by hand: the first member, which has the chunk cached, writes the next change as a
+/// whole new record instead of appending to the broken one (whose missing chunk a joiner could never read), and a
+/// joiner then reads it and converges with the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_chunk_deleted_by_hand_is_replaced_not_named_again() {
+    common::init_tracing();
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    admin.create_if_missing((0..ITEMS).map(Item::from)).await.expect("create");
+    let a = sticky_member(&ctx, "a", 1, Rebalance::Incremental).await;
+    let b = sticky_member(&ctx, "b", 2, Rebalance::Incremental).await;
+    settled(&ctx, &[&a, &b], &admin).await;
+    let node = format!("{PATH}/placement");
+    let (index, _) = ctx.observer.get_data(&node).await.expect("the record");
+    let index = String::from_utf8(index).expect("utf-8");
+    let base = index.lines().find_map(|line| line.strip_prefix("base ")).expect("a base line");
+    let victim = base.split_whitespace().next().expect("a base chunk").to_owned();
+    ctx.observer.delete(&format!("{node}/{victim}"), None).await.expect("delete a chunk by hand");
+
+    // A small change (appended to the log, were the record whole).
+    admin.set_weights([(5, Weight::new(3))]).await.expect("reweigh");
+    settled(&ctx, &[&a, &b], &admin).await;
+    let (index, _) = ctx.observer.get_data(&node).await.expect("the record");
+    assert!(!String::from_utf8(index).expect("utf-8").contains(&victim), "the deleted chunk is still named");
+    let c = sticky_member(&ctx, "c", 1, Rebalance::Incremental).await;
+    settled(&ctx, &[&a, &b, &c], &admin).await;
+    let (index, _) = ctx.observer.get_data(&node).await.expect("the record");
+    assert!(!String::from_utf8(index).expect("utf-8").contains(&victim), "the deleted chunk is still named");
 }

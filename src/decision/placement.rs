@@ -101,16 +101,32 @@ impl Core {
         };
         let now = in_force.as_deref().map(identity);
         self.placement.in_force = in_force;
-        // The assignment in force came from another record than this one, and is not what this one says: every
-        // member computes from this one, so must we.
+        // A write is not repeated while the record says it (or it could not be recorded); a record that says
+        // something else (deleted by hand, say) is written again.
+        if self.placement.written != now {
+            self.placement.written = None;
+        }
+        // The assignment in force came from another record than this one: every member computes from this one, so
+        // must we, unless it gives what we hold. Compared by computing, not by digest: the same owners under other
+        // inputs may still give another assignment for ours (the rule is not idempotent at every size).
         if let Some((own, from)) = &computed
             && *from != now
-            && now.is_none_or(|(_, digest)| digest != own.digest)
             && self.target.is_some()
             && !breaks(Sabotage::PlacementChangeIgnored)
+            && self.placed_again().is_none_or(|again| again.owners != own.owners)
         {
             self.on_inputs_changed(Reason::ItemSetChanged);
         }
+    }
+
+    /// The whole assignment the record in force gives for the inputs our assignment was computed for; `None` if the
+    /// function fails or says nothing (then computed again, by the decision that reports it).
+    fn placed_again(&self) -> Option<Arc<Record>> {
+        let (items, weights) = (self.catalogue.sorted(), self.catalogue.weights());
+        // Capacities are the latest party's: only comparable while it is the assignment's (else a decision is due).
+        let capacities = self.capacities().filter(|_| *self.members == *self.latest_party)?;
+        let input = Weighted::new(&self.me, &self.members, &capacities, items, weights);
+        self.placed_share(&input).ok()?.1
     }
 
     /// Our share of `input` under a function that keeps the placement, computed from the record in force, and the

@@ -167,8 +167,20 @@ pub(crate) async fn write<Z: ZooKeeper>(
     if stat.version != version {
         return Ok(false);
     }
-    // The record in force: appended to if it reads, else replaced by a new base.
+    // The record in force: appended to if it reads, else replaced by a new base. Its chunks as they exist now, not
+    // as cached: one deleted by hand would otherwise stay named by every index written after it.
     let index = (!data.is_empty()).then(|| Index::parse(&data).ok()).flatten();
+    let index = match index {
+        Some(index) => {
+            let children: HashSet<String> = zk.list_children(node).await?.into_iter().collect();
+            let whole = index.chunks().all(|name| children.contains(name));
+            if !whole {
+                lock(cache).retain(|name, _| children.contains(name));
+            }
+            whole.then_some(index)
+        }
+        None => None,
+    };
     let chunks = match &index {
         Some(index) => fetch(zk, node, index, cache).await?,
         None => None,
