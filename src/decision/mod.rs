@@ -69,7 +69,7 @@
 //! - [`replies`]: each reply handed to the concern whose request it answers;
 //! - [`party`]: party reads, announcements, the quiet period's early work and our share (the target);
 //! - [`shared_set`]: following the shared set, and seeing to an update whose writer is gone; [`closed`]: which of
-//!   our items a lineage change closed;
+//!   our items a lineage change closed; [`placement`]: the placement record a sticky function computes from;
 //! - [`rebalance`]: the only place that tells Eager from Incremental;
 //! - [`suspension`]: the session rows;
 //! - [`locks`]: the lock table, which reports held, lost and released back to the core;
