@@ -107,10 +107,12 @@ impl Core {
             self.placement.written = None;
         }
         // The assignment in force came from another record than this one: every member computes from this one, so
-        // must we, unless it gives what we hold. Compared by computing, not by digest: the same owners under other
-        // inputs may still give another assignment for ours (the rule is not idempotent at every size).
+        // must we, unless it gives what we hold. A record of our very assignment (the usual case: the first member
+        // wrote what we all computed) gives it; any other is compared by computing, not by digest: the same owners
+        // under other inputs may still give another assignment for ours (the rule is not idempotent at every size).
         if let Some((own, from)) = &computed
             && *from != now
+            && now != Some(identity(own))
             && self.target.is_some()
             && !breaks(Sabotage::PlacementChangeIgnored)
             && self.placed_again().is_none_or(|again| again.owners != own.owners)
