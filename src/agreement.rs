@@ -196,9 +196,11 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
     let probe = || {
         let mut hash = Fnv::new();
         // A sticky function answers the probe (which has no previous assignment) as the same function that is not:
-        // the two must still disagree, as they compute from different things.
+        // the two must still disagree, as they compute from different things. The number is the sticky rule's
+        // version: builds whose rules answer differently from the same record must disagree too, and the probe's
+        // few items need not show the difference.
         if function.keeps_placement() {
-            hash.write(b"keeps placement\0");
+            hash.write(b"keeps placement 2\0");
         }
         for me in &members {
             let input = crate::Weighted::new(me, &members, &capacities, &items, &weights);

@@ -256,6 +256,12 @@ impl Weights {
         self.values.is_empty()
     }
 
+    /// Every item's values, item by item, each in the order of [`dimensions`](Weights::dimensions): with one
+    /// dimension, item `i`'s weight is value `i`.
+    pub(crate) fn values(&self) -> &[u64] {
+        &self.values
+    }
+
     /// Item `index`'s value in each dimension, in the order of [`dimensions`](Weights::dimensions).
     pub fn item(&self, index: usize) -> &[u64] {
         let width = self.dimensions.len();

@@ -18,6 +18,8 @@ pub(super) struct Problem<'a> {
     pub(super) dimensions: usize,
     /// `members × dimensions`: each member's [`capacity_limit`] per dimension.
     pub(super) limits: Vec<u64>,
+    /// The weights' totals per dimension ([`Weights::totals`]), which the limits were computed from.
+    pub(super) totals: Vec<u64>,
 }
 
 impl<'a> Problem<'a> {
@@ -46,6 +48,7 @@ impl<'a> Problem<'a> {
             weights,
             dimensions: totals.len(),
             limits,
+            totals,
         })
     }
 

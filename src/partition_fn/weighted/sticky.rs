@@ -11,9 +11,9 @@
 //!
 //! 1. **Keep** every item on its previous owner if that owner is in the party; the others form the pool.
 //! 2. **Shed**: a member over its limit keeps its heaviest item and sheds its others, the ones it ranks worst first
-//!    (its lowest rendezvous hashes; equal ones by item), each that fits in what is left of the excess; if an excess
-//!    remains, also its lightest remaining item (so it ends at most at its limit). A heaviest item larger than the
-//!    limit is the bound instead: its member keeps it alone.
+//!    (the lowest in its own pseudo-random order of the items, [`State::preference`]; equal ones by item), each
+//!    that fits in what is left of the excess; if an excess remains, also its lightest remaining item (so it ends
+//!    at most at its limit). A heaviest item larger than the limit is the bound instead: its member keeps it alone.
 //! 3. **Place** the pool heaviest first: each item, in its rendezvous order, to the first *needy* member (not exempt,
 //!    below 9/10 of its target) it fits on within its target; else the first needy member it fits on within its
 //!    limit; else the first member it fits on within its target; else within its limit; else to the member that
@@ -31,12 +31,16 @@
 //! integers, and every tie goes to the lower item or member index, so members computing from the same previous
 //! assignment and inputs agree.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::place::{Problem, score_of_hash};
 use crate::Item;
-use crate::partition_fn::{member_seed, weight, weights};
+use crate::partition_fn::{finish, member_seed, weights};
+
+/// SplitMix64's increment (2^64 / φ, odd): [`State::preference`] walks each member's seed in these steps.
+const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// No owner (an item in the pool).
 const NONE: u32 = u32::MAX;
@@ -51,7 +55,27 @@ const FLOOR_Q32: u128 = (19u128 << 32) / 20;
 /// `previous` (each item's previous owner as an index into the same members, `None` for an item whose owner left or
 /// that had none). `previous` shorter than the items counts the rest as unowned.
 pub(super) fn assign_sticky(problem: &Problem<'_>, previous: &[Option<usize>]) -> Vec<usize> {
-    let mut state = State::new(problem, previous);
+    assign(problem, previous, DonorOrdering::Ahead).0
+}
+
+/// How [`State::giving_orders`] orders the donors' items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DonorOrdering {
+    /// The part each donor is likely to give, the rest when it runs out ([`Giving::deferred_from`]).
+    Ahead,
+    /// Every item at once: the same answer, more work (tests compare the two).
+    #[cfg(test)]
+    Whole,
+}
+
+/// [`assign_sticky`], ordering the donors' items as `ordering` says; and how many times a donor ran out of the part
+/// ordered ahead.
+pub(super) fn assign(
+    problem: &Problem<'_>,
+    previous: &[Option<usize>],
+    ordering: DonorOrdering,
+) -> (Vec<usize>, usize) {
+    let mut state = State::new(problem, previous, ordering);
     let mut pool = state.unowned();
     pool.extend(state.shed());
     for _ in 0..PLACE_ROUNDS {
@@ -69,58 +93,72 @@ pub(super) fn assign_sticky(problem: &Problem<'_>, previous: &[Option<usize>]) -
     }
     state.pull();
     // Every item has an owner here: the pool was placed to the last item, and pulling only moves owned items.
-    state.owner.iter().map(|&m| m as usize).collect()
+    (state.owner.iter().map(|&m| m as usize).collect(), state.ran_out)
 }
 
 /// The placement being built.
 struct State<'p, 'a> {
     problem: &'p Problem<'a>,
     seeds: Vec<u64>,
-    /// Each item's weight (the one dimension).
-    weights: Vec<u64>,
+    /// Each item's weight (the first dimension, the only one the caller passes): borrowed when it is the only one.
+    weights: Cow<'a, [u64]>,
     total_weight: u128,
     total_capacity: u128,
     owner: Vec<u32>,
     load: Vec<u64>,
     /// The heaviest item each member was given (kept through shedding, which never sheds it).
     heaviest: Vec<u64>,
-    /// Each member's items; an entry whose item has since moved is skipped (and dropped by [`State::items_of`]).
-    held: Vec<Vec<u32>>,
+    /// Each member's items, built when first asked for (a join never asks); an entry whose item has since moved is
+    /// skipped (and dropped by [`State::items_of`]).
+    held: Option<Vec<Vec<u32>>>,
     /// While pulling: each member's items in the order it gives them away; dropped when the member takes items
     /// itself (and built again if it is asked to give later).
     giving: Vec<Option<Giving>>,
+    ordering: DonorOrdering,
+    /// How many times a donor ran out of the part of its items ordered ahead.
+    ran_out: usize,
 }
 
-/// A member's items in the order it gives them away: least preferred first (its lowest rendezvous hashes, the items
-/// it ranks worst), equal ones by item. A heap, so that a donor asked for a little sorts only what it gives.
+/// A member's items in the order it gives them away: least preferred first (the items it ranks worst,
+/// [`State::preference`]), equal ones by item. A heap, so that a donor asked for a little sorts only what it gives.
 struct Giving {
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// [`State::giving_key`]s.
+    heap: BinaryHeap<Reverse<u64>>,
     /// The lightest weight among them: a donor that owes less has nothing left to give.
     lightest: u64,
+    /// `Some(cut)` while the items the member prefers at `cut` or more are left out of the heap; every key in it
+    /// comes before theirs, and they are added when it runs out. A donor gives a small part of what it holds (on a
+    /// join about 1 %), and sorting only a few times that part is most of what makes a join cheap.
+    deferred_from: Option<u32>,
 }
 
 impl Giving {
-    fn new(entries: Vec<Reverse<(u64, u32)>>, lightest: u64) -> Giving {
-        Giving { heap: BinaryHeap::from(entries), lightest }
+    fn new(entries: Vec<Reverse<u64>>, lightest: u64, deferred_from: Option<u32>) -> Giving {
+        Giving { heap: BinaryHeap::from(entries), lightest, deferred_from }
     }
 }
 
 impl<'p, 'a> State<'p, 'a> {
-    fn new(problem: &'p Problem<'a>, previous: &[Option<usize>]) -> State<'p, 'a> {
+    fn new(problem: &'p Problem<'a>, previous: &[Option<usize>], ordering: DonorOrdering) -> State<'p, 'a> {
         let members = problem.members.len();
-        let weights: Vec<u64> = (0..problem.items.len()).map(|i| problem.weights.item(i)[0]).collect();
+        let weights = match problem.dimensions {
+            1 => Cow::Borrowed(problem.weights.values()),
+            _ => Cow::Owned((0..problem.items.len()).map(|i| problem.weights.item(i)[0]).collect()),
+        };
         let mut state = State {
             problem,
             seeds: problem.members.iter().map(|m| member_seed(m)).collect(),
             // The total the limits were computed from (`Weights::totals`), so that shares and limits agree.
-            total_weight: u128::from(problem.weights.totals()[0]),
+            total_weight: u128::from(problem.totals[0]),
             total_capacity: problem.capacities.iter().map(|&c| u128::from(c)).sum(),
             weights,
             owner: vec![NONE; problem.items.len()],
             load: vec![0; members],
             heaviest: vec![0; members],
-            held: vec![Vec::new(); members],
+            held: None,
             giving: (0..members).map(|_| None).collect(),
+            ordering,
+            ran_out: 0,
         };
         for (i, before) in previous.iter().enumerate().take(problem.items.len()) {
             if let Some(m) = before.filter(|&m| m < members) {
@@ -143,11 +181,18 @@ impl<'p, 'a> State<'p, 'a> {
         u128::from(self.heaviest[m]) * self.total_capacity > self.total_weight * self.capacity(m)
     }
 
-    /// How much `m` prefers item `i`: its rendezvous hash for the item, higher first. For one member this orders
-    /// the items as its scores do (the score never rises as the hash rises), without the logarithm.
-    fn preference(&self, m: usize, i: u32) -> u64 {
-        let mut digits = [0; 20];
-        weight(self.seeds[m], name_of(&self.problem.items[i as usize], &mut digits))
+    /// How much `m` wants to keep item `i`, higher first: the top half of SplitMix64's `i`-th output from the
+    /// member's seed, a pseudo-random order of the items that is the member's own. Any order every member computes
+    /// alike would do: it chooses only *which* of a member's items go, never how much weight. This one costs one mix
+    /// per item; the item's rendezvous hash (FNV over its name) made ordering every donor two thirds of a join's CPU.
+    fn preference(&self, m: usize, i: u32) -> u32 {
+        (finish(self.seeds[m].wrapping_add((u64::from(i) + 1).wrapping_mul(GOLDEN_GAMMA))) >> 32) as u32
+    }
+
+    /// `m`'s preference for `i` and then `i`, in one number: the order in which `m` gives its items away (and
+    /// sheds them), lowest first; the item is the low half.
+    fn giving_key(&self, m: usize, i: u32) -> u64 {
+        u64::from(self.preference(m, i)) << 32 | u64::from(i)
     }
 
     fn give(&mut self, i: u32, m: usize) {
@@ -155,7 +200,9 @@ impl<'p, 'a> State<'p, 'a> {
         self.owner[i as usize] = m as u32;
         self.load[m] = self.load[m].saturating_add(w);
         self.heaviest[m] = self.heaviest[m].max(w);
-        self.held[m].push(i);
+        if let Some(held) = &mut self.held {
+            held[m].push(i);
+        }
     }
 
     fn take(&mut self, i: u32) {
@@ -170,11 +217,21 @@ impl<'p, 'a> State<'p, 'a> {
         (0..self.owner.len() as u32).filter(|&i| self.owner[i as usize] == NONE).collect()
     }
 
-    /// The items `m` holds now, in the order it was given them.
+    /// The items `m` holds now (in no particular order: every use sorts them or breaks ties by item).
     fn items_of(&mut self, m: usize) -> Vec<u32> {
-        let owner = &self.owner;
-        self.held[m].retain(|&i| owner[i as usize] == m as u32);
-        self.held[m].clone()
+        let (owner, members) = (&self.owner, self.load.len());
+        let held = self.held.get_or_insert_with(|| {
+            // One pass over the items, in order, builds every member's list.
+            let mut held = vec![Vec::new(); members];
+            for (i, &m) in owner.iter().enumerate() {
+                if let Some(items) = held.get_mut(m as usize) {
+                    items.push(i as u32);
+                }
+            }
+            held
+        });
+        held[m].retain(|&i| owner[i as usize] == m as u32);
+        held[m].clone()
     }
 
     /// Step 2: the items shed by every member over its limit, or over its heaviest item when that is larger.
@@ -195,12 +252,13 @@ impl<'p, 'a> State<'p, 'a> {
                 continue;
             }
             // Least preferred (worst-scored) first, equal ones by item.
-            let mut ranked: Vec<(u64, u32)> =
-                items.iter().filter(|&&i| i != keep).map(|&i| (self.preference(m, i), i)).collect();
-            ranked.sort_unstable();
+            let mut keys: Vec<u64> = items.iter().filter(|&&i| i != keep).map(|&i| self.giving_key(m, i)).collect();
+            keys.sort_unstable();
+            // The item is a key's low half.
+            let ranked: Vec<u32> = keys.into_iter().map(|key| key as u32).collect();
             let mut excess = self.load[m] - bound;
             let mut chosen = vec![false; ranked.len()];
-            for (k, &(_, i)) in ranked.iter().enumerate() {
+            for (k, &i) in ranked.iter().enumerate() {
                 if excess == 0 {
                     break;
                 }
@@ -212,12 +270,12 @@ impl<'p, 'a> State<'p, 'a> {
             }
             if excess > 0 {
                 // The lightest item left (the worst-scored of equal ones) takes the member below its limit.
-                let lightest = (0..ranked.len()).filter(|&k| !chosen[k]).min_by_key(|&k| (self.weight(ranked[k].1), k));
+                let lightest = (0..ranked.len()).filter(|&k| !chosen[k]).min_by_key(|&k| (self.weight(ranked[k]), k));
                 if let Some(k) = lightest {
                     chosen[k] = true;
                 }
             }
-            for (k, &(_, i)) in ranked.iter().enumerate() {
+            for (k, &i) in ranked.iter().enumerate() {
                 if chosen[k] {
                     self.take(i);
                     shed.push(i);
@@ -314,7 +372,15 @@ impl<'p, 'a> State<'p, 'a> {
             (la * u128::from(target[b])).cmp(&(lb * u128::from(target[a]))).then(a.cmp(&b))
         });
         if !needy.is_empty() {
-            self.giving = self.giving_orders(&exempt);
+            // The donors give about `deficit / carried` of the weight they hold, in fewer items than that share of
+            // their items when weights are skewed (they give those that fit): sixteen times that share and 1/256
+            // more is ordered ahead (Q32, as a preference: preferences are uniform over 32 bits). Less ran out
+            // often on the benchmark's join; more cost more than it saved.
+            let deficit: u128 = needy.iter().map(|&m| u128::from(target[m].saturating_sub(self.load[m]))).sum();
+            let ahead = (deficit.saturating_mul(16) << 32).checked_div(self.carried(&exempt)).unwrap_or(u128::MAX);
+            let cut =
+                u32::try_from(ahead.saturating_add(1 << 24)).ok().filter(|_| self.ordering == DonorOrdering::Ahead);
+            self.giving = self.giving_orders(&exempt, cut);
         }
         for m in needy {
             self.pull_into(m, &exempt, &target);
@@ -364,8 +430,18 @@ impl<'p, 'a> State<'p, 'a> {
                 // dropped, those too heavy now are put back.
                 let (mut left, mut taken_items, mut too_heavy) = (budget, Vec::new(), Vec::new());
                 while left > 0 && left >= giving.lightest {
-                    let Some(entry) = giving.heap.pop() else { break };
-                    let i = entry.0.1;
+                    let Some(entry) = giving.heap.pop() else {
+                        match giving.deferred_from.take() {
+                            Some(cut) => {
+                                self.ran_out += 1;
+                                giving.heap = BinaryHeap::from(self.deferred(j, cut));
+                                continue;
+                            }
+                            None => break,
+                        }
+                    };
+                    // The item is a key's low half.
+                    let i = entry.0 as u32;
                     if self.owner[i as usize] != j as u32 {
                         continue;
                     }
@@ -400,27 +476,36 @@ impl<'p, 'a> State<'p, 'a> {
 
     /// The order in which each member that is not exempt gives its items (those that weigh something) away, from
     /// one pass over the items in order (a pass in order costs a fraction of reading the same items scattered,
-    /// member by member).
-    fn giving_orders(&self, exempt: &[bool]) -> Vec<Option<Giving>> {
-        let mut entries: Vec<Vec<Reverse<(u64, u32)>>> =
-            self.held.iter().map(|held| Vec::with_capacity(held.len())).collect();
+    /// member by member); with `cut`, only the items each prefers less than `cut` are in it yet.
+    fn giving_orders(&self, exempt: &[bool], cut: Option<u32>) -> Vec<Option<Giving>> {
+        let mut entries: Vec<Vec<Reverse<u64>>> = vec![Vec::new(); self.load.len()];
         let mut lightest = vec![u64::MAX; self.load.len()];
-        for (i, (item, (&m, &w))) in self.problem.items.iter().zip(self.owner.iter().zip(&self.weights)).enumerate() {
+        for (i, (&m, &w)) in self.owner.iter().zip(self.weights.iter()).enumerate() {
             let m = m as usize;
             if m < exempt.len() && !exempt[m] && w > 0 {
-                let mut digits = [0; 20];
-                entries[m].push(Reverse((weight(self.seeds[m], name_of(item, &mut digits)), i as u32)));
+                let key = self.giving_key(m, i as u32);
+                if cut.is_none_or(|cut| key >> 32 < u64::from(cut)) {
+                    entries[m].push(Reverse(key));
+                }
                 lightest[m] = lightest[m].min(w);
             }
         }
-        entries.into_iter().zip(lightest).map(|(e, lightest)| Some(Giving::new(e, lightest))).collect()
+        entries.into_iter().zip(lightest).map(|(e, lightest)| Some(Giving::new(e, lightest, cut))).collect()
+    }
+
+    /// The keys [`State::giving_orders`] left out of `j`'s order: its items that weigh something and that it
+    /// prefers at `cut` or more.
+    fn deferred(&mut self, j: usize, cut: u32) -> Vec<Reverse<u64>> {
+        let items = self.items_of(j);
+        let keys = items.into_iter().filter(|&i| self.weights[i as usize] > 0).map(|i| self.giving_key(j, i));
+        keys.filter(|&key| key >> 32 >= u64::from(cut)).map(Reverse).collect()
     }
 
     /// [`State::giving_orders`] for one member.
     fn giving_order(&mut self, j: usize) -> Giving {
         let items: Vec<u32> = self.items_of(j).into_iter().filter(|&i| self.weights[i as usize] > 0).collect();
         let lightest = items.iter().map(|&i| self.weights[i as usize]).min().unwrap_or(u64::MAX);
-        Giving::new(items.into_iter().map(|i| Reverse((self.preference(j, i), i))).collect(), lightest)
+        Giving::new(items.into_iter().map(|i| Reverse(self.giving_key(j, i))).collect(), lightest, None)
     }
 
     /// The level `x` (Q32, at least 19/20) down to which the donors give: the lowest at which what they carry above

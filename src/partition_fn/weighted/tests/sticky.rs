@@ -133,6 +133,48 @@ fn joins_leaves_and_weight_changes_move_close_to_the_minimum() {
     }
 }
 
+/// Ordering ahead only the part of each donor's items it is likely to give, and the rest when it runs out, gives
+/// the answer ordering every item gives: over joins, leaves and weight changes of random parties, uniform and Zipf
+/// weights, where donors do run out.
+#[test]
+fn ordering_a_donors_items_ahead_gives_the_answer_ordering_them_all_gives() {
+    use crate::partition_fn::weighted::place::Problem;
+    use crate::partition_fn::weighted::sticky::{DonorOrdering, assign};
+
+    let mut rng = SplitMix64::new(2811);
+    let mut ran_out = 0;
+    for case in 0..24 {
+        let size = 2 + rng.below(40);
+        let party = Party::random(&mut rng, size, 8);
+        let count = [60, 600, 6_000][case % 3] + rng.below(50);
+        let items = items(count);
+        let named = match case % 2 {
+            0 => zipf(&mut rng, &items),
+            _ => random_weights(&mut rng, &items, 5, false),
+        };
+        let weights = Weights::of(&items, &named);
+        let base = start(&party, &items, &weights);
+        let joined = party.with(&member(&mut rng), 1 + rng.below(8) as u32);
+        let left = party.without(rng.below(party.names.len()));
+        let hot = (0..items.len()).max_by_key(|&i| weights.item(i)[0]).unwrap_or(0);
+        let mut doubled = named.clone();
+        doubled.insert(items[hot].clone(), Weight::new(2 * weights.item(hot)[0]));
+        let doubled = Weights::of(&items, &doubled);
+        for (p, w) in [(&joined, &weights), (&left, &weights), (&party, &doubled)] {
+            let input = p.input(&items, w);
+            let Some(problem) = Problem::new(&input, 1.10) else { panic!("case {case}: no problem") };
+            let previous = carried(&base, &party, p);
+            let (ahead, runs_out) = assign(&problem, &previous, DonorOrdering::Ahead);
+            let (whole, none) = assign(&problem, &previous, DonorOrdering::Whole);
+            assert_eq!(ahead, whole, "case {case}: {} members", p.names.len());
+            assert_eq!(none, 0);
+            ran_out += runs_out;
+        }
+    }
+    // Else the comparison tested nothing.
+    assert!(ran_out > 10, "donors ran out {ran_out} times");
+}
+
 #[test]
 fn an_item_larger_than_every_share_is_placed_and_the_rest_kept_within_limits() {
     let party = Party { names: vec!["a".into(), "b".into(), "c".into()], capacities: vec![1, 2, 3] };
