@@ -8,9 +8,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release};
-use common::{Ctx, timing, wait_until};
-use zk_partitioner::{Item, ItemSet, PartitionState, Rebalance, Weight, WeightedRendezvous};
+use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, build_member};
+use common::{Ctx, Proxy, connect, expire, timing, wait_until};
+use zk_partitioner::zookeeper_client::Client;
+use zk_partitioner::{Error, Item, ItemSet, PartitionState, Rebalance, Weight, WeightedRendezvous};
 
 const PATH: &str = "/partitioner";
 const ITEMS: i64 = 400;
@@ -21,15 +22,19 @@ struct Worker {
 }
 
 async fn sticky_member(ctx: &Ctx, name: &str, capacity: u32, rebalance: Rebalance) -> Worker {
-    let member = ctx
-        .member_with(name, Vec::new(), |b| {
-            b.shared_item_set(true)
-                .rebalance(rebalance)
-                .partition_func(WeightedRendezvous::default().sticky())
-                .capacity(capacity)
-                .time_boundary(Duration::from_millis(400))
-        })
-        .await;
+    sticky_member_on(ctx.client().await, name, capacity, rebalance).await
+}
+
+/// A sticky member on `client`'s session (one through a proxy the test can cut, say).
+async fn sticky_member_on(client: Client, name: &str, capacity: u32, rebalance: Rebalance) -> Worker {
+    let member = build_member(client, name, &[], |b| {
+        b.shared_item_set(true)
+            .rebalance(rebalance)
+            .partition_func(WeightedRendezvous::default().sticky())
+            .capacity(capacity)
+            .time_boundary(Duration::from_millis(400))
+    })
+    .await;
     let worker_loop = auto_release(&member.partitioner);
     Worker { member, _loop: worker_loop }
 }
@@ -74,12 +79,16 @@ fn owners(workers: &[&Worker]) -> BTreeMap<Item, String> {
 }
 
 /// The assignment the record in ZooKeeper says, read with the observer's own session: the names, the base and the
-/// log, applied in order (the format in `src/placement.rs`). Empty while there is no record, or while it names a
-/// chunk that does not exist.
+/// log, applied in order (the format in `src/placement.rs`). Empty while there is no record (or the node is still
+/// empty, before its first index), or while it names a chunk that does not exist.
 async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
     let node = format!("{PATH}/placement");
     let Ok((index, _)) = ctx.observer.get_data(&node).await else { return BTreeMap::new() };
     let index = String::from_utf8(index).expect("utf-8 index");
+    // A first write creates the node empty, then the chunks, then sets the index.
+    if index.is_empty() {
+        return BTreeMap::new();
+    }
     let mut lines = index.lines();
     assert_eq!(lines.next(), Some("zk-partitioner placement v1"), "{index}");
     let chunks = |key: &str, line: Option<&str>| -> Vec<String> {
@@ -196,4 +205,55 @@ async fn a_record_chunk_deleted_by_hand_is_replaced_not_named_again() {
     settled(&ctx, &[&a, &b, &c], &admin).await;
     let (index, _) = ctx.observer.get_data(&node).await.expect("the record");
     assert!(!String::from_utf8(index).expect("utf-8").contains(&victim), "the deleted chunk is still named");
+}
+
+/// The party's first member, the one that writes the record, loses its session: the members left move only its
+/// items, the next first member records that assignment, and a member joining after takes items from the others
+/// only. Under both rebalance modes.
+async fn the_writer_expires(rebalance: Rebalance) {
+    common::init_tracing();
+    let ctx = Ctx::new().await;
+    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    admin.create_if_missing((0..ITEMS).map(Item::from)).await.expect("create");
+    admin.set_weights([(0, Weight::new(5)), (1, Weight::new(3))]).await.expect("weights");
+    let proxy = Proxy::start(ctx.addr).await;
+    let client = connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(2)).await;
+    // `a` sorts first among the members' names: the party's first member, the record's writer.
+    let a = sticky_member_on(client, "a", 2, rebalance).await;
+    let b = sticky_member(&ctx, "b", 2, rebalance).await;
+    let c = sticky_member(&ctx, "c", 1, rebalance).await;
+    let before = settled(&ctx, &[&a, &b, &c], &admin).await;
+    let writer = a.member.partitioner.snapshot().member.to_string();
+    assert!(before.values().any(|owner| *owner == writer), "the writer holds nothing");
+
+    expire(&a.member.client, &proxy).await;
+    let failed = a.member.wait_state(PartitionState::Failure, timing(Duration::from_secs(10))).await;
+    assert!(matches!(failed.cause, Some(Error::SessionLost { .. })), "cause: {:?}", failed.cause);
+    // `settled` waits for the record to name what b and c hold: written by b, the first member now.
+    let after = settled(&ctx, &[&b, &c], &admin).await;
+    let moved_items = moved(&before, &after);
+    assert!(!moved_items.is_empty(), "the writer's items went nowhere");
+    assert!(
+        moved_items.iter().all(|(_, from, _)| *from == writer),
+        "items of members that stayed moved: {moved_items:?}"
+    );
+    drop(a);
+
+    // A member joining after reads the record the new writer wrote: only it gains.
+    let d = sticky_member(&ctx, "d", 1, rebalance).await;
+    let joined = settled(&ctx, &[&b, &c, &d], &admin).await;
+    let joiner = d.member.partitioner.snapshot().member.to_string();
+    let gained = moved(&after, &joined);
+    assert!(!gained.is_empty(), "the joiner took nothing");
+    assert!(gained.iter().all(|(_, _, to)| *to == joiner), "items moved elsewhere than to the joiner: {gained:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eager_members_keep_the_placement_when_the_writer_expires() {
+    the_writer_expires(Rebalance::Eager).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn incremental_members_keep_the_placement_when_the_writer_expires() {
+    the_writer_expires(Rebalance::Incremental).await;
 }
