@@ -10,7 +10,8 @@
 //!
 //! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner
 //! and contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`,
-//! the items a member holds outside its share. Each member's capacity is the one it announces (1 for a kazoo member).
+//! the items a member holds outside its share (`--partition sticky` computes the shares from the party's placement
+//! record, as the members of a `WeightedRendezvous::sticky()` party do). Each member's capacity is the one it announces (1 for a kazoo member).
 //! With the set known (`--items`, or `--shared-set`, which reads the shared set with its weights), it also prints
 //! each member's load: with `--partition`, the weight of its share per dimension against its ideal share (the
 //! dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load bound
@@ -100,6 +101,9 @@ enum Partition {
     Rendezvous,
     /// zk_partitioner::WeightedRendezvous::default(): by weight, in proportion to the members' capacities
     Weighted,
+    /// zk_partitioner::WeightedRendezvous::default().sticky(): the shares the members compute from the placement
+    /// record in force (<path>/placement)
+    Sticky,
 }
 
 #[tokio::main]
@@ -127,6 +131,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Partition::Stride => Some(Box::new(KazooStride)),
         Partition::Rendezvous => Some(Box::new(Rendezvous::default())),
         Partition::Weighted => Some(Box::new(WeightedRendezvous::default())),
+        Partition::Sticky => Some(Box::new(WeightedRendezvous::default().sticky())),
     };
     let options = || {
         let mut options = DescribeOptions::new().shared_item_set(args.shared_set);
@@ -321,6 +326,13 @@ fn table(d: &Description, limit: usize) -> String {
             let _ = write!(out, "{}", more_line(outside.len(), limit));
         }
     }
+    if let Some(placement) = &d.placement {
+        let when = match placement.current {
+            true => "written for the party and set as read: the shares above are the record",
+            false => "written before the latest change: the shares above are computed from it, as the members do",
+        };
+        let _ = writeln!(out, "\nPLACEMENT RECORD ({}/placement): {} items, {when}", d.path, placement.items);
+    }
     let _ = writeln!(out, "\nITEMS PER OWNER");
     let rows: Vec<[String; 2]> =
         d.owner_counts.iter().map(|(owner, count)| [owner.clone(), count.to_string()]).collect();
@@ -430,6 +442,15 @@ struct Document<'a> {
     item_set_version: Option<u64>,
     /// With `--shared-set`: the lineage trees (see `item_set lineage --json`).
     lineage: Option<serde_json::Value>,
+    /// With `--partition sticky`: the placement record the shares come from.
+    placement: Option<PlacementJson>,
+}
+
+#[derive(Serialize)]
+struct PlacementJson {
+    items: usize,
+    /// Written for the party and set as read (else the shares are computed from it).
+    current: bool,
 }
 
 #[derive(Serialize)]
@@ -576,6 +597,7 @@ impl<'a> From<&'a Description> for Document<'a> {
             foreign_party_nodes: &d.foreign_party_nodes,
             item_set_version: d.item_set_version,
             lineage: d.lineage.as_ref().map(lineage::to_json),
+            placement: d.placement.as_ref().map(|p| PlacementJson { items: p.items, current: p.current }),
         }
     }
 }

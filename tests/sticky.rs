@@ -11,7 +11,9 @@ use std::time::Duration;
 use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, build_member};
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Error, Item, ItemSet, PartitionState, Rebalance, Weight, WeightedRendezvous};
+use zk_partitioner::{
+    DescribeOptions, Error, Item, ItemSet, PartitionState, Rebalance, Weight, WeightedRendezvous, describe_with,
+};
 
 const PATH: &str = "/partitioner";
 const ITEMS: i64 = 400;
@@ -123,6 +125,40 @@ async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
     owners
 }
 
+/// An operator's view of a settled party (`describe`, `inspect --partition sticky`): with the sticky function, the
+/// shares come from the record, written for the party and set as read, and nothing is held outside its share; with the
+/// greedy (what `--partition weighted` gives), the shares are not the party's.
+async fn described_as_held(ctx: &Ctx) {
+    let sticky = WeightedRendezvous::default().sticky();
+    let options = DescribeOptions::new().shared_item_set(true).partition_func(&sticky);
+    let view = describe_with(&ctx.observer, PATH, options).await.expect("describe");
+    assert_eq!(view.outside_share, Some(Vec::new()));
+    let placement = view.placement.expect("the record");
+    assert!(placement.current, "the record is not for the party as read (the digests differ?)");
+    assert_eq!(placement.items, ITEMS as usize);
+    for member in &view.members {
+        assert_eq!(member.load, member.held, "{}: its share's load is not what it holds", member.name);
+    }
+    let greedy = WeightedRendezvous::default();
+    let options = DescribeOptions::new().shared_item_set(true).partition_func(&greedy);
+    let view = describe_with(&ctx.observer, PATH, options).await.expect("describe");
+    assert!(view.outside_share.is_some_and(|outside| !outside.is_empty()), "the greedy's shares are the party's");
+    assert_eq!(view.placement, None);
+
+    // The operator's command says the same.
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let output = tokio::process::Command::new(common::example("inspect"))
+        .args(["--connect", &connect, "--path", PATH, "--shared-set", "--partition", "sticky", "--json"])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run inspect");
+    assert!(output.status.success(), "{output:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    assert_eq!(doc["placement"], serde_json::json!({"items": ITEMS, "current": true}), "{doc}");
+    assert_eq!(doc["outside_share"], serde_json::json!([]), "{doc}");
+}
+
 fn moved(before: &BTreeMap<Item, String>, after: &BTreeMap<Item, String>) -> Vec<(Item, String, String)> {
     before
         .iter()
@@ -151,6 +187,7 @@ async fn join_weight_change_and_leave(rebalance: Rebalance) {
     let gained = moved(&first, &joined);
     assert!(!gained.is_empty(), "the joiner took nothing");
     assert!(gained.iter().all(|(_, _, to)| *to == joiner), "items moved elsewhere than to the joiner: {gained:?}");
+    described_as_held(&ctx).await;
 
     // One item's weight triples: little moves besides that item (the rule sheds it or a few of its owner's).
     admin.set_weights([(7, Weight::new(3))]).await.expect("reweigh");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::{Cause, Core, Op, Pending, Reason, ReqError};
 use crate::item_set::layout::Kind;
 use crate::partition_fn::guarded;
-use crate::placement::record::Record;
+use crate::placement::record::{Record, inputs_digest};
 use crate::placement::store::{Found, Read, Write};
 use crate::sabotage::{Sabotage, breaks};
 use crate::{Item, PartitionState, Weighted};
@@ -189,22 +189,16 @@ impl Core {
         self.placement.computed.as_ref().map(|(computed, _)| computed.inputs)
     }
 
-    /// What an assignment was computed from: the set (the shared set's version, or a fixed set's digest, and its
-    /// size), the function, the party and the capacities. (The weights are the shared set's version's.) Not our
-    /// announcement's set: it follows a new version only once the assignment is taken, so members deciding on the
-    /// same version would name different inputs.
+    /// What an assignment was computed from ([`inputs_digest`]). The set's version is the catalogue's, not our
+    /// announcement's: that follows a new version only once the assignment is taken, so members deciding on the same
+    /// version would name different inputs.
     fn inputs_digest(&self, input: &Weighted<'_>) -> u64 {
         let fixed = match self.cfg.agreement.set {
             crate::agreement::SetSource::Fixed(digest) => Some(digest),
             crate::agreement::SetSource::Shared(_) => None,
         };
-        let (version, function, count) = (self.catalogue.version(), self.cfg.agreement.function, input.items.len());
-        let mut text = format!("{version:?} {fixed:?} {count} {function:?}\n");
-        for (member, capacity) in input.members.iter().zip(input.capacities) {
-            text.push_str(member);
-            text.push_str(&format!("\t{capacity}\n"));
-        }
-        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+        let (version, function) = (self.catalogue.version(), self.cfg.agreement.function);
+        inputs_digest(version, fixed, function, input.members, input.capacities, input.items.len())
     }
 
     /// The party's first member writes its assignment as the record once it holds its share, every member agrees

@@ -17,10 +17,13 @@ use zookeeper_client::{Client, MultiReadResult, Stat};
 
 use crate::agreement::Agreement;
 use crate::error::retry_transient;
+use crate::item_set::layout::Kind;
 use crate::layout::{self, Paths};
 use crate::layout::{contenders_in_order, sequence};
 use crate::locks::READ_BATCH;
 use crate::names::check_base_path;
+use crate::placement::record::Record;
+use crate::placement::store;
 use crate::{Error, FencingToken, Item, ItemSet, Lineage, Load, PartitionFn, SharedItems, Weight};
 
 mod shares;
@@ -114,7 +117,9 @@ impl<'a> DescribeOptions<'a> {
     ///
     /// It is called as the members call it ([`PartitionFn::partition_weighted`]), with the items' weights and, for
     /// a function with a [load bound](PartitionFn::load_bound), the capacities the members announce; with the
-    /// expected items known, it also gives each member's [load](MemberInfo::load).
+    /// expected items known, it also gives each member's [load](MemberInfo::load). A function that [keeps the
+    /// placement](PartitionFn::keeps_placement) (`WeightedRendezvous::sticky`) is given the placement record in force
+    /// (`<path>/placement`, read as well) as the members are: the shares are then the ones they compute from it.
     ///
     /// The same name as [`Builder::partition_func`](crate::Builder::partition_func), which sets the function of a
     /// member.
@@ -169,6 +174,23 @@ pub struct Description {
     /// each item with parents, children or closed stands: ready, waiting on which parents, or finished. Read just
     /// after the set (its [`version`](Lineage::version) says which one it belongs to).
     pub lineage: Option<Lineage>,
+    /// With a [partition function](DescribeOptions::partition_func) that [keeps the
+    /// placement](PartitionFn::keeps_placement): the placement record the shares were computed from. `None` when
+    /// there is none (the members then place as if they started afresh) or for another function.
+    pub placement: Option<PlacementInfo>,
+}
+
+/// The placement record in force (`<path>/placement`, kept by a `WeightedRendezvous::sticky` party), as
+/// [`describe_with`] read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PlacementInfo {
+    /// How many items it places.
+    pub items: usize,
+    /// Whether it was written for the inputs the members have now (the party as read with its capacities, and the
+    /// set): the members then hold what it says, and the shares are the record itself. Else the shares are computed
+    /// from it, as the members compute their next assignment (a change since it was written, not recorded yet).
+    pub current: bool,
 }
 
 /// One member of the party.
@@ -400,7 +422,21 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
     for batch in listings {
         dirs_read.extend(batch?);
     }
-    let mut description = assemble(path, members, foreign, dirs_read, &options, shared)?;
+    // A function that keeps the placement computes from the record in force, as the members do.
+    let record = match options.partition_fn {
+        Some(f) if f.keeps_placement() => {
+            let first = (shared.as_ref().map(|set| &set.items[..]).or(options.items))
+                .and_then(<[Item]>::first)
+                .cloned()
+                .or_else(|| dirs_read.first().map(|(name, _)| item_of_name(name)));
+            let kind = Kind::of(first.as_slice());
+            retry_transient(client, || store::read_now(client, &paths.placement, kind))
+                .await
+                .map_err(|err| Error::zk("get_data", paths.placement.as_str(), err))?
+        }
+        _ => None,
+    };
+    let mut description = assemble(path, members, foreign, dirs_read, &options, shared, record)?;
     description.lineage = lineage;
     Ok(description)
 }
@@ -596,6 +632,7 @@ fn assemble(
     dirs: Vec<(String, Vec<RawContender>)>,
     options: &DescribeOptions<'_>,
     shared: Option<SharedItems>,
+    record: Option<Record>,
 ) -> Result<Description, Error> {
     let no_weights = BTreeMap::new();
     let (expected, weights) = match &shared {
@@ -685,11 +722,28 @@ fn assemble(
 
     // The share check works on the set the lock directories make when the expected set is not known; the loads
     // only on the expected set (an inferred one lacks the items never contended, which skews every ideal share).
-    let mut outside_share = None;
+    let (mut outside_share, mut placement) = (None, None);
     if expected.is_some() || options.partition_fn.is_some() {
         let set = expected.map_or_else(|| Inputs::inferred_set(&items), <[Item]>::to_vec);
         let inputs = Inputs::new(&members, set, weights, options.partition_fn);
-        let shares = options.partition_fn.map(|f| inputs.shares(f)).transpose()?;
+        let shares = match options.partition_fn {
+            Some(f) if f.keeps_placement() => {
+                // The members' inputs: a shared set at its version, else the fixed set as they were given it.
+                let fixed = expected.filter(|_| shared.is_none());
+                let digest = inputs.digest(f, shared.as_ref().map(|set| set.version), fixed);
+                let placed = inputs.placed_shares(f, record.as_ref(), digest)?;
+                placement = record.as_ref().map(|record| PlacementInfo {
+                    items: record.items.len(),
+                    current: placed.as_ref().is_some_and(|&(_, current)| current),
+                });
+                match placed {
+                    Some((shares, _)) => Some(shares),
+                    None => Some(inputs.shares(f)?),
+                }
+            }
+            Some(f) => Some(inputs.shares(f)?),
+            None => None,
+        };
         if let Some(shares) = &shares {
             outside_share = Some(inputs.outside_share(shares, &items, &member_of_session));
         }
@@ -714,6 +768,7 @@ fn assemble(
         foreign_party_nodes: foreign,
         item_set_version: shared.map(|set| set.version),
         lineage: None,
+        placement,
     })
 }
 

@@ -6,8 +6,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{ItemInfo, MemberInfo, OutsideShare, item_of_name};
+use crate::agreement::{Agreement, set_digest};
 use crate::partition_fn::guarded;
+use crate::placement::record::{Record, digest, inputs_digest};
 use crate::{Error, Item, Load, PartitionFn, Weight, Weighted, Weights};
+
+/// Each member's share, by name: positions in the set, ascending.
+pub(super) type Shares = BTreeMap<String, Vec<usize>>;
 
 /// The partition function's inputs for the party as read.
 pub(super) struct Inputs {
@@ -70,7 +75,7 @@ impl Inputs {
     ///
     /// # Errors
     /// [`Error::PartitionFn`] if the function panics, or returns an item outside the set or one twice.
-    pub(super) fn shares(&self, partition_fn: &dyn PartitionFn) -> Result<BTreeMap<String, Vec<usize>>, Error> {
+    pub(super) fn shares(&self, partition_fn: &dyn PartitionFn) -> Result<Shares, Error> {
         let mut shares = BTreeMap::new();
         for name in &self.names {
             if shares.contains_key(name) {
@@ -93,6 +98,65 @@ impl Inputs {
             shares.insert(name.clone(), positions);
         }
         Ok(shares)
+    }
+
+    /// Each member's share under `partition_fn`, a function that [keeps the
+    /// placement](PartitionFn::keeps_placement), as the members compute it from `record`, the placement record in
+    /// force (`None`: there is none): the record itself when it was written for these very inputs (`inputs`,
+    /// [`inputs_digest`]; then `true`), else computed from it. `None` when the function does not give the whole
+    /// placement.
+    ///
+    /// # Errors
+    /// [`Error::PartitionFn`] if the function panics, or returns a placement that does not match the set and party.
+    pub(super) fn placed_shares(
+        &self,
+        partition_fn: &dyn PartitionFn,
+        record: Option<&Record>,
+        inputs: u64,
+    ) -> Result<Option<(Shares, bool)>, Error> {
+        let me = self.names.first().map_or("", String::as_str);
+        let input = Weighted::new(me, &self.names, &self.capacities, &self.set, &self.weights);
+        let previous = record.map(|record| record.previous_for(&self.names, &self.set));
+        // As a member hands it out (`Core::placed_share`): every item placed on a member of the party, the same owners.
+        if let (Some(record), Some(previous)) = (record, &previous)
+            && record.inputs == inputs
+            && let Some(owners) = previous.iter().copied().collect::<Option<Vec<usize>>>()
+            && digest(&self.names, &owners) == record.digest
+        {
+            return Ok(Some((self.shares_of(&owners), true)));
+        }
+        let input = match &previous {
+            Some(previous) => input.with_previous(previous),
+            None => input,
+        };
+        let owners = guarded(|| partition_fn.placement(&input)).map_err(|reason| Error::PartitionFn { reason })?;
+        let Some(owners) = owners else { return Ok(None) };
+        if owners.len() != self.set.len() || owners.iter().any(|&owner| owner >= self.names.len()) {
+            return Err(Error::PartitionFn {
+                reason: "returned a placement that does not match the items and members".into(),
+            });
+        }
+        Ok(Some((self.shares_of(&owners), false)))
+    }
+
+    /// Each member's items (positions in the set) under `owners`, every item's owner as an index into the names.
+    fn shares_of(&self, owners: &[usize]) -> Shares {
+        let mut shares: Shares = self.names.iter().map(|name| (name.clone(), Vec::new())).collect();
+        for (at, &owner) in owners.iter().enumerate() {
+            if let Some(share) = shares.get_mut(&self.names[owner]) {
+                share.push(at);
+            }
+        }
+        shares
+    }
+
+    /// The digest of the inputs the members give the function ([`inputs_digest`]) over this set: a `shared` set at
+    /// its version, else the `fixed` set as the members were given it.
+    pub(super) fn digest(&self, partition_fn: &dyn PartitionFn, shared: Option<u64>, fixed: Option<&[Item]>) -> u64 {
+        let agreement =
+            Agreement::new(fixed, shared, partition_fn, fixed.and_then(<[Item]>::first).or(self.set.first()));
+        let fixed = fixed.map(set_digest);
+        inputs_digest(shared, fixed, agreement.function, &self.names, &self.capacities, self.set.len())
     }
 
     /// The load of member `name` carrying the items at `positions` in the set.

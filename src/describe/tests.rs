@@ -41,7 +41,7 @@ fn owners_queues_orphans_and_counts() {
     ];
     let expected: Vec<Item> = (0..3).map(Item::from).chain([9, 10].map(Item::from)).collect();
     let options = DescribeOptions::new().items(&expected);
-    let d = assemble("/p", members, vec!["junk".into()], dirs, &options, None).unwrap();
+    let d = assemble("/p", members, vec!["junk".into()], dirs, &options, None, None).unwrap();
     let names: Vec<&str> = d.items.iter().map(|i| i.item.as_str()).collect();
     assert_eq!(names, ["0", "1", "2", "9", "10", "11"], "integers sort numerically");
     let eleven = d.item("11").unwrap();
@@ -78,7 +78,7 @@ fn share_check_names_items_held_by_the_wrong_member() {
         })
         .collect();
     let stride = crate::KazooStride;
-    let d = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&stride), None).unwrap();
+    let d = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&stride), None, None).unwrap();
     let outside = d.outside_share.unwrap();
     assert_eq!(outside, [OutsideShare { item: "2".into(), holder: "b".into(), share_of: Some("a".into()) }]);
 }
@@ -88,7 +88,7 @@ fn a_panicking_partition_fn_is_an_error() {
     let members = vec![member("a", 1)];
     let dirs = vec![("x".to_string(), vec![contender(0, "a", 1)])];
     let boom = |_: &str, _: &[String], _: &[Item]| -> Vec<Item> { panic!("boom") };
-    let result = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&boom), None);
+    let result = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&boom), None, None);
     assert!(matches!(result, Err(Error::PartitionFn { .. })), "{result:?}");
 }
 
@@ -113,7 +113,7 @@ fn a_weighted_function_is_called_with_the_weights_and_the_announced_capacities()
         .collect();
     let members = vec![RawMember { capacity: 1, ..member("a", 1) }, RawMember { capacity: 3, ..member("b", 2) }];
     let options = DescribeOptions::new().items(&items).weights(&named).partition_func(&function);
-    let d = assemble("/p", members, vec![], dirs, &options, None).unwrap();
+    let d = assemble("/p", members, vec![], dirs, &options, None, None).unwrap();
     assert_eq!(d.outside_share, Some(Vec::new()));
     for (m, (name, capacity)) in d.members.iter().zip([("a", 1), ("b", 3)]) {
         let positions = share(name).iter().filter_map(|item| items.binary_search(item).ok()).collect::<Vec<_>>();
@@ -127,14 +127,14 @@ fn a_weighted_function_is_called_with_the_weights_and_the_announced_capacities()
     let dirs = vec![("0".to_string(), vec![contender(0, "b", 2)])];
     let members = vec![RawMember { capacity: 3, ..member("b", 2) }];
     let options = DescribeOptions::new().items(&items[..2]).partition_func(&crate::KazooStride);
-    let d = assemble("/p", members, vec![], dirs, &options, None).unwrap();
+    let d = assemble("/p", members, vec![], dirs, &options, None, None).unwrap();
     let (load, held) = (d.members[0].load.as_ref().unwrap(), d.members[0].held.as_ref().unwrap());
     assert_eq!((d.members[0].capacity, load.capacity, load.dimensions[0].assigned), (3, 1, 2));
     assert_eq!((held.dimensions[0].assigned, held.over_capacity, load.over_capacity), (1, false, false));
     // Without the expected items, no load (the lock directories may not name the whole set).
     let dirs = vec![("0".to_string(), vec![contender(0, "b", 2)])];
     let options = DescribeOptions::new().partition_func(&crate::KazooStride);
-    let d = assemble("/p", vec![member("b", 2)], vec![], dirs, &options, None).unwrap();
+    let d = assemble("/p", vec![member("b", 2)], vec![], dirs, &options, None, None).unwrap();
     assert_eq!((d.members[0].load.as_ref(), d.members[0].held.as_ref()), (None, None));
 }
 
@@ -158,4 +158,54 @@ fn item_names_that_are_not_canonical_integers_are_strings() {
     assert_eq!(item_of_name("007"), Item::Str("007".into()));
     assert_eq!(item_of_name("+1"), Item::Str("+1".into()));
     assert_eq!(item_of_name("q1"), Item::Str("q1".into()));
+}
+
+/// A sticky party's shares come from its placement record: the record itself when it was written for the inputs as
+/// read (members hand it out as it is), else computed from it. The record here is one computing again from would
+/// change (27 items, capacities 3, 1, 2, 3: the rule is not a fixed point at every size; it moves 8, 17 and 18 to
+/// `s4`), so the two differ.
+#[test]
+fn a_sticky_partys_shares_come_from_its_placement_record() {
+    use crate::WeightedRendezvous;
+    use crate::placement::record::Record;
+
+    const RECORDED: [usize; 27] = [0, 0, 3, 1, 0, 0, 3, 2, 1, 0, 0, 3, 0, 1, 0, 2, 1, 0, 3, 0, 3, 3, 3, 3, 2, 3, 3];
+    let items: Vec<Item> = (0..27).map(Item::from).collect();
+    let names: Vec<String> = ["s2", "s3", "s4", "s5"].map(String::from).to_vec();
+    let members = || {
+        names
+            .iter()
+            .zip([3, 1, 2, 3])
+            .zip(1..)
+            .map(|((name, capacity), session)| RawMember { capacity, ..member(name, session) })
+    };
+    let dirs = || -> Vec<(String, Vec<RawContender>)> {
+        items
+            .iter()
+            .zip(RECORDED)
+            .map(|(item, owner)| (item.node_name(), vec![contender(0, &names[owner], owner as i64 + 1)]))
+            .collect()
+    };
+    let sticky = WeightedRendezvous::default().sticky();
+    let options = DescribeOptions::new().items(&items).partition_func(&sticky);
+    // The members' inputs: the fixed set as they were given it, the function, the party and its capacities.
+    let function = crate::agreement::Agreement::new(Some(&items), None, &sticky, items.first()).function;
+    let fixed = Some(crate::agreement::set_digest(&items));
+    let digest = crate::placement::record::inputs_digest(None, fixed, function, &names, &[3, 1, 2, 3], items.len());
+    let record = |inputs: u64| Record::computed(inputs, &names, items.clone().into(), &RECORDED).expect("a record");
+
+    let d = assemble("/p", members().collect(), vec![], dirs(), &options, None, Some(record(digest))).unwrap();
+    assert_eq!(d.outside_share, Some(Vec::new()), "the record, as it is");
+    assert_eq!(d.placement, Some(PlacementInfo { items: 27, current: true }));
+
+    // Written for other inputs (an earlier party, say): computed from, as the members will.
+    let d = assemble("/p", members().collect(), vec![], dirs(), &options, None, Some(record(digest ^ 1))).unwrap();
+    let moved: Vec<(&str, Option<&str>)> =
+        d.outside_share.iter().flatten().map(|o| (o.item.as_str(), o.share_of.as_deref())).collect();
+    assert_eq!(moved, [("8", Some("s4")), ("17", Some("s4")), ("18", Some("s4"))]);
+    assert_eq!(d.placement, Some(PlacementInfo { items: 27, current: false }));
+
+    // No record: the members place as if they started afresh.
+    let d = assemble("/p", members().collect(), vec![], dirs(), &options, None, None).unwrap();
+    assert_eq!(d.placement, None);
 }

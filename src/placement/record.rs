@@ -257,6 +257,25 @@ fn digest_of(names: &[String], owners: impl Iterator<Item = usize>) -> u64 {
     mix(digest ^ count)
 }
 
+/// What an assignment was computed from: the set (the shared set's `version`, or a `fixed` set's digest, and its item
+/// `count`), the `function`'s fingerprint, the party (`members`, sorted) and their `capacities`. (The weights are the
+/// shared set's version's.) A record for a member's very inputs is its assignment, handed out as it is.
+pub(crate) fn inputs_digest(
+    version: Option<u64>,
+    fixed: Option<u64>,
+    function: Option<u64>,
+    members: &[String],
+    capacities: &[u32],
+    count: usize,
+) -> u64 {
+    let mut text = format!("{version:?} {fixed:?} {count} {function:?}\n");
+    for (member, capacity) in members.iter().zip(capacities) {
+        text.push_str(member);
+        text.push_str(&format!("\t{capacity}\n"));
+    }
+    fnv(text.as_bytes())
+}
+
 /// 64-bit FNV-1a.
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))

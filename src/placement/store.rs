@@ -96,6 +96,32 @@ pub(crate) async fn read<Z: ZooKeeper>(
     (Ok(Read { version, found }), Some(watch))
 }
 
+/// How many times [`read_now`] reads a record again that moved on while it was read.
+const TORN_READS: usize = 5;
+
+/// The record at `node` (items of `kind`) as it is now, without a watch: an outsider's read (`describe`). `None` when
+/// there is none or it cannot be used (members then place as if there were none). A read torn by a newer record is
+/// read again, a few times.
+pub(crate) async fn read_now<Z: ZooKeeper>(zk: &Z, node: &str, kind: Kind) -> Result<Option<Record>, ZkError> {
+    for _ in 0..TORN_READS {
+        let (data, stat) = match zk.get_data(node).await {
+            Ok(read) => read,
+            Err(ZkError::NoNode) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let Some(index) = (!data.is_empty()).then(|| Index::parse(&data).ok()).flatten() else { return Ok(None) };
+        match fetch(zk, node, &index, &ChunkCache::default()).await? {
+            Some(chunks) => return Ok(Record::assemble(&index, |name| chunks.get(name).map(|d| &**d), kind).ok()),
+            // A chunk went: the record moved on (read it again), or one was deleted by hand (no record to use).
+            None => match zk.check_stat(node).await? {
+                Some(now) if now.version != stat.version => continue,
+                _ => return Ok(None),
+            },
+        }
+    }
+    Ok(None)
+}
+
 /// The data of every chunk `index` names, from the cache or read (the cache then keeps exactly these); `None` when
 /// one is missing.
 async fn fetch<Z: ZooKeeper>(

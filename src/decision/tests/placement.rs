@@ -132,7 +132,7 @@ fn a_write_that_lost_the_race_reads_the_record_again() {
 
 /// A record written for this member's very inputs is the assignment, even where computing again from it would move
 /// something: the sticky rule is not a fixed point at every size. Here (27 items, capacities 3, 1, 2, 3; the case the
-/// simulation found) computing again moves items 13, 17 and 25 to `s4`.
+/// simulation found) computing again moves items 8, 17 and 18 to `s4`.
 #[test]
 fn a_record_for_our_own_inputs_is_handed_out_as_it_is() {
     const RECORDED: [u32; 27] = [0, 0, 3, 1, 0, 0, 3, 2, 1, 0, 0, 3, 0, 1, 0, 2, 1, 0, 3, 0, 3, 3, 3, 3, 2, 3, 3];
