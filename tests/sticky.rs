@@ -159,6 +159,14 @@ async fn described_as_held(ctx: &Ctx) {
     assert_eq!(doc["outside_share"], serde_json::json!([]), "{doc}");
 }
 
+/// Between the assignments `before` and `after` a join, items moved, and only to `joiner`.
+fn only_the_joiner_gained(before: &BTreeMap<Item, String>, after: &BTreeMap<Item, String>, joiner: &Worker) {
+    let joiner = joiner.member.partitioner.snapshot().member.to_string();
+    let gained = moved(before, after);
+    assert!(!gained.is_empty(), "the joiner took nothing");
+    assert!(gained.iter().all(|(_, _, to)| *to == joiner), "items moved elsewhere than to the joiner: {gained:?}");
+}
+
 fn moved(before: &BTreeMap<Item, String>, after: &BTreeMap<Item, String>) -> Vec<(Item, String, String)> {
     before
         .iter()
@@ -183,10 +191,7 @@ async fn join_weight_change_and_leave(rebalance: Rebalance) {
     // A member joins: only the joiner gains.
     let d = sticky_member(&ctx, "d", 1, rebalance).await;
     let joined = settled(&ctx, &[&a, &b, &c, &d], &admin).await;
-    let joiner = d.member.partitioner.snapshot().member.to_string();
-    let gained = moved(&first, &joined);
-    assert!(!gained.is_empty(), "the joiner took nothing");
-    assert!(gained.iter().all(|(_, _, to)| *to == joiner), "items moved elsewhere than to the joiner: {gained:?}");
+    only_the_joiner_gained(&first, &joined, &d);
     described_as_held(&ctx).await;
 
     // One item's weight triples: little moves besides that item (the rule sheds it or a few of its owner's).
@@ -279,10 +284,7 @@ async fn the_writer_expires(rebalance: Rebalance) {
     // A member joining after reads the record the new writer wrote: only it gains.
     let d = sticky_member(&ctx, "d", 1, rebalance).await;
     let joined = settled(&ctx, &[&b, &c, &d], &admin).await;
-    let joiner = d.member.partitioner.snapshot().member.to_string();
-    let gained = moved(&after, &joined);
-    assert!(!gained.is_empty(), "the joiner took nothing");
-    assert!(gained.iter().all(|(_, _, to)| *to == joiner), "items moved elsewhere than to the joiner: {gained:?}");
+    only_the_joiner_gained(&after, &joined, &d);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
