@@ -31,6 +31,7 @@
 
 use std::fmt;
 
+use crate::hash::{FNV_OFFSET, fnv1a};
 use crate::{Item, PartitionFn};
 
 /// The marker that starts an agreement line.
@@ -149,14 +150,11 @@ struct Fnv(u64);
 
 impl Fnv {
     fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
+        Fnv(FNV_OFFSET)
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 ^= u64::from(byte);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.0 = fnv1a(self.0, bytes);
     }
 
     fn item(&mut self, item: &Item) {

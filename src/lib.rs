@@ -219,6 +219,7 @@ pub mod describe;
 mod driver;
 mod error;
 mod handle;
+mod hash;
 mod item;
 mod item_set;
 mod layout;

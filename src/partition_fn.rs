@@ -3,6 +3,7 @@
 use std::sync::Mutex;
 
 use crate::Item;
+use crate::hash::{FNV_OFFSET, FNV_PRIME, finish, fnv1a};
 
 mod ranking;
 mod weighted;
@@ -409,17 +410,6 @@ impl PartitionFn for Rendezvous {
     }
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(FNV_PRIME);
-    }
-    hash
-}
-
 /// One FNV-1a step of `byte` for each of `N` independent hash states (the processor runs them side by side).
 #[inline(always)]
 fn fnv1a_lanes<const N: usize>(states: &mut [u64; N], byte: u8) {
@@ -437,13 +427,6 @@ fn member_seed(member: &str) -> u64 {
 /// SplitMix64's finalizer (FNV alone mixes its last bytes poorly).
 fn weight(seed: u64, item: &[u8]) -> u64 {
     finish(fnv1a(seed, item))
-}
-
-/// SplitMix64's finalizer.
-fn finish(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// `weight(seed, item)` for every seed, into `out`: four members at a time, so the processor runs four independent

@@ -1,6 +1,8 @@
 //! A seeded random sequence for reproducible fault schedules: the simulation's, and the `testing` kit's
 //! (`zk_partitioner::testing::SplitMix64`).
 
+use crate::hash::{GOLDEN_GAMMA, finish};
+
 /// SplitMix64 (Steele, Lea and Flood; the generator `java.util.SplittableRandom` uses): a small seeded random
 /// sequence, the same on every machine, for tests that draw their faults from a seed and must replay them exactly.
 /// Not for anything that needs unpredictability.
@@ -25,11 +27,8 @@ impl SplitMix64 {
 
     /// The next value of the sequence.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
+        finish(self.0)
     }
 
     /// The next value reduced to `[0, n)` (by remainder: a bias of at most `n / 2^64`), e.g. an index into a slice

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::layout::{self, Table};
+use crate::hash::{FNV_OFFSET, GOLDEN_GAMMA, finish, fnv1a};
 use crate::{Item, Weight};
 
 /// The most bytes of one chunk of a weight table.
@@ -63,13 +64,8 @@ pub(crate) fn render_chunks(weights: &BTreeMap<Item, Weight>, per_chunk: usize) 
 /// Whether a chunk starts at the item named `name`: for one name in `per_chunk`, the same on every machine and in
 /// every version (FNV-1a of the name, then SplitMix64's finalizer, so that its low bits are even).
 pub(crate) fn cuts_before(name: &str, per_chunk: usize) -> bool {
-    let fnv = name
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));
-    let mut z = fnv.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) % per_chunk.max(1) as u64 == 0
+    let fnv = fnv1a(FNV_OFFSET, name.as_bytes());
+    finish(fnv.wrapping_add(GOLDEN_GAMMA)).is_multiple_of(per_chunk.max(1) as u64)
 }
 
 #[cfg(test)]

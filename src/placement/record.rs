@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::Item;
 use crate::error::shown;
+use crate::hash::{FNV_OFFSET, GOLDEN_GAMMA, finish, fnv1a};
 use crate::item_set::layout::{Kind, parse_name};
 
 /// The first line of the index.
@@ -278,13 +279,10 @@ pub(crate) fn inputs_digest(
 
 /// 64-bit FNV-1a.
 fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+    fnv1a(FNV_OFFSET, bytes)
 }
 
-/// SplitMix64's finalizer: each step of the digest depends on every bit of the steps before.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// A SplitMix64 step: each step of the digest depends on every bit of the steps before.
+fn mix(z: u64) -> u64 {
+    finish(z.wrapping_add(GOLDEN_GAMMA))
 }

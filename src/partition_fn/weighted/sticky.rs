@@ -37,10 +37,8 @@ use std::collections::BinaryHeap;
 
 use super::place::{Problem, score_of_hash};
 use crate::Item;
-use crate::partition_fn::{finish, member_seed, weights};
-
-/// SplitMix64's increment (2^64 / φ, odd): [`State::preference`] walks each member's seed in these steps.
-const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+use crate::hash::{GOLDEN_GAMMA, finish};
+use crate::partition_fn::{member_seed, weights};
 
 /// No owner (an item in the pool).
 const NONE: u32 = u32::MAX;
