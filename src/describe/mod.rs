@@ -1,12 +1,13 @@
 //! Who owns what: a read-only view of a partition path, for operators and dashboards (Event Hubs' `listOwnership`,
 //! `kafka-consumer-groups --describe`).
 //!
-//! [`describe`] reads `<path>/party` and `<path>/locks` with any client, as an outsider: no membership, no write. It
-//! works on parties of this crate's members, kazoo's members, or both, because it reads kazoo's layout (see the crate
-//! docs): a member is a party node `<32 hex>-<name>` whose data starts with its identifier; an item's contenders are
-//! the `<32 hex>__lock__<sequence>` nodes in `<path>/locks/<item>`, and the lowest sequence holds the lock (kazoo's
-//! ordering, the same rule the partitioners use). A contender belongs to the member whose party node has the same
-//! session; this crate's members also write their name into their lock nodes, kazoo's write nothing.
+//! [`describe`] reads `<path>/party` and `<path>/locks` (and, for a sticky party's shares, `<path>/placement`) with
+//! any client, as an outsider: no membership, no write. It works on parties of this crate's members, kazoo's members,
+//! or both, because it reads kazoo's layout (see the crate docs): a member is a party node `<32 hex>-<name>` whose
+//! data starts with its identifier; an item's contenders are the `<32 hex>__lock__<sequence>` nodes in
+//! `<path>/locks/<item>`, and the lowest sequence holds the lock (kazoo's ordering, the same rule the partitioners
+//! use). A contender belongs to the member whose party node has the same session; this crate's members also write
+//! their name into their lock nodes, kazoo's write nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -353,9 +354,10 @@ pub async fn describe(client: &Client, path: &str) -> Result<Description, Error>
 /// list of lock directories, then the lock directories in read `multi`s of 500, each followed by a `multi` reading
 /// the contenders it found (their data, session and creation zxid), with about
 /// [`concurrency`](DescribeOptions::concurrency) `multi`s in flight. About `4 + 2 × items / 500` requests in all
-/// (45 for 10,000 items). Each directory and its contenders are read within a few milliseconds of each other, but
-/// the whole is not one atomic snapshot: on a busy path, a rebalance in progress may show half done. A contender
-/// that vanishes between its directory's listing and its read is left out.
+/// (45 for 10,000 items), and with a function that [keeps the placement](PartitionFn::keeps_placement), the
+/// placement record after them (its index and chunks). Each directory and its contenders are read within a few
+/// milliseconds of each other, but the whole is not one atomic snapshot: on a busy path, a rebalance in progress may
+/// show half done. A contender that vanishes between its directory's listing and its read is left out.
 ///
 /// Requests lost with the connection are sent again; the call ends with the session at the latest.
 ///
