@@ -10,9 +10,9 @@
 //! The index is a few lines:
 //!
 //! ```text
-//! zk-partitioner placement v1
+//! zk-partitioner placement v2
 //! inputs <16 hex>        what the assignment was computed from (the set, its weights, the party, the capacities)
-//! digest <16 hex>        the assignment's digest (`record::digest`)
+//! digest <16 hex>        the assignment's digest: every item with its owner (`record::digest`)
 //! items <n>              how many items it places
 //! names <chunk>...       member names, `<name>\n` each: the record numbers owners by their place in this list
 //! base <chunk>...        `<item>\t<owner>\n` for every item, in item order: the assignment when last folded

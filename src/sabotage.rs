@@ -56,6 +56,10 @@ pub(crate) enum Sabotage {
     /// A placement record that says something else than the assignment a member computed (from an older record) is
     /// taken note of, but the member does not compute its assignment again from it.
     PlacementChangeIgnored,
+    /// The assignment's digest names the owners alone, not the items: a record over another set with the same owners
+    /// in the same order reads as a member's own, and it computes from that while the others compute from the
+    /// record as it is.
+    PlacementDigestOwnersOnly,
 }
 
 #[cfg(test)]

@@ -92,7 +92,7 @@ async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
         return BTreeMap::new();
     }
     let mut lines = index.lines();
-    assert_eq!(lines.next(), Some("zk-partitioner placement v1"), "{index}");
+    assert_eq!(lines.next(), Some("zk-partitioner placement v2"), "{index}");
     let chunks = |key: &str, line: Option<&str>| -> Vec<String> {
         let line = line.unwrap_or_default();
         let rest = line.strip_prefix(key).unwrap_or_else(|| panic!("{key} in {index}"));

@@ -121,7 +121,7 @@ impl Inputs {
         if let (Some(record), Some(previous)) = (record, &previous)
             && record.inputs == inputs
             && let Some(owners) = previous.iter().copied().collect::<Option<Vec<usize>>>()
-            && digest(&self.names, &owners) == record.digest
+            && digest(&self.names, &self.set, &owners) == record.digest
         {
             return Ok(Some((self.shares_of(&owners), true)));
         }

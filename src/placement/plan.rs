@@ -48,7 +48,7 @@ pub(crate) fn plan(
     owners: &[usize],
 ) -> Result<Plan, String> {
     check(members, items, owners)?;
-    let digest = record::digest(members, owners);
+    let digest = record::digest(members, items, owners);
     if let Some(in_force) = &in_force
         && let Some(plan) = appended(tag, in_force, inputs, digest, members, items, owners)
     {

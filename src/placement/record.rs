@@ -8,9 +8,10 @@ use crate::Item;
 use crate::error::shown;
 use crate::hash::{FNV_OFFSET, GOLDEN_GAMMA, finish, fnv1a};
 use crate::item_set::layout::{Kind, parse_name};
+use crate::sabotage::{Sabotage, breaks};
 
-/// The first line of the index.
-pub(crate) const MAGIC: &str = "zk-partitioner placement v1";
+/// The first line of the index. v2: the digest names the items with their owners (v1 named the owners only).
+pub(crate) const MAGIC: &str = "zk-partitioner placement v2";
 /// The most chunks an index may name, in all.
 pub(crate) const MAX_CHUNKS: usize = 4096;
 
@@ -163,7 +164,7 @@ impl Record {
             }
             owners = apply(owners, change);
         }
-        let found = digest_of(&names, owners.iter().map(|&(_, owner)| owner as usize));
+        let found = digest_of(&names, owners.iter().map(|(item, owner)| (item, *owner as usize)));
         if owners.len() != index.items || found != index.digest {
             return Err(format!(
                 "its chunks add up to {} items of digest {found:016x}, not the {} of digest {:016x} it names",
@@ -185,7 +186,7 @@ impl Record {
             .collect::<Option<_>>()?;
         (owners.len() == items.len()).then(|| Record {
             inputs,
-            digest: digest_of(members, owners.iter().map(|&owner| owner as usize)),
+            digest: digest_of(members, items.iter().zip(owners.iter().map(|&owner| owner as usize))),
             names: members.to_vec(),
             items,
             owners,
@@ -239,23 +240,38 @@ pub(crate) fn apply(owners: Vec<(Item, u32)>, change: Vec<(Item, Option<u32>)>) 
     merged
 }
 
-/// The digest of an assignment: its owners' names, one per item in item order (the items themselves are part of the
-/// record's inputs). A member compares it with its own assignment's to know, without reading the record's chunks,
-/// that the record says what it computed.
+/// The digest of an assignment: every item with its owner's name, in item order. A member compares it with its own
+/// assignment's to know, without reading the record's chunks, that the record says what it computed. It must name
+/// the items: the same owners in the same order over another set (one item split into another between two versions
+/// of the shared set, say) is another assignment, and a member that took it for its own kept computing from a record
+/// that the others read as it is (they then claimed one item both, for good: a simulation seed found it).
 ///
 /// Owners are indexes into `members`; one out of range counts as no owner (the partition functions never return one).
-pub(crate) fn digest(members: &[String], owners: &[usize]) -> u64 {
-    digest_of(members, owners.iter().copied())
+pub(crate) fn digest(members: &[String], items: &[Item], owners: &[usize]) -> u64 {
+    digest_of(members, items.iter().zip(owners.iter().copied()))
 }
 
-fn digest_of(names: &[String], owners: impl Iterator<Item = usize>) -> u64 {
+fn digest_of<'i>(names: &[String], placed: impl Iterator<Item = (&'i Item, usize)>) -> u64 {
     let hashes: Vec<u64> = names.iter().map(|name| fnv(name.as_bytes())).collect();
     let (mut digest, mut count) = (0x6a09_e667_f3bc_c908_u64, 0u64);
-    for owner in owners {
+    let items_named = !breaks(Sabotage::PlacementDigestOwnersOnly);
+    for (item, owner) in placed {
+        if items_named {
+            digest = mix(digest ^ item_hash(item));
+        }
         digest = mix(digest ^ hashes.get(owner).copied().unwrap_or(0));
         count += 1;
     }
     mix(digest ^ count)
+}
+
+/// An item's hash for the digest: an integer's value as it is (no decimal name to format), a string's FNV-1a; the
+/// two kinds apart.
+fn item_hash(item: &Item) -> u64 {
+    match item {
+        Item::Int(value) => mix(*value as u64),
+        Item::Str(name) => !fnv(name.as_bytes()),
+    }
 }
 
 /// What an assignment was computed from: the set (the shared set's `version`, or a `fixed` set's digest, and its item
