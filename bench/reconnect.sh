@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reconnection after a server restart (RELIABILITY.md, "Reconnection after a server restart"): benches/reconnect.rs
 # for each server kind, a bare zookeeper-client session (the minimal reproduction of its back-off) beside a session
-# through the crate's reconnect relay, each with a member; then the table.
+# opened by the crate's connect_with_options, each with a member; then the table.
 #
 #   bash bench/reconnect.sh                              # process, container and ensemble: about 8 minutes
 #   SERVERS=process OUTAGES=1,2,4,6 RUNS=3 bash bench/reconnect.sh
@@ -73,7 +73,7 @@ for (server, outage, mode), rs in sorted(groups.items(), key=lambda kv: (order.g
     conn = [r["connected_after_back_ms"] for r in rs if r["connected_after_back_ms"] is not None]
     acq = [r["acquired_after_back_ms"] for r in rs if r["acquired_after_back_ms"] is not None]
     fmt = lambda v: f"{v:,.0f} ms"
-    client = "zookeeper-client alone" if mode == "direct" else "through the relay"
+    client = "zookeeper-client alone" if mode == "direct" else ("zk_partitioner::connect" if mode == "connect" else "through the relay")
     print(f"| {server} | {outage:g} s | {client} | {len(rs)} | {fmt(statistics.median(conn))} | {fmt(max(conn))} | "
           f"{fmt(statistics.median(acq))} | {fmt(max(acq))} |")
 PY

@@ -1,6 +1,6 @@
 //! Reconnection after a server restart (RELIABILITY.md, "Reconnection after a server restart"): how long sessions
 //! that survive a restart take to be connected again, and their members `ACQUIRED` again, after the server accepts
-//! connections again, with and without the reconnect relay.
+//! connections again, with zookeeper-client's own reconnection (the crate's `connect` adds nothing to it).
 //!
 //! ```text
 //! cargo bench --bench reconnect -- --server container|process|ensemble [--outages 1,2,4,6] [--runs 3]
@@ -9,8 +9,8 @@
 //!
 //! Each run has two sessions on the same server, both with a partitioner of its own path (6 items,
 //! `time_boundary` as given): `direct`, a bare zookeeper-client session (`Client::connector().connect(..)`: the
-//! minimal reproduction of the client's back-off), and `relay`, through [`zk_partitioner::connect_with_options`] and its
-//! reconnect relay. The server is stopped, kept down for the outage, and started again (`container`: the test kit's
+//! minimal reproduction of the client's back-off), and `connect`, through [`zk_partitioner::connect_with_options`], as
+//! a worker opens its session. The server is stopped, kept down for the outage, and started again (`container`: the test kit's
 //! container, `docker stop`/`start`; `process`: ZooKeeper as a plain Java process from Debian's libzookeeper-java,
 //! SIGKILL and a new process on the same port and data; `ensemble`: the test kit's 3-server ensemble, each server in
 //! turn, a rolling restart). The server's return is the first `srvr` that answers as serving, polled every 5 ms;
@@ -225,12 +225,12 @@ async fn run(args: Args) -> Result<(), String> {
     let cluster = server.connect_string();
     let connector = || Client::connector().with_session_timeout(args.session);
     let direct = connector().connect(&cluster).await.map_err(|e| format!("direct session: {e}"))?;
-    let relay = zk_partitioner::connect_with_options(connector(), &cluster, ConnectOptions::new())
+    let connected = zk_partitioner::connect_with_options(connector(), &cluster, ConnectOptions::new())
         .await
-        .map_err(|e| format!("relay session: {e}"))?;
+        .map_err(|e| format!("connect session: {e}"))?;
     let items: Vec<Item> = (0..6).map(Item::from).collect();
     let mut sessions = Vec::new();
-    for (mode, client) in [("direct", direct), ("relay", relay)] {
+    for (mode, client) in [("direct", direct), ("connect", connected)] {
         let path = format!("/bench/reconnect/{}/{mode}", std::process::id());
         let partitioner = SetPartitioner::builder(client.clone(), path, items.clone())
             .time_boundary(args.time_boundary)

@@ -19,7 +19,8 @@
 //!
 //! Every change is one atomic, versioned update ([`ItemSet`]): two admins at once never lose each other's changes.
 //! Prints the set after the command (`--json`: one JSON object with `version`, `items`, `updating`, `skipped`, and
-//! `weights`: for each item that has one, its value per dimension, e.g. `{"a": {"weight": 5}}`).
+//! `weights`: for each item that has one, its value per dimension, e.g. `{"a": {"weight": 5}}`; after `create`,
+//! also `created`: whether this command created the set).
 //!
 //! `weigh` gives items weights for a weighted partition function (`worker --partition weighted`), all in one update:
 //! a weight is a whole number (`5`) or values in named dimensions (`cpu=3,bytes=100`); items not named keep theirs,
@@ -149,7 +150,8 @@ enum Command {
 
 /// What a command prints.
 enum Output {
-    Set(SharedItems),
+    /// The set after the command, and (`create`) whether this command created it.
+    Set(SharedItems, Option<bool>),
     Lineage(Lineage),
     Retired(Vec<Item>),
 }
@@ -233,8 +235,8 @@ async fn main() -> ExitCode {
         }
     };
     match run(&args, given).await {
-        Ok(Output::Set(set)) => {
-            print(&set, args.json);
+        Ok(Output::Set(set, created)) => {
+            print(&set, created, args.json);
             ExitCode::SUCCESS
         }
         Ok(Output::Lineage(lineage)) => {
@@ -282,7 +284,10 @@ async fn run(args: &Args, given: Given) -> Result<Output, String> {
         Command::AddChild { .. } => set.add_child(items[0].clone(), items[1..].to_vec()).await,
         Command::Close { .. } => set.close(items).await,
         Command::Show => set.read().await,
-        Command::Create { .. } => set.create_if_missing(items).await.map(|(set, _)| set),
+        Command::Create { .. } => {
+            let created = set.create_if_missing(items).await;
+            return created.map(|(set, created)| Output::Set(set, Some(created))).map_err(|e| e.to_string());
+        }
         Command::Add { .. } => set.add(items).await,
         Command::Remove { .. } => set.remove(items).await,
         Command::Replace { if_version: Some(version), .. } => set.replace_if(*version, items).await,
@@ -290,10 +295,10 @@ async fn run(args: &Args, given: Given) -> Result<Output, String> {
         Command::Weigh { .. } => set.set_weights(items.into_iter().zip(weights)).await,
         Command::ResetWeights { .. } => set.reset_weights(items).await,
     };
-    result.map(Output::Set).map_err(|e| e.to_string())
+    result.map(|set| Output::Set(set, None)).map_err(|e| e.to_string())
 }
 
-fn print(set: &SharedItems, json: bool) {
+fn print(set: &SharedItems, created: Option<bool>, json: bool) {
     let rendered: Vec<serde_json::Value> = set
         .items
         .iter()
@@ -312,18 +317,26 @@ fn print(set: &SharedItems, json: bool) {
                 (item.to_string(), serde_json::Value::Object(values))
             })
             .collect();
-        let line = json!({
+        let mut line = json!({
             "version": set.version,
             "items": rendered,
             "updating": set.updating,
             "skipped": set.skipped,
             "weights": weights,
         });
+        if let Some(created) = created {
+            line["created"] = json!(created);
+        }
         println!("{line}");
     } else {
         let items: Vec<String> = set.items.iter().map(Item::to_string).collect();
         let updating = if set.updating { " (an update is under way)" } else { "" };
-        println!("version {}: {} items{updating}: {}", set.version, items.len(), items.join(","));
+        let created = match created {
+            Some(true) => " (created now)",
+            Some(false) => " (it existed already)",
+            None => "",
+        };
+        println!("version {}: {} items{updating}{created}: {}", set.version, items.len(), items.join(","));
         if !set.weights.is_empty() {
             let weights: Vec<String> = set.weights.iter().map(|(item, weight)| format!("{item} {weight}")).collect();
             println!("weights of {} items (the others weigh 1): {}", weights.len(), weights.join("; "));

@@ -10,6 +10,7 @@
 //! zkp/1 set=<16 hex> fn=<16 hex>       (a fixed set: a digest of the set)
 //! zkp/1 set=shared@<version> fn=<16 hex>  (the shared set in ZooKeeper, at the version the member follows)
 //! zkp/1 set=... fn=... cap=<n>           (a member of capacity n ≠ 1, see `Builder::capacity`)
+//! zkp/1 set=... fn=... plc=<16 hex>      (a sticky function: the digest of the assignment the member holds)
 //! ```
 //!
 //! and compares its own line with every other member's. A member on the shared set writes its line again whenever it
@@ -22,12 +23,20 @@
 //! `fn` fingerprints the partition function by what it does: the function's answers for a fixed probe party of
 //! three members over a fixed probe set of 48 items (integers or strings, the kind of the member's set), hashed the
 //! same way (a weighted function, one with a [`load_bound`](crate::PartitionFn::load_bound), answers it with probe
-//! capacities 1, 2, 3 and item weights 1 to 5, so that two load bounds tell apart). Two deterministic functions that
-//! answer the probe differently certainly disagree; two that answer it alike may still differ on other inputs (the
-//! check finds disagreements, it does not prove agreement).
+//! capacities 1, 2, 3 and item weights 1 to 5, so that two load bounds tell apart). A function that [keeps the
+//! placement](crate::PartitionFn::keeps_placement) is also asked for its whole placement from a probe previous
+//! assignment (every item on two of the three members), so that two sticky rules that use a previous assignment
+//! differently tell apart. Two deterministic functions that answer the probe differently certainly disagree; two that
+//! answer it alike may still differ on other inputs (the check finds disagreements, it does not prove agreement).
 //!
 //! `cap` is not compared: members may differ in size. It is what weighted functions divide by, so every member
 //! reads it (absent or unreadable: 1, as for a kazoo member).
+//!
+//! `plc`, from a function that [keeps the placement](crate::PartitionFn::keeps_placement), is the digest of the whole
+//! assignment the member computed (`placement::record::digest`): members that compute from the same record by the same
+//! rule announce the same. Like a version of the shared set, it differs for a while after every change (each member
+//! decides in its own time), so a difference is a disagreement only once it has lasted past the time a member needs
+//! to follow a change (`decision::party`); one that lasts is a party split for good, which nothing else reports.
 
 use std::fmt;
 
@@ -59,6 +68,9 @@ pub(crate) struct Agreement {
     pub function: Option<u64>,
     /// The member's capacity (1 unless it says otherwise).
     pub capacity: u32,
+    /// The digest of the assignment the member computed, for a function that keeps the placement (`None` until its
+    /// first assignment, and for other functions).
+    pub placement: Option<u64>,
 }
 
 impl Agreement {
@@ -73,7 +85,7 @@ impl Agreement {
             Some(items) => SetSource::Fixed(set_digest(items)),
             None => SetSource::Shared(shared_version),
         };
-        Agreement { set, function: function_fingerprint(function, kind_hint), capacity: 1 }
+        Agreement { set, function: function_fingerprint(function, kind_hint), capacity: 1, placement: None }
     }
 
     /// Parses the agreement line out of a party node's data (`None` for a kazoo member or anything unrecognized).
@@ -84,7 +96,7 @@ impl Agreement {
         if words.next()? != MARKER {
             return None;
         }
-        let (mut set, mut function, mut capacity) = (None, None, 1);
+        let (mut set, mut function, mut capacity, mut placement) = (None, None, 1, None);
         for word in words {
             match word.split_once('=') {
                 Some(("set", "shared")) => set = Some(SetSource::Shared(None)),
@@ -97,10 +109,11 @@ impl Agreement {
                 Some(("cap", n)) => {
                     capacity = n.parse().ok().filter(|c| (1..=crate::MAX_CAPACITY).contains(c)).unwrap_or(1)
                 }
+                Some(("plc", hex)) => placement = u64::from_str_radix(hex, 16).ok(),
                 _ => {} // a later version's field
             }
         }
-        Some(Agreement { set: set?, function: function?, capacity })
+        Some(Agreement { set: set?, function: function?, capacity, placement })
     }
 
     /// The party node's data: the identifier (what kazoo writes), then this line.
@@ -108,7 +121,9 @@ impl Agreement {
         format!("{identifier}\n{self}")
     }
 
-    /// How `theirs` differs from this member's announcement, if it does.
+    /// How `theirs` differs from this member's announcement, if it does. A difference of the kinds a member has
+    /// while it follows a change (`DisagreementKind::catching_up`) is only a candidate: the caller reports it once it
+    /// lasts.
     pub fn compare(&self, theirs: &Agreement) -> Option<crate::DisagreementKind> {
         match (self.set, theirs.set) {
             (SetSource::Shared(Some(ours)), SetSource::Shared(Some(other))) if ours != other => {
@@ -120,7 +135,11 @@ impl Agreement {
             _ => {}
         }
         match (self.function, theirs.function) {
-            (Some(ours), Some(other)) if ours != other => Some(crate::DisagreementKind::PartitionFn),
+            (Some(ours), Some(other)) if ours != other => return Some(crate::DisagreementKind::PartitionFn),
+            _ => {}
+        }
+        match (self.placement, theirs.placement) {
+            (Some(ours), Some(other)) if ours != other => Some(crate::DisagreementKind::Placement),
             _ => None,
         }
     }
@@ -140,6 +159,9 @@ impl fmt::Display for Agreement {
         }
         if self.capacity != 1 {
             write!(f, " cap={}", self.capacity)?;
+        }
+        if let Some(placement) = self.placement {
+            write!(f, " plc={placement:016x}")?;
         }
         Ok(())
     }
@@ -193,13 +215,6 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
     };
     let probe = || {
         let mut hash = Fnv::new();
-        // A sticky function answers the probe (which has no previous assignment) as the same function that is not:
-        // the two must still disagree, as they compute from different things. The number is the sticky rule's
-        // version: builds whose rules answer differently from the same record must disagree too, and the probe's
-        // few items need not show the difference.
-        if function.keeps_placement() {
-            hash.write(b"keeps placement 2\0");
-        }
         for me in &members {
             let input = crate::Weighted::new(me, &members, &capacities, &items, &weights);
             let mut share = function.partition_weighted(&input);
@@ -209,6 +224,27 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
             for item in &share {
                 hash.item(item);
             }
+        }
+        // A sticky function answers the probe above (which has no previous assignment) as the same function that is
+        // not; and two sticky rules may answer it alike while using a previous assignment differently (a rolling
+        // deploy of a changed rule). So it is also asked for its placement from a previous assignment that piles
+        // every item on two members and leaves the third empty: each rule then says which items it moves, and how.
+        if function.keeps_placement() && !crate::sabotage::breaks(crate::sabotage::Sabotage::FingerprintWithoutPrevious)
+        {
+            hash.write(b"keeps placement\0");
+            let previous: Vec<Option<usize>> =
+                (0..items.len()).map(|i| if i % 8 == 7 { None } else { Some(i % 2) }).collect();
+            let input = crate::Weighted::new(&members[0], &members, &capacities, &items, &weights);
+            match function.placement(&input.with_previous(&previous)) {
+                Some(owners) => {
+                    for owner in owners {
+                        hash.write(&(owner as u64).to_le_bytes());
+                    }
+                }
+                None => hash.write(b"says no placement\0"),
+            }
+        } else if function.keeps_placement() {
+            hash.write(b"keeps placement 2\0");
         }
         hash.0
     };

@@ -1,12 +1,15 @@
-//! Opening a ZooKeeper session with a bounded wait and an error that says what is wrong, and keeping it connected
-//! through the [reconnect relay](crate::relay) unless told otherwise.
+//! Opening a ZooKeeper session with a bounded wait and an error that says what is wrong.
+//!
+//! The session is zookeeper-client's own, on the connect string as given: this crate opens no port and runs no
+//! service of its own in the user's process. (An earlier version relayed the session through a loopback port to
+//! shorten the client's reconnection back-off; it was removed, since on a ZooKeeper ensemble the client alone is
+//! back within a second, RELIABILITY.md, "Reconnection after a server restart".)
 
 use std::time::{Duration, Instant};
 
 use zookeeper_client::{Client, Connector};
 
 use crate::Error;
-use crate::relay::Relay;
 
 /// How long [`connect`] tries to open a session before failing with [`Error::Connect`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -14,8 +17,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the diagnosis of a failed connect waits for each server to answer a TCP connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How [`connect_with_options`] opens a session and keeps it connected: the connect timeout, whether to fail fast
-/// when no server can be reached, and the reconnect relay.
+/// How [`connect_with_options`] opens a session: the connect timeout, and whether to fail fast when no server can be
+/// reached.
 ///
 /// A connect timeout is always set by name, [`connect_timeout`](ConnectOptions::connect_timeout): a bare `Duration`
 /// given to this crate's connect functions is the session timeout ([`connect`]). (`From<Duration>`, a connect
@@ -33,12 +36,11 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct ConnectOptions {
     connect_timeout: Duration,
     fail_fast: bool,
-    reconnect_relay: bool,
 }
 
 impl Default for ConnectOptions {
     fn default() -> ConnectOptions {
-        ConnectOptions { connect_timeout: DEFAULT_CONNECT_TIMEOUT, fail_fast: false, reconnect_relay: true }
+        ConnectOptions { connect_timeout: DEFAULT_CONNECT_TIMEOUT, fail_fast: false }
     }
 }
 
@@ -51,7 +53,7 @@ impl From<Duration> for ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// The defaults: a connect timeout of [`DEFAULT_CONNECT_TIMEOUT`] (10 s), no fail-fast, the reconnect relay on.
+    /// The defaults: a connect timeout of [`DEFAULT_CONNECT_TIMEOUT`] (10 s), no fail-fast.
     pub fn new() -> ConnectOptions {
         ConnectOptions::default()
     }
@@ -75,16 +77,12 @@ impl ConnectOptions {
         self
     }
 
-    /// Keep the session connected through the reconnect relay (on by default): after a connection loss the session
-    /// is back within about 250 ms of a server accepting connections again, where zookeeper-client's own back-off
-    /// alone takes up to as long as the outage lasted (RELIABILITY.md, "Reconnection after a server restart").
-    ///
-    /// The relay is a task of this crate listening on a loopback port; the client connects to it, and it connects to
-    /// the servers, copying bytes unchanged (module docs of `relay` in the source). It is never used for a connect
-    /// string with a `tcp+tls://` server, because the TLS client checks the server's name. Turn it off to connect
-    /// the client to the servers directly, for example with SASL/Kerberos, which also names the server.
-    pub fn reconnect_relay(mut self, reconnect_relay: bool) -> ConnectOptions {
-        self.reconnect_relay = reconnect_relay;
+    /// Does nothing: the reconnect relay this switched was removed, and every session is zookeeper-client's own, on
+    /// the connect string as given (RELIABILITY.md, "Reconnection after a server restart", has the figures that
+    /// decided it).
+    #[deprecated(note = "the reconnect relay was removed; sessions always use zookeeper-client's own connection \
+                handling, so this does nothing")]
+    pub fn reconnect_relay(self, _reconnect_relay: bool) -> ConnectOptions {
         self
     }
 
@@ -98,9 +96,10 @@ impl ConnectOptions {
         self.fail_fast
     }
 
-    /// Whether the [reconnect relay](Self::reconnect_relay) is on.
+    /// Always `false`: the reconnect relay was removed.
+    #[deprecated(note = "the reconnect relay was removed; this is always false")]
     pub fn get_reconnect_relay(&self) -> bool {
-        self.reconnect_relay
+        false
     }
 }
 
@@ -111,8 +110,8 @@ impl ConnectOptions {
 /// this one retries every 200 ms within its connect timeout (so a server that is still starting is waited for),
 /// then fails with the address and the reason for each server: the host name does not resolve, the connection was
 /// refused (nothing listens on that port), it is unreachable (no answer), or it accepted the connection but opened
-/// no session (not a ZooKeeper server, or an ensemble member without a quorum). The session is kept connected
-/// through the [reconnect relay](ConnectOptions::reconnect_relay). [`connect_with_options`] chooses otherwise.
+/// no session (not a ZooKeeper server, or an ensemble member without a quorum). Once open, the session reconnects
+/// as zookeeper-client does, to the servers of the connect string as given.
 ///
 /// Give each partitioner its own session: a member's locks live and die with it.
 ///
@@ -166,8 +165,7 @@ pub async fn connect_with(
 /// [`ConnectOptions::fail_fast`].
 ///
 /// # Errors
-/// As [`connect`]; an authentication failure is returned at once as [`Error::Connect`], and so is a failure to
-/// start the reconnect relay (no loopback port to listen on).
+/// As [`connect`]; an authentication failure is returned at once as [`Error::Connect`].
 ///
 /// # Cancel safety
 /// Cancel safe, as [`connect`].
@@ -194,30 +192,15 @@ pub async fn connect_with_options(
     options: ConnectOptions,
 ) -> Result<Client, Error> {
     let fail = |reason: String| Error::Connect { cluster: cluster.to_string(), reason };
-    let (servers, chroot) = parse(cluster)
+    let (servers, _chroot) = parse(cluster)
         .map_err(|what| fail(format!("invalid connect string ({what}); expected host:port[,host:port...][/chroot]")))?;
-    let relay = if options.reconnect_relay && !cluster.contains("tcp+tls://") {
-        let relay = Relay::start(servers.clone())
-            .await
-            .map_err(|err| fail(format!("cannot start the reconnect relay on a loopback port: {err}")))?;
-        Some(relay)
-    } else {
-        None
-    };
-    let target = match &relay {
-        Some(relay) => format!("{}{chroot}", relay.addr()),
-        None => cluster.to_string(),
-    };
-    tracing::debug!(cluster, relay = relay.is_some(), timeout = ?options.connect_timeout, "connecting");
-    let client = open(connector, &target, &servers, &options).await.map_err(fail)?;
-    if let Some(relay) = relay {
-        relay.attach(client.state_watcher());
-    }
+    tracing::debug!(cluster, timeout = ?options.connect_timeout, "connecting");
+    let client = open(connector, cluster, &servers, &options).await.map_err(fail)?;
     check_chroot(client).await
 }
 
-/// Opens a session to `target` (the connect string, or the relay's address and the chroot) within the connect
-/// timeout, or says why not, per server of the connect string.
+/// Opens a session to `target` (the connect string) within the connect timeout, or says why not, per server of the
+/// connect string.
 async fn open(
     connector: Connector,
     target: &str,
@@ -330,7 +313,7 @@ type Server = (String, u16);
 
 /// The servers of a connect string, as `(host, port)`, and its chroot (`""` if none), by zookeeper-client's rules:
 /// `tcp://` and `tcp+tls://` prefixes, the chroot after the last server, the port 2181 by default, IPv6 addresses
-/// in brackets. The relay's client never sees the servers, so they are checked here as the client would.
+/// in brackets: the servers are diagnosed one by one when no session opens.
 fn parse(cluster: &str) -> Result<(Vec<Server>, &str), &'static str> {
     let mut chroot = None;
     let mut servers = Vec::new();
@@ -451,7 +434,6 @@ mod tests {
         let options = ConnectOptions::from(Duration::from_secs(3));
         assert_eq!(options.get_connect_timeout(), Duration::from_secs(3));
         assert!(!options.get_fail_fast());
-        assert!(options.get_reconnect_relay());
     }
 
     #[tokio::test]

@@ -150,15 +150,19 @@ pub enum Error {
         reason: String,
     },
 
-    /// The session ended while an update of the shared item set had a request whose reply was lost: the update may
-    /// be in force or not. Read the set (on a new session) to find out.
+    /// The session ended while the commit of an update of the shared item set had its reply lost, before the
+    /// update's outcome marker could be looked for: the update may be in force or not. Its token says which: the
+    /// set's header lists the tokens of its latest updates (read it on a new session, with
+    /// [`ItemSet::lineage`](crate::ItemSet) or by hand, before many more updates land).
     #[error(
-        "the update of the shared item set at {path} may or may not have been applied: the session ended before its \
-         outcome could be read"
+        "the update {token} of the shared item set at {path} may or may not have been applied: the session ended \
+         before its outcome could be read"
     )]
     ItemSetOutcomeUnknown {
         /// The set's node.
         path: String,
+        /// The update's token (16 hex digits), as the header's `log=` records it if the update landed.
+        token: String,
     },
 
     /// An update would leave the shared item set empty. A set of nothing would silently stop every member's work;

@@ -15,21 +15,27 @@
 //!
 //! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
 //! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
-//! error, and keeps it connected through a reconnect relay ([`ConnectOptions`]). The `testing` feature adds
-//! `zk_partitioner::testing`, a kit for integration tests of your workers against ZooKeeper in Docker (real
-//! connection cuts and session expiry, a safety checker). The `tls` feature adds sessions over TLS: `tls_options` and
+//! error ([`ConnectOptions`]); nothing in this crate opens a port or runs a service in your process. The `testing`
+//! feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against ZooKeeper in Docker
+//! (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions over TLS: `tls_options` and
 //! `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
 //!
 //! # The worker loop
 //!
-//! Work on the items while the member is `Acquired`, stop when it is told to release, and leave at once when told to
-//! stop. The loop is a function that takes the client, the items and a shutdown future, so that a test can run the
-//! very function `main` runs against a throwaway ZooKeeper (the README shows such a test, with the `testing` kit);
-//! `main` stays thin: it connects, says what stops the worker, and joins again on a new session when one is lost.
+//! Work on each item while it is listed ([`Snapshot::items`]: the items whose locks this member holds), stop an item
+//! as soon as it is no longer listed, answer `Release` with `release_set()`, and leave at once when told to stop. One
+//! work task per listed item, kept from one snapshot to the next, is right in every mode: a snapshot may come again
+//! with the same items (something beside them changed), and under incremental rebalancing the items a member keeps
+//! stay listed through a rebalance. The loop is a function that takes the client, the items and a shutdown future, so
+//! that a test can run the very function `main` runs against a throwaway ZooKeeper (the README shows such a test,
+//! with the `testing` kit); `main` stays thin: it connects, says what stops the worker, and joins again on a new
+//! session when one is lost.
 //!
 //! ```no_run
+//! use std::collections::HashMap;
 //! use std::future::Future;
 //! use std::time::Duration;
+//! use tokio::task::JoinHandle;
 //! use zk_partitioner::zookeeper_client::Client;
 //! use zk_partitioner::{Error, Item, PartitionState, SetPartitioner};
 //!
@@ -40,24 +46,30 @@
 //!         .build()
 //!         .await?;
 //!     let mut changes = partitioner.subscribe();
-//!     let mut work: Option<tokio::task::JoinHandle<()>> = None;
+//!     let mut work: HashMap<Item, JoinHandle<()>> = HashMap::new();
 //!     tokio::pin!(shutdown);
 //!     let result = loop {
 //!         let snapshot = changes.borrow_and_update().clone();
-//!         match snapshot.state {
-//!             PartitionState::Acquired => work = Some(tokio::spawn(process(snapshot.items.to_vec()))),
-//!             PartitionState::Release => {
-//!                 if let Some(work) = work.take() {
-//!                     work.abort(); // stop processing first, then give the items up
-//!                 }
-//!                 partitioner.release_set().await?;
+//!         // Stop what is no longer ours (and wait until it has stopped), start what is newly ours.
+//!         let gone: Vec<Item> =
+//!             work.keys().filter(|item| snapshot.items.binary_search(item).is_err()).cloned().collect();
+//!         for item in gone {
+//!             if let Some(task) = work.remove(&item) {
+//!                 task.abort();
+//!                 let _ = task.await;
 //!             }
-//!             PartitionState::Allocating => {}
+//!         }
+//!         for item in snapshot.items.iter() {
+//!             work.entry(item.clone()).or_insert_with(|| tokio::spawn(process(item.clone())));
+//!         }
+//!         match snapshot.state {
+//!             PartitionState::Release => partitioner.release_set().await?,
+//!             PartitionState::Acquired | PartitionState::Allocating => {}
 //!             // Session lost, or an error that cannot be retried.
 //!             PartitionState::Failure => break Err(snapshot.cause.unwrap_or(Error::Stopped)),
 //!         }
 //!         tokio::select! {
-//!             changed = changes.changed() => { // sleeps until the next transition
+//!             changed = changes.changed() => { // sleeps until the next change
 //!                 if changed.is_err() {
 //!                     break Err(partitioner.snapshot().cause.unwrap_or(Error::Stopped));
 //!                 }
@@ -65,17 +77,16 @@
 //!             () = &mut shutdown => break Ok(()),
 //!         }
 //!     };
-//!     if let Some(work) = work {
-//!         work.abort(); // never keep working on items that may no longer be ours
+//!     for (_, task) in work {
+//!         task.abort(); // never keep working on items that may no longer be ours
+//!         let _ = task.await;
 //!     }
 //!     partitioner.finish().await; // releases the locks and leaves the party now
 //!     result
 //! }
 //!
-//! async fn process(items: Vec<Item>) {
-//!     for item in items {
-//!         println!("working on {item}");
-//!     }
+//! async fn process(item: Item) {
+//!     println!("working on {item}");
 //! }
 //!
 //! #[tokio::main]
@@ -111,7 +122,7 @@
 //! - `item_set/` ([`ItemSet`]: the shared set, its weights and its atomic updates), `partition_fn` ([`PartitionFn`],
 //!   and `weighted`: [`WeightedRendezvous`]), `weight` ([`Weight`], capacities, [`Load`]), `agreement` (what members
 //!   announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
-//! - `connect` and `relay` (sessions that survive a server restart), `zookeeper` (the client as a trait the
+//! - `connect` (opening a session, and saying why it cannot be opened), `zookeeper` (the client as a trait the
 //!   simulation implements too), `error`, `names`, `item`, `acl`, `policy`, `tls`.
 //! - Test code: `sim/` (the deterministic simulation of the very code above), `sabotage` (its one hook for breaking
 //!   a rule on purpose), `testing` (feature `testing`: a kit for your own integration tests).
@@ -144,6 +155,7 @@
 //! <path>/items/<item>                      persistent, empty                          (one per item of it)
 //! <path>/item-changes/<tag>/{add,remove}/… persistent, empty                          (a large update, staged)
 //! <path>/item-writers/<tag>                ephemeral                                  (its writer's lease)
+//! <path>/item-outcomes/<token>             ephemeral                                  (an update's outcome marker)
 //! ```
 //!
 //! A member's name is its party node's name after the first `-` (kazoo's rule): `<identifier>-<seq>` for this crate's
@@ -231,7 +243,6 @@ mod partitioner;
 mod party;
 mod placement;
 mod policy;
-mod relay;
 #[cfg(any(test, feature = "testing"))]
 mod rng;
 mod sabotage;

@@ -33,8 +33,9 @@ pub(crate) enum Sabotage {
     ApplyingReadAsBase,
     /// A shared set being created reads as its children so far (`create_if_missing` returns part of a set).
     CreatingReadAsCommitted,
-    /// A writer whose reply was lost does not look for its own update: a retried removal reports its items missing,
-    /// a retried `replace_if` a conflict with its own write.
+    /// A writer whose commit's reply was lost does not look for its outcome marker and takes the commit for one that
+    /// did not land: it applies its change again (a retried removal undoes another admin's later addition, a retried
+    /// split reports its own children as existing).
     LostRepliesUnresolved,
     /// A panicked task deletes its nodes in one pass, without retrying a request lost with the connection.
     CleanupOnce,
@@ -46,6 +47,9 @@ pub(crate) enum Sabotage {
     /// Retiring an item leaves its children naming it as their parent: its name used again for a new item becomes
     /// the parent of children already in the set.
     RetireKeepsLinks,
+    /// Retiring an item leaves its checkpoint: its name used again for a new item hands the new item's first owner
+    /// the old item's checkpoint.
+    RetireKeepsCheckpoints,
     /// A change of the target does not clear the remembered "every listed item is in the target": an item that left
     /// the member's share is never revoked, and stays listed after its lock is let go.
     TargetChangeUnseen,
@@ -60,6 +64,63 @@ pub(crate) enum Sabotage {
     /// in the same order reads as a member's own, and it computes from that while the others compute from the
     /// record as it is.
     PlacementDigestOwnersOnly,
+    /// A placement record's inputs name the shared set by its version, not by its items and weights: a version that
+    /// moves nothing (a close, a split whose children wait, a retirement) makes a member that decides after it
+    /// compute again from a record the others hand out as it is.
+    PlacementInputsByVersion,
+    /// A sticky function's fingerprint does not ask it for a placement from a previous assignment: two sticky rules
+    /// that answer the plain probe alike but use the previous assignment differently are not told apart, and the
+    /// members that run them wait for each other's items without a word.
+    FingerprintWithoutPrevious,
+    /// A member on another version of the shared set, or holding another assignment of a sticky function, is
+    /// reported the moment it is seen, as the old members did: every routine change is reported (and published) as
+    /// a disagreement by the members that followed it first.
+    CatchingUpReported,
+    /// Every publication is a transition, as the old core made it: a change of what the snapshot says beside the
+    /// state (a disagreement, the set's version, a closed item) publishes the same `Acquired` again as a new one,
+    /// and a worker that starts work at every `Acquired` runs its items twice.
+    RepublishUnchanged,
+    /// What is known closed outlives the ownership it was learnt under, and known-closed items are not read again:
+    /// an item finished, retired and added again under its name between two versions a member reads, or taken again
+    /// later, shows the old item's closing, and the worker finishes a new item it must process.
+    ClosedOutlivesOwnership,
+}
+
+#[cfg(test)]
+impl Sabotage {
+    /// Every switch but `None`.
+    pub(crate) const ALL: [Sabotage; 25] = [
+        Sabotage::ResumeAbandonsRebalance,
+        Sabotage::UnnoticedSuspensionDuringRelease,
+        Sabotage::AckBeforeRelease,
+        Sabotage::IgnoreSetChanges,
+        Sabotage::OwnStraysKept,
+        Sabotage::HeldWatchOnlyWhenQuiet,
+        Sabotage::IndexOrder,
+        Sabotage::NoSetRecovery,
+        Sabotage::ApplyingReadAsBase,
+        Sabotage::CreatingReadAsCommitted,
+        Sabotage::LostRepliesUnresolved,
+        Sabotage::CleanupOnce,
+        Sabotage::OwnPredecessorWaited,
+        Sabotage::ChildrenReadyEarly,
+        Sabotage::RetireKeepsLinks,
+        Sabotage::RetireKeepsCheckpoints,
+        Sabotage::TargetChangeUnseen,
+        Sabotage::PlacementRecomputed,
+        Sabotage::PlacementChangeIgnored,
+        Sabotage::PlacementDigestOwnersOnly,
+        Sabotage::PlacementInputsByVersion,
+        Sabotage::FingerprintWithoutPrevious,
+        Sabotage::CatchingUpReported,
+        Sabotage::RepublishUnchanged,
+        Sabotage::ClosedOutlivesOwnership,
+    ];
+
+    /// The switch of this name (`SIM_SABOTAGE`).
+    pub(crate) fn named(name: &str) -> Option<Sabotage> {
+        Sabotage::ALL.into_iter().find(|s| format!("{s:?}") == name)
+    }
 }
 
 #[cfg(test)]

@@ -63,7 +63,11 @@ pub struct Snapshot {
     /// The current state.
     pub state: PartitionState,
     /// Counts transitions, starting at 0 (kazoo's `state_id`): two snapshots with the same state but different
-    /// generations are different episodes, e.g. two separate `Acquired` periods.
+    /// generations are different episodes, e.g. two separate `Acquired` periods. A transition is a change of the
+    /// state, of the listed [`items`](Snapshot::items) or their tokens, of [`revoked`](Snapshot::revoked), of
+    /// [`suspended`](Snapshot::suspended), or a [`cause`](Snapshot::cause). The other fields (the members, the set's
+    /// version and change, the disagreements, the load, the closed items) may change within one episode: observers
+    /// are woken, and the generation stays. So the same `Acquired` is never published twice as a new one.
     pub generation: u64,
     /// This member's name in the party: `<identifier>-<10-digit sequence>`, or the identifier itself under
     /// [`Builder::static_membership`](crate::Builder::static_membership).
@@ -108,7 +112,9 @@ pub struct Snapshot {
     /// ([`ItemSet::close`](crate::ItemSet::close), or a split or merge of them), so drain each, then
     /// [`finish_item`](crate::SetPartitioner::finish_item) it. Only with a [shared item set](crate::Builder::shared_item_set)
     /// that has lineage: each member reads its items' lineage after each version of the set and after it lists new
-    /// items, at most once per `time_boundary`, so a close shows here within about `time_boundary`. The rest of the
+    /// items, at most once per `time_boundary`, so a close shows here within about `time_boundary`; an item shows
+    /// closed only under the ownership it was read under (an item taken again, or a name retired and used again for a
+    /// new item, is read again first). The rest of the
     /// set's trees (waiting children, finished items) are read with [`ItemSet::lineage`](crate::ItemSet::lineage) or
     /// [`describe`](crate::describe()).
     pub closed: Arc<[Item]>,
@@ -126,8 +132,15 @@ pub enum DisagreementKind {
     /// Its partition function answers differently (same set).
     PartitionFn,
     /// It follows another version of the shared item set: it has not caught up with a change (or lost its watch).
-    /// Reported once it has been on another version for `time_boundary` after this member followed a change.
+    /// Every member follows a change in its own time, so this is reported only once it has lasted past the time a
+    /// member needs to follow one (2 × `time_boundary` + 2 s), as read again then.
     ItemSetVersion,
+    /// It holds another assignment than this member, under a function that [keeps the
+    /// placement](crate::PartitionFn::keeps_placement): it computed from another placement record, or by another
+    /// rule, so the two may wait for each other's items for good. Reported, like
+    /// [`ItemSetVersion`](DisagreementKind::ItemSetVersion), only once it has lasted past the time a member needs to
+    /// follow a change.
+    Placement,
     /// It announces nothing: a kazoo member (or a build of this crate from before announcements), which computes
     /// kazoo's function ([`KazooStride`](crate::KazooStride)), while this member's function answers differently (a
     /// [`Rendezvous`](crate::Rendezvous), or any weighted function): they would wait for each other's locks. A
@@ -138,6 +151,15 @@ pub enum DisagreementKind {
     /// child whenever its own item list says, whether or not the child's parents have finished. A party whose set
     /// uses lineage must be of this crate's members only.
     Lineage,
+}
+
+impl DisagreementKind {
+    /// Whether a member has this difference for a while after every change, as it follows the change in its own
+    /// time (another version of the shared set, another assignment of a sticky function): reported only once it
+    /// lasts.
+    pub(crate) fn catching_up(self) -> bool {
+        matches!(self, DisagreementKind::ItemSetVersion | DisagreementKind::Placement)
+    }
 }
 
 /// A member of the party whose configuration disagrees with this member's (see [`Snapshot::disagreements`]).
@@ -162,13 +184,16 @@ impl fmt::Display for Disagreement {
             DisagreementKind::ItemSetVersion => "version of the shared item set",
             DisagreementKind::Unannounced => "partition function, or none this crate can check",
             DisagreementKind::Lineage => "kind of set: this one has lineage, which it cannot follow",
+            DisagreementKind::Placement => "assignment (another placement record, or another sticky rule)",
         };
         write!(f, "member {} uses a different {what} ({} here, {} there)", self.member, self.ours, self.theirs)
     }
 }
 
-/// What one transition sets: a publication of the core, in the handles' terms (see `driver::publish`).
+/// What one publication sets: a publication of the core, in the handles' terms (see `driver::publish`).
 pub(crate) struct Transition {
+    /// A new episode (the generation counts it), or an update of the same state's other fields.
+    pub new_episode: bool,
     pub state: PartitionState,
     pub member: Arc<str>,
     pub items: Arc<[Item]>,
@@ -224,6 +249,7 @@ impl Snapshot {
     /// changes.
     pub(crate) fn apply(&mut self, transition: Transition) {
         let Transition {
+            new_episode,
             state,
             member,
             items,
@@ -244,7 +270,9 @@ impl Snapshot {
             self.removed = removed;
         }
         self.state = state;
-        self.generation += 1;
+        if new_episode {
+            self.generation += 1;
+        }
         self.member = member;
         self.items = items;
         self.tokens = tokens;

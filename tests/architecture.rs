@@ -2,7 +2,10 @@
 //! describe the map). Reads `src/` as text; no ZooKeeper needed.
 //!
 //! - no file under `src/` is longer than 800 lines, the decision core's `mod.rs` than 600, the driver's loop than 250;
-//! - no module imports one that imports it (top-level modules, and siblings inside one), test-only code aside;
+//! - no cycle of imports, of any length, among modules (top-level modules, and siblings inside one), test-only code
+//!   aside; every name after `crate::` or `super::` resolves to a module, a re-export or an item of the crate root
+//!   (one that does not is reported: the check could not see a cycle through it), and a fixture shows the check
+//!   finding cycles of two and three modules and an import of nothing;
 //! - kazoo's lock-name rule (`__lock__`) is written once, in `src/layout.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -201,24 +204,32 @@ fn no_file_is_too_long_to_read() {
     assert!(too_long.is_empty(), "split these by concern:\n{}", too_long.join("\n"));
 }
 
-#[test]
-fn no_module_imports_one_that_imports_it() {
-    let loaded = load();
-    let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
-    let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
+/// What the import check found: cycles among modules (each as `a -> b -> a`, of any length) and names after
+/// `crate::` or `super::` that resolve to no module and no re-export of the crate root (the check cannot follow
+/// them, so it must say so rather than skip them).
+#[derive(Debug, Default)]
+struct ImportReport {
+    cycles: Vec<String>,
+    unresolved: Vec<String>,
+}
+
+/// The import graph of `modules` (`raw` is each module's text, test-only code included, to find the modules declared
+/// behind `#[cfg(test)]`): imports between distinct top-level modules, and between siblings inside one, test-only
+/// code aside; then its cycles and what could not be resolved.
+fn check_imports(modules: &[Module], raw: &BTreeMap<String, String>) -> ImportReport {
     let known: BTreeSet<String> = modules.iter().map(|m| m.path.clone()).collect();
-    let test_only = test_only_modules(&modules, &raw);
+    let test_only = test_only_modules(modules, raw);
     let is_test = |path: &str| test_only.iter().any(|t| path == t || path.starts_with(&format!("{t}::")));
+    let root = modules.iter().find(|m| m.path.is_empty()).expect("the crate root");
     // What the crate root re-exports, and from where (`crate::Item` is `item`'s).
     let mut reexports: BTreeMap<String, String> = BTreeMap::new();
-    for path in named_paths(
-        "",
-        &modules.iter().find(|m| m.path.is_empty()).expect("lib.rs").code.replace("pub use ", "pub use crate::"),
-    ) {
+    for path in named_paths("", &root.code.replace("pub use ", "pub use crate::")) {
         if let Some((module, item)) = path.rsplit_once("::") {
             reexports.insert(item.to_owned(), module.to_owned());
         }
     }
+    // What the crate root defines itself (`crate::SOMETHING` with no module in between).
+    let own = root_items(&root.code);
     let resolve = |path: &str| -> Option<String> {
         let mut candidate = path.to_owned();
         loop {
@@ -228,33 +239,165 @@ fn no_module_imports_one_that_imports_it() {
             if let Some(module) = reexports.get(&candidate) {
                 return Some(module.clone());
             }
-            candidate = candidate.rsplit_once("::")?.0.to_owned();
+            match candidate.rsplit_once("::") {
+                Some((parent, _)) => candidate = parent.to_owned(),
+                None => return own.contains(&candidate).then(String::new),
+            }
         }
     };
-    // Imports between distinct top-level modules, and between siblings inside one.
-    let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut report = ImportReport::default();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for module in modules.iter().filter(|m| !m.path.is_empty() && !is_test(&m.path)) {
         for named in named_paths(&module.path, &module.code) {
-            let Some(target) = resolve(&named) else { continue };
+            let Some(target) = resolve(&named) else {
+                report.unresolved.push(format!("{} names `{named}`", module.file.display()));
+                continue;
+            };
             if target.is_empty() || is_test(&target) {
                 continue;
             }
             let (from_top, to_top) = (top(&module.path), top(&target));
             if from_top != to_top {
-                edges.insert((from_top.to_owned(), to_top.to_owned()));
+                edges.entry(from_top.to_owned()).or_default().insert(to_top.to_owned());
             } else if let (Some(a), Some(b)) =
                 (sibling_under(&module.path, &target), sibling_under(&target, &module.path))
             {
-                edges.insert((a, b));
+                edges.entry(a).or_default().insert(b);
             }
         }
     }
-    let circles: Vec<String> = edges
-        .iter()
-        .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
-        .map(|(a, b)| format!("{a} <-> {b}"))
+    report.unresolved.sort();
+    report.unresolved.dedup();
+    report.cycles = cycles(&edges);
+    report
+}
+
+/// The names the crate root's own code defines (functions, types, constants, macros, modules), which
+/// `crate::<name>` may name.
+fn root_items(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in code.lines() {
+        let mut words = line.split_whitespace().skip_while(|w| w.starts_with("pub") || *w == "async" || *w == "unsafe");
+        let (Some(kind), Some(name)) = (words.next(), words.next()) else { continue };
+        if ["fn", "struct", "enum", "const", "static", "type", "trait", "mod", "macro_rules!", "union"].contains(&kind)
+        {
+            let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// Every cycle of the graph, one per strongly connected component of more than one module (Tarjan's algorithm), each
+/// shown as a path through the component from its first module back to it: `a -> b -> c -> a`.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    struct Tarjan<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        components: Vec<Vec<&'a str>>,
+    }
+    impl<'a> Tarjan<'a> {
+        fn visit(&mut self, node: &'a str) {
+            let at = self.index.len();
+            self.index.insert(node, at);
+            self.low.insert(node, at);
+            self.stack.push(node);
+            self.on_stack.insert(node);
+            for next in self.edges.get(node).into_iter().flatten() {
+                let next = next.as_str();
+                if !self.index.contains_key(next) {
+                    self.visit(next);
+                    let low = self.low[node].min(self.low[next]);
+                    self.low.insert(node, low);
+                } else if self.on_stack.contains(next) {
+                    let low = self.low[node].min(self.index[next]);
+                    self.low.insert(node, low);
+                }
+            }
+            if self.low[node] == self.index[node] {
+                let mut component = Vec::new();
+                while let Some(top) = self.stack.pop() {
+                    self.on_stack.remove(top);
+                    component.push(top);
+                    if top == node {
+                        break;
+                    }
+                }
+                self.components.push(component);
+            }
+        }
+    }
+    let mut tarjan = Tarjan {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        components: Vec::new(),
+    };
+    for node in edges.keys() {
+        if !tarjan.index.contains_key(node.as_str()) {
+            tarjan.visit(node);
+        }
+    }
+    let mut found: Vec<String> = tarjan
+        .components
+        .into_iter()
+        .filter(|component| component.len() > 1)
+        .map(|component| {
+            let members: BTreeSet<&str> = component.into_iter().collect();
+            cycle_through(edges, &members).join(" -> ")
+        })
         .collect();
-    assert!(circles.is_empty(), "modules importing each other:\n{}", circles.join("\n"));
+    found.sort();
+    found
+}
+
+/// A shortest cycle from the first of `members` (a strongly connected component) back to it, inside the component.
+fn cycle_through<'a>(edges: &'a BTreeMap<String, BTreeSet<String>>, members: &BTreeSet<&'a str>) -> Vec<&'a str> {
+    let start = *members.first().expect("a component has members");
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(node) = queue.pop_front() {
+        for next in edges.get(node).into_iter().flatten().map(String::as_str) {
+            if !members.contains(next) {
+                continue;
+            }
+            if next == start {
+                let mut path = vec![node];
+                let mut at = node;
+                while at != start {
+                    at = came_from[at];
+                    path.push(at);
+                }
+                path.reverse();
+                path.push(start);
+                return path;
+            }
+            if next != start && !came_from.contains_key(next) {
+                came_from.insert(next, node);
+                queue.push_back(next);
+            }
+        }
+    }
+    unreachable!("a strongly connected component of several modules has a cycle through each")
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it() {
+    let loaded = load();
+    let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
+    let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
+    let report = check_imports(&modules, &raw);
+    assert!(
+        report.unresolved.is_empty(),
+        "imports the check cannot resolve (it would not see a cycle through them):\n{}",
+        report.unresolved.join("\n")
+    );
+    assert!(report.cycles.is_empty(), "modules importing each other:\n{}", report.cycles.join("\n"));
 }
 
 fn top(path: &str) -> &str {
@@ -299,4 +442,48 @@ fn the_checks_see_what_they_should() {
     assert!(!code.contains("crate::x") && code.contains("fn b"), "{code}");
     let loaded = load();
     assert!(loaded.iter().any(|(m, _)| m.path == "decision::locks"), "the module paths are read");
+}
+
+/// Modules made of text, as [`load`] makes them of files: `(module path, source)`, the crate root's path being ``.
+fn fixture(sources: &[(&str, &str)]) -> (Vec<Module>, BTreeMap<String, String>) {
+    let modules = sources
+        .iter()
+        .map(|(path, text)| Module {
+            file: PathBuf::from(format!("{}.rs", if path.is_empty() { "lib" } else { path })),
+            path: (*path).to_owned(),
+            lines: text.lines().count(),
+            code: library_code(text),
+        })
+        .collect();
+    let raw = sources.iter().map(|(path, text)| ((*path).to_owned(), (*text).to_owned())).collect();
+    (modules, raw)
+}
+
+#[test]
+fn the_import_check_reports_cycles_of_any_length_and_what_it_cannot_resolve() {
+    // given: a -> b -> c -> a through a re-export of the root, a two-module cycle e <-> f, a cycle between two
+    // siblings inside x, an import of nothing, and a cycle through test-only code (which does not count)
+    let (modules, raw) = fixture(&[
+        (
+            "",
+            "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\nmod f;\nmod x;\n#[cfg(test)]\nmod t;\npub use a::Thing;\npub fn helper() {}\n",
+        ),
+        ("a", "use crate::b::Bee;\npub struct Thing;\n#[cfg(test)]\nuse crate::t::Probe;\n"),
+        ("b", "use super::c::{self, Cee};\npub struct Bee;\n"),
+        ("c", "use crate::Thing;\npub struct Cee;\n"),
+        ("d", "use crate::{helper, nowhere::Gone};\n"),
+        ("e", "use crate::f::F;\npub struct E;\n"),
+        ("f", "use crate::e::E;\npub struct F;\n"),
+        ("x", "mod p;\nmod q;\n"),
+        ("x::p", "use super::q::Q;\npub struct P;\n"),
+        ("x::q", "use crate::x::p::P;\npub struct Q;\n"),
+        ("t", "use crate::a::Thing;\npub struct Probe;\n"),
+    ]);
+
+    // when
+    let report = check_imports(&modules, &raw);
+
+    // then
+    assert_eq!(report.cycles, ["a -> b -> c -> a", "e -> f -> e", "x::p -> x::q -> x::p"], "{report:?}");
+    assert_eq!(report.unresolved, ["d.rs names `nowhere::Gone`"], "{report:?}");
 }

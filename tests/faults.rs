@@ -16,14 +16,19 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::counting::op::{MULTI, MULTI_READ};
 use common::faults::{
-    Churn, FreezingProxy, Opts, PATH, SafetyChecker, member_at, member_behind_proxy, nodes_owned_by, party_nodes,
-    recorded_states, server_of, wait_converged, wait_task_stopped,
+    Churn, Claim, FreezingProxy, Opts, PATH, SafetyChecker, member_at, member_behind_proxy, nodes_owned_by,
+    party_nodes, recorded_states, server_of, wait_converged, wait_task_stopped,
 };
 use common::members::{Member, Recorder, TIME_BOUNDARY, auto_release, build_member, ints, items_of, wait_snapshot};
-use common::{Ctx, Ensemble, OwnedServer, connect, expire, namespace, timing, wait_for, wait_session_state};
+use common::{
+    Ctx, Ensemble, OwnedServer, connect, expire, namespace, timing, wait_for, wait_session_state, wait_until,
+};
 use zk_partitioner::zookeeper_client::SessionState;
 use zk_partitioner::{Error, PartitionState, Rebalance, SessionPolicy};
 
@@ -96,6 +101,66 @@ async fn safety_checker_reports_claims_backed_by_another_session() {
         "{:#?}",
         checks.violations
     );
+}
+
+/// The checker checks that no item is held by two on every sample, whether or not ZooKeeper answers, and counts what
+/// it checked inside a fault window apart: with its observer's connection silent (every read of the locks fails), a
+/// member seen from outside (`watch_claims`) that claims an item a real member holds is reported at once.
+#[tokio::test]
+async fn safety_checker_finds_an_item_held_by_two_while_zookeeper_is_silent() {
+    // given: a member holding both items, and a checker whose observer goes through a proxy that can go silent
+    let ctx = Ctx::new().await;
+    let items = ints(2);
+    let m0 = ctx.member("0", items.clone()).await;
+    let _worker = auto_release(&m0.partitioner);
+    wait_converged("one member", &ctx.observer, &[&m0], &items, acquire_deadline()).await;
+    let proxy = FreezingProxy::start(ctx.addr).await;
+    let observer = connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(20)).await;
+    let checker = SafetyChecker::start(observer, &items, &[&m0]);
+    let impostor = Arc::new(AtomicBool::new(false));
+    let claims = impostor.clone();
+    checker.watch_claims(move || {
+        claims.load(Ordering::SeqCst).then(|| {
+            let claim = Claim {
+                member: "impostor".to_string(),
+                state: PartitionState::Acquired,
+                suspended: false,
+                party: None,
+                items: vec!["0".to_string()],
+                session: 1,
+            };
+            (1, claim)
+        })
+    });
+    let observed = &checker;
+    wait_until("claims checked against the locks", timing(Duration::from_secs(5)), || async {
+        observed.checks().claims_checked > 0
+    })
+    .await;
+
+    // when: the observer's connection goes silent (a fault), until a read of the locks has failed; then the impostor
+    // claims item 0, which m0 holds
+    proxy.freeze();
+    let window = checker.fault();
+    let unreadable = checker.checks().unreadable;
+    wait_until("a read of the locks to fail", timing(Duration::from_secs(10)), || async {
+        observed.checks().unreadable > unreadable
+    })
+    .await;
+    impostor.store(true, Ordering::SeqCst);
+    wait_until("the item held by two to be reported", timing(Duration::from_secs(5)), || async {
+        !observed.checks().violations.is_empty()
+    })
+    .await;
+    let during = window.close();
+    proxy.thaw();
+
+    // then: reported from the claims alone, inside the window, while the locks could not be read
+    let checks = checker.stop().await;
+    assert!(!checks.violations.is_empty());
+    assert!(checks.violations.iter().all(|v| v.contains("0 claimed by both")), "{:#?}", checks.violations);
+    assert!(during.unreadable > 0 && during.exclusive_samples > 0 && during.exclusive_claims > 0, "{during:?}");
+    assert_eq!(checks.fault_windows, 1);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -356,22 +421,28 @@ async fn short_cut_while_contending_leaves_one_contender_and_gets_the_lock_after
 }
 
 /// kazoo parity (policy.rs): a suspension while ALLOCATING moves to RELEASE, so the worker learns that the connection
-/// is gone. Here the connection goes silent while the member is between two `select!`s of its allocation: its first
-/// read of `<path>/locks` waits for an answer that never comes, until the client declares the connection lost.
+/// is gone. Here the connection goes silent at the allocation's read of the lock directories (the proxy freezes as
+/// that request comes, so the server never answers it): the member waits between two `select!`s of its allocation,
+/// until the client declares the connection lost.
 #[tokio::test]
 async fn suspension_during_an_allocation_read_moves_to_release() {
     // given: m0 (time_boundary 1 s; 4 s session, so its client gives up on a silent connection after 1.6 s) behind a
-    // proxy that can go silent
+    // proxy that goes silent as the allocation sends its read of the lock directories (a read `multi` of
+    // `<path>/locks/...`)
     let ctx = Ctx::new().await;
     let proxy = FreezingProxy::start(ctx.addr).await;
+    proxy.freeze_at(MULTI_READ, format!("{PATH}/locks/").as_bytes());
     let opts = Opts { session: Duration::from_secs(4), time_boundary: Duration::from_secs(1), ..Opts::default() };
     let m0 = member_at(&format!("{}{}", proxy.endpoint(), ctx.namespace), "0", &ints(3), &opts).await;
     let session = m0.session();
 
-    // when: halfway through the quiet period the network goes silent; the quiet period ends (the allocation sends
-    // its first read), then the client notices (about 1.6 s after it last heard from the server)
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    proxy.freeze();
+    // when: the quiet period ends and the allocation sends its read, into the silence
+    wait_until("the allocation's read to reach the proxy", timing(Duration::from_secs(10)), || async {
+        !proxy.freeze_pending()
+    })
+    .await;
+    let at_freeze = m0.partitioner.snapshot();
+    assert_eq!(at_freeze.state, PartitionState::Allocating, "the silence fell mid-allocation: {at_freeze:?}");
     let mut watcher = m0.client.state_watcher();
     wait_session_state(&mut watcher, SessionState::Disconnected, timing(Duration::from_secs(5)), "m0 to notice").await;
     let noticed = Instant::now();
@@ -391,31 +462,53 @@ async fn suspension_during_an_allocation_read_moves_to_release() {
     assert_eq!(m0.session(), session);
 }
 
-/// Cuts the connection at several moments of a 300-item allocation (creates, listings and their replies in flight),
-/// with the worker releasing during the outage: replies lost with the connection must not leave contender nodes
-/// behind (kazoo #732/#760: an orphaned contender blocks its item for as long as the session lives).
+/// Cuts the connection at chosen requests of a 300-item allocation, each time right after the request reached the
+/// server and before its reply came back (the proxy cuts as the request comes): the lock directories' creation, the
+/// contenders' creation (applied, the member not told), the listing of the directories. The worker releases during
+/// the outage. Replies lost with the connection must not leave contender nodes behind (kazoo #732/#760: an orphaned
+/// contender blocks its item for as long as the session lives).
 #[tokio::test]
 async fn cuts_during_a_large_allocation_leave_no_orphaned_contender() {
-    // given
+    // given: m0 behind a proxy armed for the first allocation's first request on the lock directories
     let ctx = Ctx::new().await;
     let items = ints(300);
-    let (m0, proxy) =
-        member_behind_proxy(ctx.addr, &ctx.namespace, "0", &items, &Opts::session(Duration::from_secs(4))).await;
+    let proxy = common::Proxy::start(ctx.addr).await;
+    let locks = format!("{PATH}/locks/");
+    // (request type, what its bytes contain, what it is)
+    let moments: [(i32, &[u8], &str); 3] = [
+        (MULTI, locks.as_bytes(), "the lock directories' creation"),
+        (MULTI, b"__lock__", "the contenders' creation"),
+        (MULTI_READ, locks.as_bytes(), "the listing of the lock directories"),
+    ];
+    proxy.cut_after_containing(moments[0].0, moments[0].1);
+    let opts = Opts::session(Duration::from_secs(4));
+    let m0 = member_at(&format!("{}{}", proxy.endpoint(), ctx.namespace), "0", &items, &opts).await;
     let _worker = auto_release(&m0.partitioner);
     let session = m0.session();
-    for delay in [0, 5, 20, 60] {
-        // when: the allocation starts (time_boundary after entering ALLOCATING), and `delay` ms later the
-        // connection is cut for 300 ms
-        tokio::time::sleep(TIME_BOUNDARY + Duration::from_millis(delay)).await;
-        proxy.cut_for(Duration::from_millis(300)).await;
+    for (round, (opcode, needle, what)) in moments.into_iter().enumerate() {
+        if round > 0 {
+            // (the first is armed before m0 exists)
+            proxy.cut_after_containing(opcode, needle);
+        }
+        // when: the allocation sends that request; the proxy cuts before its reply, for 300 ms
+        wait_until(&format!("the cut at {what}"), timing(Duration::from_secs(10)), || async {
+            proxy.is_cut() && !proxy.reply_loss_pending()
+        })
+        .await;
+        let at_cut = m0.partitioner.snapshot();
+        assert_ne!(at_cut.state, PartitionState::Acquired, "the cut at {what} fell mid-allocation: {at_cut:?}");
+        let held = nodes_owned_by(&ctx.observer, &items, session).await.len().saturating_sub(1); // its party node aside
+        tokio::time::sleep(Duration::from_millis(300)).await; // the outage's length
+        proxy.heal();
+        eprintln!("[faults] cut at {what}: {held} lock nodes of m0's session then");
 
         // then: ACQUIRED with everything, and exactly one node of its session per item
-        wait_converged(&format!("cut at +{delay} ms"), &ctx.observer, &[&m0], &items, acquire_deadline()).await;
+        wait_converged(&format!("cut at {what}"), &ctx.observer, &[&m0], &items, acquire_deadline()).await;
         assert_eq!(m0.session(), session, "the session survived the cut");
         let nodes = m0.client.list_ephemerals(&format!("{PATH}/locks")).await.expect("list ephemerals");
         let dirs: std::collections::BTreeSet<&str> =
             nodes.iter().filter_map(|node| node.rsplit_once('/').map(|(dir, _)| dir)).collect();
-        assert_eq!((nodes.len(), dirs.len()), (items.len(), items.len()), "cut at +{delay} ms: {} nodes", nodes.len());
+        assert_eq!((nodes.len(), dirs.len()), (items.len(), items.len()), "cut at {what}: {} nodes", nodes.len());
         // and again, from a fresh allocation
         m0.partitioner.release_set().await.expect("release_set");
     }
@@ -494,20 +587,25 @@ async fn server_restart_keeps_long_sessions_and_fails_members_whose_session_ran_
 
 #[tokio::test]
 async fn ensemble_failover_keeps_every_item_owned_exactly_once() {
-    // given: three members on the full connect string, with sessions long enough to outlive every failover: one
-    // with kazoo's policies, one SessionAware (a stall shorter than its session must move none of its items), one
-    // Incremental
+    // given: three members, with sessions long enough to outlive every failover: one with kazoo's policies, one
+    // SessionAware (a stall shorter than its session must move none of its items), one Incremental. The last two are
+    // on the full connect string; the first on the two followers' only, so that a follower always has a member to
+    // lose when it stops (on the full string all three can land on the leader, and the follower's stop then proves
+    // nothing).
     common::init_tracing();
     let ensemble = Ensemble::launch().await;
     let ns = namespace(&ensemble).await;
     let connect_string = format!("{}{ns}", ensemble.connect_string());
     let servers: Vec<_> = ensemble.ids().map(|id| (id, ensemble.addr(id))).collect();
+    let first_leader = ensemble.leader().await;
+    let followers_only = ensemble.ids().filter(|id| *id != first_leader).map(|id| ensemble.endpoint(id));
+    let followers_only = format!("{}{ns}", followers_only.collect::<Vec<_>>().join(","));
     let items = ints(9);
     let opts = Opts::session(Duration::from_secs(8));
     let session_aware = Opts { session_policy: SessionPolicy::SessionAware, ..opts.clone() };
     let incremental = Opts { rebalance: Rebalance::Incremental, ..opts.clone() };
     let members = [
-        member_at(&connect_string, "0", &items, &opts).await,
+        member_at(&followers_only, "0", &items, &opts).await,
         member_at(&connect_string, "1", &items, &session_aware).await,
         member_at(&connect_string, "2", &items, &incremental).await,
     ];
@@ -531,12 +629,14 @@ async fn ensemble_failover_keeps_every_item_owned_exactly_once() {
     };
     let live_without = |gone: usize| servers.iter().copied().filter(|(id, _)| *id != gone).collect::<Vec<_>>();
 
-    // when: a follower stops: one with members if there is one
+    // when: a follower stops: the one with the most members (member 0 is on one of the two)
     let leader = ensemble.leader().await;
     let on = connected_to(servers.clone()).await;
     let followers: Vec<usize> = ensemble.ids().filter(|id| *id != leader).collect();
     let follower = followers.iter().copied().max_by_key(|id| on.iter().filter(|s| *s == id).count()).expect("two");
     let moved: Vec<usize> = (0..members.len()).filter(|i| on[*i] == follower).collect();
+    assert_eq!(leader, first_leader, "no election before the first fault");
+    assert!(!moved.is_empty(), "no member on follower {follower} (members on servers {on:?}, leader {leader})");
     let generations = generations_of(&members);
     ensemble.stop(follower).await;
     // then: its members leave ACQUIRED, move to another server and re-acquire; the others are undisturbed

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,9 +42,14 @@ struct Log {
     problems: Vec<String>,
 }
 
+/// The items the test holds back: a worker drains such an item and then waits until the test lets it go before it
+/// finishes it, so that a fault can be placed while the chain is under way.
+type Gate = tokio::sync::watch::Receiver<BTreeSet<Item>>;
+
 /// A user's worker loop: on every new ownership, reads the item's parents' final checkpoints (each must be there);
-/// a closed item is drained for [`DRAIN`], then finished with its final checkpoint, `final:<item>`.
-fn worker(member: &Member, set: ItemSet, log: Arc<Mutex<Log>>) -> AbortOnDrop {
+/// a closed item is drained for [`DRAIN`] (and for as long as the `gate` holds it back), then finished with its final
+/// checkpoint, `final:<item>`.
+fn worker(member: &Member, set: ItemSet, log: Arc<Mutex<Log>>, mut gate: Gate) -> AbortOnDrop {
     let partitioner = member.partitioner.clone();
     let me = partitioner.snapshot().member.to_string();
     AbortOnDrop(tokio::spawn(async move {
@@ -76,6 +81,9 @@ fn worker(member: &Member, set: ItemSet, log: Arc<Mutex<Log>>) -> AbortOnDrop {
                         continue;
                     }
                     tokio::time::sleep(DRAIN).await;
+                    if gate.wait_for(|held| !held.contains(item)).await.is_err() {
+                        return;
+                    }
                     let Ok(writer) = partitioner.checkpoint_writer(item) else { continue };
                     match writer.finish_item(Some(format!("final:{item}").as_bytes())).await {
                         Ok(_) => log.lock().unwrap().finished.push((item.clone(), me.clone(), Instant::now())),
@@ -102,11 +110,12 @@ async fn start_worker(
     name: &str,
     ctx: &Ctx,
     log: &Arc<Mutex<Log>>,
+    gate: &Gate,
 ) -> Worker {
     let member = shared_member(client, name).await;
     let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
     let release = auto_release(&member.partitioner);
-    let work = worker(&member, set, log.clone());
+    let work = worker(&member, set, log.clone(), gate.clone());
     Worker { member, _release: release, _work: work }
 }
 
@@ -127,23 +136,39 @@ async fn three_generations_are_processed_in_order_while_members_join_crash_and_e
     assert_eq!(lineage.roots().cloned().collect::<Vec<_>>(), items(&["root"]));
 
     let log = Arc::new(Mutex::new(Log::default()));
+    // Only root may finish until the faults have landed: the chain is then under way for sure when they do.
+    let (hold, gate) = tokio::sync::watch::channel(items(&["g1a", "g2a"]).into_iter().collect::<BTreeSet<Item>>());
     let session = Duration::from_secs(4);
     let (proxy_a, proxy_b) = (Proxy::start(ctx.addr).await, Proxy::start(ctx.addr).await);
     let client_a = connect(&format!("{}{}", proxy_a.endpoint(), ctx.namespace), session).await;
     let client_b = connect(&format!("{}{}", proxy_b.endpoint(), ctx.namespace), session).await;
-    let a = start_worker(client_a.clone(), "worker-a", &ctx, &log).await;
-    let b = start_worker(client_b, "worker-b", &ctx, &log).await;
+    let a = start_worker(client_a.clone(), "worker-a", &ctx, &log, &gate).await;
+    let b = start_worker(client_b, "worker-b", &ctx, &log, &gate).await;
 
-    // Once root is finished, a third member joins; then a's session expires and b crashes (its connection cut for
-    // good, its session left to expire), while the chain goes on.
-    wait_until("root finished", timing(Duration::from_secs(20)), || async {
-        log.lock().unwrap().finished.iter().any(|(i, _, _)| *i == item("root"))
+    // Once root is finished and its child g1a taken, a third member joins; then a's session expires and b crashes
+    // (its connection cut for good, its session left to expire), while the chain is under way: g1a, closed, drained
+    // and held back, not finished.
+    wait_until("root finished and g1a taken", timing(Duration::from_secs(20)), || async {
+        let log = log.lock().unwrap();
+        log.finished.iter().any(|(i, _, _)| *i == item("root"))
+            && log.acquired.iter().any(|(i, _, _)| *i == item("g1a"))
     })
     .await;
-    let c = start_worker(ctx.client().await, "worker-c", &ctx, &log).await;
+    let c = start_worker(ctx.client().await, "worker-c", &ctx, &log, &gate).await;
+    let holder = [&a, &b, &c]
+        .iter()
+        .find(|w| w.member.partitioner.snapshot().items.contains(&item("g1a")))
+        .map(|w| w.member.partitioner.member());
     expire(&client_a, &proxy_a).await;
     proxy_b.cut();
-    let d = start_worker(ctx.client().await, "worker-d", &ctx, &log).await;
+    let lineage = admin.lineage().await.expect("lineage");
+    assert!(lineage.is_finished(&item("root")), "{:?}", lineage.get(&item("root")));
+    assert!(!lineage.is_finished(&item("g1a")), "the faults landed mid-chain: {:?}", lineage.get(&item("g1a")));
+    assert_eq!(lineage.get(&item("g3")).map(|l| &l.status), Some(&LineageStatus::Waiting { on: items(&["g2a"]) }));
+    eprintln!("[lineage] the faults landed with root finished and g1a not, held by {holder:?}");
+    b.member.wait_state(PartitionState::Failure, timing(Duration::from_secs(15))).await;
+    let d = start_worker(ctx.client().await, "worker-d", &ctx, &log, &gate).await;
+    hold.send_replace(BTreeSet::new());
 
     let leaves = items(&["g1b", "g2b", "g3"]);
     let mut final_set = plain.clone();

@@ -8,9 +8,11 @@ use std::time::Duration;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use common::faults::nodes_owned_by;
 use common::members::{auto_release, ints, wait_snapshot};
-use common::{Ctx, connect, session_listed, timing, wait_for, wait_until};
+use common::{Ctx, connect, session_listed, timing, wait_for, wait_session_state, wait_until};
 use zk_partitioner::testing::FreezingProxy;
+use zk_partitioner::zookeeper_client::SessionState;
 use zk_partitioner::{Error, Item, KazooStride, PartitionFn, PartitionState, SetPartitioner};
 
 const PATH: &str = "/partitioner";
@@ -59,16 +61,19 @@ async fn a_panic_in_the_task_fails_the_member_and_cleans_up() {
 
 /// A panic while the connection is silent: the clean-up's requests are lost with the connection, and are sent again
 /// once it is back (the clean-up once made one pass and gave up, leaving lock nodes nobody processes, and so items
-/// nobody else could take, for as long as a handle existed). Then the task lets go of the session: with no clone
-/// left, it closes, while the handle still exists.
+/// nobody else could take, for as long as the session lived). The test holds a clone of the member's client, so the
+/// session outlives the whole wait: the nodes must go while it still lives, which only a clean-up that sends its
+/// lost requests again does (a session that closes or expires would delete them whatever the clean-up did). Then,
+/// the test's clone dropped, the session closes while the handle still exists: the task let go of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_while_the_connection_is_silent_still_frees_every_item() {
     // given: a member behind a proxy that can go silent, holding both items; its partition function is kazoo's, but
-    // its second real call stalls, then panics in a way that unwinds the task
+    // its second real call stalls, then panics in a way that unwinds the task. The test keeps a clone of its client.
     let ctx = Ctx::new().await;
     let proxy = FreezingProxy::start(ctx.addr).await;
     let client = connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(10)).await;
     let session = client.session_id();
+    let keeper = client.clone();
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let second_call_panics = move |me: &str, members: &[String], items: &[Item]| -> Vec<Item> {
@@ -87,24 +92,42 @@ async fn a_panic_while_the_connection_is_silent_still_frees_every_item() {
         .await
         .expect("build");
     wait_snapshot(&doomed, "ACQUIRED", timing(Duration::from_secs(10)), |s| *s.items == *items).await;
+    assert_eq!(nodes_owned_by(&ctx.observer, &items, session.0).await.len(), 3, "a party node and two locks");
 
-    // when: another member joins (the second call), and the connection goes silent while the function stalls, past
-    // the client's read timeout (2/5 of the session), so the clean-up's first requests are lost; then the connection
-    // answers again, well within the session timeout
+    // when: another member joins (the second call), and the connection goes silent while the function stalls; the
+    // clean-up's first requests go into the silence, and are lost when the client gives the connection up (its read
+    // timeout, 2/5 of the session); then the connection answers again, well within the session timeout
     let other = ctx.member("other", items.clone()).await;
     let _worker = auto_release(&other.partitioner);
     wait_until("the second call", timing(Duration::from_secs(10)), || async { calls.load(Ordering::SeqCst) >= 2 })
         .await;
     proxy.freeze();
     wait_snapshot(&doomed, "FAILURE", timing(Duration::from_secs(10)), |s| s.state == PartitionState::Failure).await;
-    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let mut watcher = keeper.state_watcher();
+    let what = "the client to give the silent connection up";
+    wait_session_state(&mut watcher, SessionState::Disconnected, timing(Duration::from_secs(10)), what).await;
     proxy.thaw();
 
-    // then: the other member takes every item, the failed one leaves the party and its session closes, all while
-    // its handle is still held
+    // then: the failed member's nodes go while its session still lives (the clean-up sent its requests again), and
+    // the other member takes every item
+    wait_for("the failed member's nodes to go", timing(Duration::from_secs(10)), || async {
+        let left = nodes_owned_by(&ctx.observer, &items, session.0).await;
+        if left.is_empty() { Ok(()) } else { Err(format!("still there: {left:?}")) }
+    })
+    .await;
+    assert!(
+        session_listed(ctx.addr, session).await.expect("dump"),
+        "the session must outlive the clean-up, or its end could have deleted the nodes"
+    );
+    assert!(!keeper.state_watcher().peek_state().is_terminated(), "{}", keeper.state_watcher().peek_state());
     other.wait_items(&items, timing(Duration::from_secs(15))).await;
     assert_eq!(party_nodes(&ctx).await.len(), 1, "only the other member is left");
-    wait_until("the failed member's session to close", timing(Duration::from_secs(10)), || async {
+
+    // and: with the test's clone gone, the session closes, all while the failed member's handle is still held
+    drop((keeper, watcher));
+    // Closed at once when the close request goes through; on a loaded machine it may not, and the session then
+    // expires after its 10 s timeout: either way only if nothing holds the client any more.
+    wait_until("the failed member's session to end", timing(Duration::from_secs(20)), || async {
         session_listed(ctx.addr, session).await.is_ok_and(|listed| !listed)
     })
     .await;

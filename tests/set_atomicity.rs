@@ -18,6 +18,8 @@ use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, PartitionState};
 const PATH: &str = "/partitioner";
 /// ZooKeeper's request type of a write `multi`.
 const MULTI: i32 = 14;
+/// ZooKeeper's request type of an `exists`.
+const EXISTS: i32 = 3;
 /// The admins' session timeout (an abandoned update waits for its writer's lease, so for this, to be recovered).
 const ADMIN_SESSION: Duration = Duration::from_secs(4);
 
@@ -188,12 +190,23 @@ async fn two_admins_racing_a_large_removal_both_land_whole() {
         async move { first.remove(removed).await }
     });
     writer_stopped(&ctx, &proxy, PATH, "staging").await;
-    let second = ItemSet::new(ctx.client().await, PATH).expect("set");
+    // The adder, through a proxy that sees its requests: it finds the removal under way and watches the remover's
+    // lease (an `exists` on `<path>/item-writers/<tag>`), then waits.
+    let (adder, adder_proxy) = admin_behind_proxy(&ctx).await;
+    let lease_watched = adder_proxy.watch_for(EXISTS, format!("{PATH}/item-writers/").as_bytes());
+    let second = ItemSet::new(adder.clone(), PATH).expect("set");
     let add = tokio::spawn({
         let added = added.clone();
         async move { second.add([added]).await }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until("the adder to watch the remover's lease", timing(Duration::from_secs(10)), || async {
+        lease_watched.count() > 0
+    })
+    .await;
+    // (a round trip on the adder's session after its `exists`: the answer, the lease alive, has reached it)
+    adder.sync(PATH).await.expect("sync");
+    assert!(proxy.is_cut(), "the remover is still stopped, its lease alive");
+    assert!(header(&ctx.observer, PATH).await.contains("state=staging"), "the removal is still staged");
     assert!(!add.is_finished(), "the adder waits while the remover's lease lives");
     proxy.heal();
     let remove = remove.await.expect("task").expect("the removal lands whole");

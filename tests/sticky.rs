@@ -296,3 +296,69 @@ async fn eager_members_keep_the_placement_when_the_writer_expires() {
 async fn incremental_members_keep_the_placement_when_the_writer_expires() {
     the_writer_expires(Rebalance::Incremental).await;
 }
+
+/// A sticky rule that moves every item at every call from a previous assignment (to the next member): the protocol
+/// must not depend on the rule being a fixed point, since it hands a record written for its very inputs out as it is.
+struct Rotating;
+
+impl zk_partitioner::PartitionFn for Rotating {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        let at = members.iter().position(|m| m == me).unwrap_or(usize::MAX);
+        items.iter().enumerate().filter(|(i, _)| i % members.len() == at).map(|(_, item)| item.clone()).collect()
+    }
+    fn keeps_placement(&self) -> bool {
+        true
+    }
+    fn placement(&self, input: &zk_partitioner::Weighted<'_>) -> Option<Vec<usize>> {
+        let m = input.members.len();
+        let fresh = |i: usize| i % m;
+        Some(match input.previous {
+            Some(previous) => previous.iter().enumerate().map(|(i, p)| p.map_or(fresh(i), |o| (o + 1) % m)).collect(),
+            None => (0..input.items.len()).map(fresh).collect(),
+        })
+    }
+}
+
+async fn rotating_member(ctx: &Ctx, name: &str) -> Worker {
+    let member = build_member(ctx.client().await, name, &[], |b| {
+        b.shared_item_set(true)
+            .static_membership(true)
+            .rebalance(Rebalance::Incremental)
+            .partition_func(Rotating)
+            .time_boundary(Duration::from_millis(400))
+    })
+    .await;
+    let worker_loop = auto_release(&member.partitioner);
+    Worker { member, _loop: worker_loop }
+}
+
+/// The scenario: the party records its placement; a version that moves nothing lands (a close); then a
+/// member decides again on the same items (a static member's restart, which is no party change). It must hand out the
+/// record as the others keep it. Before, the record's inputs named the set's version: the restarted member computed
+/// again from the record (here: every item to the next member), held another assignment than the others, and waited
+/// for their items for good, with nobody reporting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_moves_nothing_leaves_a_restarted_member_on_the_recorded_placement() {
+    let ctx = Ctx::new().await;
+    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    set.create_if_missing((0..9).map(Item::from)).await.expect("create");
+    let s0 = rotating_member(&ctx, "s0").await;
+    let s1 = rotating_member(&ctx, "s1").await;
+    let s2 = rotating_member(&ctx, "s2").await;
+    let before = settled(&ctx, &[&s0, &s1, &s2], &set).await;
+
+    let closed = set.close([Item::from(0)]).await.expect("close");
+    wait_until("every member follows the version of the close", timing(Duration::from_secs(10)), || async {
+        [&s0, &s1, &s2].iter().all(|w| w.member.partitioner.snapshot().set_version == Some(closed.version))
+    })
+    .await;
+    s1.member.partitioner.finish().await;
+    drop(s1);
+    let s1 = rotating_member(&ctx, "s1").await;
+
+    let after = settled(&ctx, &[&s0, &s1, &s2], &set).await;
+    assert_eq!(after, before, "the restarted member holds what the record says, as everyone else");
+    for w in [&s0, &s1, &s2] {
+        assert!(w.member.partitioner.snapshot().disagreements.is_empty());
+    }
+}

@@ -184,19 +184,25 @@ async fn item_set_names_the_new_item_of_the_other_kind() {
     assert!(String::from_utf8_lossy(&shown.stdout).contains("version 1: 2 items: a,b"), "{shown:?}");
 }
 
-#[tokio::test]
-async fn worker_and_inspect_print_a_session_alike() {
-    // given: a worker that has joined
-    let ctx = Ctx::new().await;
-    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+/// A worker process on `connect`, path `/p`, items `a,b`, printing JSON lines: the child and its stdout's lines.
+fn spawn_worker(connect: &str) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
     let mut worker = Command::new(example("worker"))
-        .args(["--connect", &connect, "--path", "/p", "--items", "a,b", "--time-boundary", "0.2", "--json"])
+        .args(["--connect", connect, "--path", "/p", "--items", "a,b", "--time-boundary", "0.2", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn the worker");
-    let mut lines = BufReader::new(worker.stdout.take().expect("stdout")).lines();
+    let lines = BufReader::new(worker.stdout.take().expect("stdout")).lines();
+    (worker, lines)
+}
+
+#[tokio::test]
+async fn worker_and_inspect_print_a_session_alike() {
+    // given: a worker that has joined
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let (mut worker, mut lines) = spawn_worker(&connect);
     let line = tokio::time::timeout(timing(Duration::from_secs(20)), lines.next_line()).await;
     let line: Value = serde_json::from_str(&line.expect("a line in time").expect("stdout").expect("a line")).unwrap();
     // when: inspect lists the party, as a table and as JSON
@@ -431,5 +437,61 @@ async fn split_drain_finish_and_show_the_trees() {
     let (_, json, _) = output("inspect", &["--connect", &connect, "--path", "/p", "--shared-set", "--json"]).await;
     let doc: Value = serde_json::from_str(&json).expect("JSON");
     assert_eq!(doc["lineage"]["items"]["s1"]["status"], "finished", "{doc}");
+    worker.start_kill().expect("kill the worker");
+}
+
+/// The TCP sockets of process `pid`, from outside it: `(state, local port, remote port)` of each socket that one of
+/// its file descriptors holds, read from `/proc` (state `0A` is LISTEN, `01` ESTABLISHED).
+fn tcp_sockets_of(pid: u32) -> Vec<(String, u16, u16)> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the process's descriptors")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(target.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let port = |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap_or(""), 16).unwrap_or(0);
+    let mut sockets = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 9 && inodes.contains(fields[9]) {
+                sockets.push((fields[3].to_string(), port(fields[1]), port(fields[2])));
+            }
+        }
+    }
+    sockets
+}
+
+#[tokio::test]
+async fn a_worker_process_opens_no_port() {
+    // given: a worker process that has joined and acquired its items, on a connect string of one server
+    let ctx = Ctx::new().await;
+    let server_port: u16 = ctx.endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).expect("the server's port");
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let (mut worker, mut lines) = spawn_worker(&connect);
+    let pid = worker.id().expect("the worker's pid");
+    let acquired = async {
+        while let Some(line) = lines.next_line().await.expect("stdout") {
+            if line.contains("\"ACQUIRED\"") {
+                return;
+            }
+        }
+        panic!("the worker ended before ACQUIRED");
+    };
+    tokio::time::timeout(timing(Duration::from_secs(20)), acquired).await.expect("ACQUIRED in time");
+
+    // when: its sockets are read from outside the process
+    let sockets = tcp_sockets_of(pid);
+
+    // then: it holds its connection to the server itself, and listens on no port
+    assert!(
+        sockets.iter().any(|(state, _, remote)| state == "01" && *remote == server_port),
+        "the worker's own connection to the server on port {server_port} is among its sockets: {sockets:?}"
+    );
+    let listening: Vec<_> = sockets.iter().filter(|(state, _, _)| state == "0A").collect();
+    assert!(listening.is_empty(), "the worker listens on {listening:?}");
     worker.start_kill().expect("kill the worker");
 }

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::placement::record::content_digest;
 use crate::{Item, Weight, Weights};
 
 /// Items by index, and the set in force.
@@ -35,6 +36,8 @@ pub(super) struct Catalogue {
     /// The weights of `sorted` (named by the shared set; the others weigh 1): what a weighted partition function
     /// reads.
     weights: Weights,
+    /// The digest of `sorted` and `weights` ([`content_digest`]): what names the set in a placement record's inputs.
+    content: u64,
 }
 
 /// Whether an item in both sets (sorted, with their weights) weighs differently, or the dimensions differ: one walk
@@ -79,7 +82,9 @@ impl Catalogue {
         let count = items.len();
         let (set, in_set) = ((0..count).collect(), vec![true; count]);
         let weights = Weights::of(&items, &named);
+        let content = content_digest(&items, &weights);
         Catalogue {
+            content,
             sorted: items.as_slice().into(),
             items,
             index,
@@ -130,6 +135,12 @@ impl Catalogue {
         self.version
     }
 
+    /// The digest of the set in force and its weights: the same on every member that holds the same items and
+    /// weights, whatever version each read them at.
+    pub fn content(&self) -> u64 {
+        self.content
+    }
+
     /// How many changes were applied.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -150,6 +161,7 @@ impl Catalogue {
         let reweighed = reweighed((&self.sorted, &self.weights), (&items, &weights));
         if items[..] == self.sorted[..] {
             if reweighed {
+                self.content = content_digest(&items, &weights);
                 self.weights = weights;
                 self.generation += 1;
             }
@@ -187,6 +199,7 @@ impl Catalogue {
             }
         }
         self.generation += 1;
+        self.content = content_digest(&items, &weights);
         self.weights = weights;
         self.sorted = items.into();
         self.set = set;

@@ -1,19 +1,24 @@
 //! Which of our listed items are closed (their source produces nothing new: drain them, then finish them). Closing
 //! an item, or splitting or merging it, is a version of the shared set that changes no item, so the set read does not
 //! tell: a member of a set with lineage reads its listed items' lineage nodes, after each version it reads and after
-//! it lists new items, at most once per `time_boundary` (a burst of versions is one read, not one per version). A
-//! closed item stays closed while it is in the set, so only items not yet known closed are read again.
+//! it lists new items, at most once per `time_boundary` (a burst of versions is one read, not one per version).
+//!
+//! What is known closed belongs to one ownership of one item: it is kept with the lock's fencing token, and every
+//! listed item is read again, the known-closed ones too. An item stays closed while it is in the set, but a member may
+//! not see every version: between two that it reads, the item may have been finished, retired, and added again under
+//! its name, a new item that is not closed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::{Core, Op, Pending, Reason, ReqError, ReqId};
+use crate::sabotage::{Sabotage, breaks};
 
 /// What we know of our items' closing, and the read that keeps it current.
 #[derive(Debug, Default)]
 pub(super) struct Closed {
-    /// Items we hold that are known closed.
-    pub items: BTreeSet<usize>,
+    /// Items we hold that are known closed, each with the fencing token of the lock it was found closed under.
+    pub items: BTreeMap<usize, i64>,
     /// Something may have closed one of our items since the last read.
     due: bool,
     read: Option<ReqId>,
@@ -35,13 +40,17 @@ impl Core {
         due.then(|| self.closed.sent_at.map_or(self.now, |at| at + self.cfg.time_boundary))
     }
 
-    /// Reads the lineage of the listed items not known closed, once due.
+    /// Reads the lineage of the listed items, once due.
     pub(super) fn read_closed_if_due(&mut self) {
         if self.closed_read_due().is_none_or(|at| at > self.now) || !self.may_send() {
             return;
         }
         self.closed.due = false;
-        let items: Vec<usize> = self.shown.listed.difference(&self.closed.items).copied().collect();
+        let items: Vec<usize> = if breaks(Sabotage::ClosedOutlivesOwnership) {
+            self.shown.listed.iter().filter(|item| !self.closed.items.contains_key(item)).copied().collect()
+        } else {
+            self.shown.listed.iter().copied().collect()
+        };
         if !items.is_empty() {
             self.closed.sent_at = Some(self.now);
             self.closed.read = Some(self.request(Op::ReadClosed(items.clone()), Pending::Closed(items)));
@@ -52,15 +61,17 @@ impl Core {
         self.closed.read = None;
         match result {
             Ok(closed) => {
-                let held = &self.locks.held;
-                let newly: Vec<usize> = items
-                    .into_iter()
-                    .zip(closed)
-                    .filter(|&(item, closed)| closed && held.contains(&item))
-                    .map(|(item, _)| item)
-                    .collect();
-                if !newly.is_empty() {
-                    self.closed.items.extend(newly);
+                let mut changed = false;
+                for (item, closed) in items.into_iter().zip(closed) {
+                    let token = self.locks.entries.get(&item).map(|lock| lock.token);
+                    match token.filter(|_| closed && self.locks.held.contains(&item)) {
+                        Some(token) => changed |= self.closed.items.insert(item, token) != Some(token),
+                        // Not closed: if it was known closed, the name is another item's now.
+                        None if !closed => changed |= self.closed.items.remove(&item).is_some(),
+                        None => {}
+                    }
+                }
+                if changed {
                     self.republish(Reason::ItemsClosed);
                 }
             }
@@ -70,11 +81,17 @@ impl Core {
         }
     }
 
-    /// The listed items known closed, as a publication shows them; forgets items no longer held or no longer in the
-    /// set (an item added again later is another item).
+    /// The listed items known closed, as a publication shows them; forgets items no longer held under the lock they
+    /// were found closed under, or no longer in the set (an item added again later is another item).
     pub(super) fn closed_among(&mut self, listed: &BTreeSet<usize>) -> BTreeSet<usize> {
-        let (held, catalogue) = (&self.locks.held, &self.catalogue);
-        self.closed.items.retain(|&item| held.contains(&item) && catalogue.contains(item));
-        self.closed.items.intersection(listed).copied().collect()
+        let (locks, catalogue) = (&self.locks, &self.catalogue);
+        let same_ownership = |item: &usize, token: &i64| {
+            breaks(Sabotage::ClosedOutlivesOwnership)
+                || locks.entries.get(item).is_some_and(|lock| lock.token == *token)
+        };
+        self.closed.items.retain(|item, token| {
+            locks.held.contains(item) && catalogue.contains(*item) && same_ownership(item, token)
+        });
+        self.closed.items.keys().filter(|item| listed.contains(item)).copied().collect()
     }
 }

@@ -84,6 +84,8 @@ mod closed;
 mod congestion;
 mod debounce;
 mod ending;
+#[cfg(test)]
+mod inspect;
 mod locks;
 mod party;
 mod placement;
@@ -227,8 +229,16 @@ pub(crate) struct Core {
     /// The children of `<path>/party` as last read (member nodes and others).
     party_nodes: Vec<String>,
     /// What each party node announces, by node name, once read (`None`: nothing this crate understands, e.g. a
-    /// kazoo member). A node's data changes only when its member follows another version of the shared set.
-    announcements: BTreeMap<String, Option<Agreement>>,
+    /// kazoo member), and when it was read. A node's data changes only when its member follows another version of
+    /// the shared set, or (a sticky function) takes another assignment.
+    announcements: BTreeMap<String, party::Announcement>,
+    /// Members announcing a difference a member has while it follows a change (another version of the shared set,
+    /// another assignment): by node, the write that announced it (its zxid), and since when we have seen it differ
+    /// from ours. Reported once a read made `catch_up` after that still shows it.
+    catching_up: BTreeMap<String, (i64, Instant)>,
+    /// When our own announcement last changed: a read of another's from before it compared theirs with a line we no
+    /// longer announce, so it reports nothing until read again.
+    announced_at: Instant,
     /// An announcement read in flight.
     announcements_read: Option<ReqId>,
 
@@ -305,6 +315,8 @@ impl Core {
             disagreements: Arc::from([]),
             party_nodes: Vec::new(),
             announcements: BTreeMap::new(),
+            catching_up: BTreeMap::new(),
+            announced_at: now,
             announcements_read: None,
             set_recovery: None,
             unfinished: None,
@@ -321,6 +333,7 @@ impl Core {
             shown: Shown {
                 state: PartitionState::Allocating,
                 listed: BTreeSet::new(),
+                tokens: Vec::new(),
                 revoked: BTreeSet::new(),
                 suspended: false,
                 members: Arc::from([]),
@@ -552,43 +565,6 @@ impl Core {
         if may_send && self.party_fresh && !self.capacities_known() {
             self.read_announcements(false);
         }
-    }
-
-    /// The items published as processable.
-    #[cfg(test)]
-    pub fn listed(&self) -> &BTreeSet<usize> {
-        &self.shown.listed
-    }
-
-    /// Our node for an item we hold.
-    #[cfg(test)]
-    pub fn held_node(&self, item: usize) -> Option<&str> {
-        self.locks.held.contains(&item).then(|| self.locks.entries.get(&item)?.node.as_deref()).flatten()
-    }
-
-    #[cfg(test)]
-    pub fn state(&self) -> PartitionState {
-        self.shown.state
-    }
-
-    #[cfg(test)]
-    pub fn me(&self) -> &str {
-        &self.me
-    }
-
-    /// When we last found the lock of a listed item held (the checker's bound for a deleted held node).
-    #[cfg(test)]
-    pub fn held_at(&self, item: usize) -> Option<Instant> {
-        self.locks.held.contains(&item).then(|| self.locks.entries.get(&item).map(|lock| lock.held_at)).flatten()
-    }
-
-    /// The version and items of the shared set the assignment in force follows.
-    #[cfg(test)]
-    pub fn followed(&self) -> Option<(u64, Vec<Item>)> {
-        let version = self.set_in_force.version?;
-        let mut items: Vec<Item> = self.assigned_set.iter().map(|&index| self.catalogue.item(index).clone()).collect();
-        items.sort();
-        Some((version, items))
     }
 }
 

@@ -2,9 +2,9 @@
 //! reveal), stray nodes of our own, the quiet period's early work ([`PartitionFn::prepare`](crate::PartitionFn))
 //! and the share the partition function gives us.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::timers::Timer;
 use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError};
@@ -14,6 +14,15 @@ use crate::partition_fn::guarded;
 use crate::placement::record::Record;
 use crate::sabotage::{Sabotage, breaks};
 use crate::{Disagreement, Load, Weighted};
+
+/// A member's announcement as read: what it says, the zxid of the write that said it, and when we read it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Announcement {
+    /// `None`: nothing this crate understands (a kazoo member).
+    pub agreement: Option<Agreement>,
+    pub written: i64,
+    pub read_at: Instant,
+}
 
 /// A whole assignment, as a function that keeps the placement computed it.
 type Placed = Arc<Record>;
@@ -46,6 +55,7 @@ impl Core {
         self.target_outdated = false;
         self.locks.want_is_target = false;
         self.note_set_in_force();
+        self.announce();
         Ok(())
     }
 
@@ -173,15 +183,24 @@ impl Core {
         }
     }
 
-    pub(super) fn on_announcements(&mut self, nodes: Vec<String>, result: Result<Vec<Option<Vec<u8>>>, ReqError>) {
+    pub(super) fn on_announcements(
+        &mut self,
+        nodes: Vec<String>,
+        result: Result<Vec<Option<super::protocol::NodeData>>, ReqError>,
+    ) {
         self.announcements_read = None;
         self.read_announcements_if_due();
         match result {
             Ok(data) => {
                 for (node, data) in nodes.into_iter().zip(data) {
                     match data {
-                        Some(data) if self.party_nodes.contains(&node) => {
-                            self.announcements.insert(node, Agreement::from_node_data(&data));
+                        Some((data, written)) if self.party_nodes.contains(&node) => {
+                            let read = Announcement {
+                                agreement: Agreement::from_node_data(&data),
+                                written,
+                                read_at: self.now,
+                            };
+                            self.announcements.insert(node, read);
                         }
                         _ => {
                             self.announcements.remove(&node);
@@ -190,12 +209,10 @@ impl Core {
                 }
                 self.note_agreements();
             }
-            // Read again at the next party change, or when due; while a member is reported on another version of
-            // the shared set, due again a `time_boundary` from now, so that a lost read does not leave the report
-            // standing after it has caught up.
+            // Read again at the next party change, or when due; while a member is reported catching up, due again
+            // a `time_boundary` from now, so that a lost read does not leave the report standing after it caught up.
             Err(ReqError::Transient | ReqError::NoNode) => {
-                let lagging = self.disagreements.iter().any(|d| d.kind == crate::DisagreementKind::ItemSetVersion);
-                if lagging && !self.timers.is_armed(Timer::Announcements) {
+                if !self.catching_up.is_empty() && !self.timers.is_armed(Timer::Announcements) {
                     self.timers.set(Timer::Announcements, Some(self.now + self.cfg.time_boundary));
                 }
             }
@@ -203,34 +220,75 @@ impl Core {
         }
     }
 
+    /// How long a member may announce another version of the shared set, or another assignment, before that is a
+    /// disagreement: the time it needs to follow a change (its quiet period, its worker's release, the allocation)
+    /// with room to spare. Shorter, and every routine change would be reported; it is a report, not a decision.
+    pub(super) fn catch_up(&self) -> Duration {
+        self.cfg.time_boundary * 2 + Duration::from_secs(2)
+    }
+
     /// Compares every member's announcement with ours, and publishes at once when the disagreements change (they
-    /// explain an allocation that would otherwise stall silently). While a member announces another version of the
-    /// shared set, the announcements are read again every `time_boundary`, so the report ends once it catches up.
+    /// explain an allocation that would otherwise stall silently). A difference a member has while it follows a
+    /// change (another version of the shared set, another assignment) is reported only once an announcement read
+    /// [`catch_up`](Core::catch_up) after we first saw it, and after our own announcement last changed, still shows
+    /// it; meanwhile the announcements are read again when that time comes (at once for a read older than our own
+    /// change, and every `time_boundary` while a report stands), so that a report ends once the member catches up.
     pub(super) fn note_agreements(&mut self) {
         let ours = self.cfg.agreement;
-        let found: Arc<[Disagreement]> = self
-            .announcements
-            .iter()
-            .filter_map(|(node, theirs)| Some((layout::member_name(node)?, *theirs)))
-            .filter(|(member, _)| **member != *self.me)
-            .filter_map(|(member, theirs)| {
-                // A member that announces nothing computes kazoo's function (a kazoo member) or says nothing about
-                // its own (an older build): it agrees only if ours answers as kazoo's does.
-                let (kind, theirs) = match theirs {
-                    Some(theirs) => (ours.compare(&theirs)?, theirs.to_string()),
-                    None if self.lineage => {
-                        (crate::DisagreementKind::Lineage, "nothing (a kazoo member? it knows no lineage)".to_owned())
-                    }
-                    None if self.cfg.kazoo_compatible => return None,
-                    None => (crate::DisagreementKind::Unannounced, "nothing (a kazoo member?)".to_owned()),
+        let (now, catch_up) = (self.now, self.catch_up());
+        let mut catching_up = BTreeMap::new();
+        let mut found = Vec::new();
+        for (node, Announcement { agreement: theirs, written, read_at }) in &self.announcements {
+            let Some(member) = layout::member_name(node) else { continue };
+            if *member == *self.me {
+                continue;
+            }
+            // A member that announces nothing computes kazoo's function (a kazoo member) or says nothing about its
+            // own (an older build): it agrees only if ours answers as kazoo's does.
+            let (kind, theirs) = match theirs {
+                Some(theirs) => match ours.compare(theirs) {
+                    Some(kind) => (kind, theirs.to_string()),
+                    None => continue,
+                },
+                None if self.lineage => {
+                    (crate::DisagreementKind::Lineage, "nothing (a kazoo member? it knows no lineage)".to_owned())
+                }
+                None if self.cfg.kazoo_compatible => continue,
+                None => (crate::DisagreementKind::Unannounced, "nothing (a kazoo member?)".to_owned()),
+            };
+            if kind.catching_up() && !breaks(Sabotage::CatchingUpReported) {
+                // Since we first saw this very write of theirs differ from ours (a node written again, even back to
+                // an earlier line, is another difference).
+                let since = match self.catching_up.get(node) {
+                    Some((seen, since)) if seen == written => *since,
+                    _ => now,
                 };
-                Some(Disagreement { member: member.to_owned(), kind, ours: ours.to_string(), theirs })
-            })
-            .collect();
-        let lagging = found.iter().any(|d| d.kind == crate::DisagreementKind::ItemSetVersion);
-        if lagging && !self.timers.is_armed(Timer::Announcements) {
-            self.timers.set(Timer::Announcements, Some(self.now + self.cfg.time_boundary));
+                catching_up.insert(node.clone(), (*written, since));
+                // Read before our own announcement changed: they may have moved as we did (read again first).
+                if *read_at < since + catch_up || *read_at < self.announced_at {
+                    continue;
+                }
+            }
+            let disagreement = Disagreement { member: member.to_owned(), kind, ours: ours.to_string(), theirs };
+            found.push(disagreement);
         }
+        self.catching_up = catching_up;
+        // The next read: once the earliest difference has lasted `catch_up` (read then, it is reported if it still
+        // shows), or a `time_boundary` from now while one is reported (so that the report ends once it catches up).
+        let reported = found.iter().any(|d| d.kind.catching_up());
+        let due = self
+            .catching_up
+            .values()
+            .map(|(_, since)| (*since + catch_up).max(now))
+            .filter(|&at| at > now || self.announcements.values().any(|read| read.read_at < self.announced_at))
+            .min()
+            .or(reported.then(|| now + self.cfg.time_boundary));
+        if let Some(at) = due
+            && self.timers.get(Timer::Announcements).is_none_or(|armed| armed > at)
+        {
+            self.timers.set(Timer::Announcements, Some(at));
+        }
+        let found: Arc<[Disagreement]> = found.into();
         if found != self.disagreements {
             self.disagreements = found;
             self.republish(Reason::Disagreement);
@@ -274,7 +332,7 @@ impl Core {
                     return Some(self.cfg.agreement.capacity);
                 }
                 let node = nodes.get(member.as_str())?;
-                Some(self.announcements.get(*node)?.map_or(1, |theirs| theirs.capacity))
+                Some(self.announcements.get(*node)?.agreement.map_or(1, |theirs| theirs.capacity))
             })
             .collect()
     }

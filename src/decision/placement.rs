@@ -177,6 +177,11 @@ impl Core {
         self.placement.computed = computed.map(|record| (record, from));
     }
 
+    /// The digest of our latest assignment, for the announcement (`None` unless the function keeps the placement).
+    pub(super) fn placement_digest(&self) -> Option<u64> {
+        self.placement.computed.as_ref().map(|(computed, _)| computed.digest)
+    }
+
     /// Our latest assignment's owners.
     #[cfg(test)]
     pub(super) fn placement_owners(&self) -> Option<Vec<u32>> {
@@ -189,16 +194,16 @@ impl Core {
         self.placement.computed.as_ref().map(|(computed, _)| computed.inputs)
     }
 
-    /// What an assignment was computed from ([`inputs_digest`]). The set's version is the catalogue's, not our
-    /// announcement's: that follows a new version only once the assignment is taken, so members deciding on the same
-    /// version would name different inputs.
+    /// What an assignment was computed from ([`inputs_digest`]): the set by its content (the catalogue's items and
+    /// weights), not by the shared set's version, so that members holding the same items and weights under different
+    /// versions name the same inputs.
     fn inputs_digest(&self, input: &Weighted<'_>) -> u64 {
-        let fixed = match self.cfg.agreement.set {
-            crate::agreement::SetSource::Fixed(digest) => Some(digest),
-            crate::agreement::SetSource::Shared(_) => None,
+        let content = match breaks(Sabotage::PlacementInputsByVersion) {
+            // The old identity: the set named by its version, which a change that moves nothing relabels.
+            true => self.catalogue.content() ^ self.catalogue.version().unwrap_or_default(),
+            false => self.catalogue.content(),
         };
-        let (version, function) = (self.catalogue.version(), self.cfg.agreement.function);
-        inputs_digest(version, fixed, function, input.members, input.capacities, input.items.len())
+        inputs_digest(content, self.cfg.agreement.function, input.members, input.capacities)
     }
 
     /// The party's first member writes its assignment as the record once it holds its share, every member agrees

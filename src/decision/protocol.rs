@@ -188,6 +188,10 @@ pub(crate) struct PartyRead {
     pub children: Vec<String>,
 }
 
+/// A node's data, and the zxid of its last write (`mzxid`): a node written again, even with the same data, is another
+/// write.
+pub(crate) type NodeData = (Vec<u8>, i64);
+
 /// One lock directory as listed: its children, and our node's creation zxid (0 if not read).
 pub(crate) type DirListing = Result<(Vec<String>, i64), Failed>;
 
@@ -195,8 +199,8 @@ pub(crate) type DirListing = Result<(Vec<String>, i64), Failed>;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Reply {
     Party(Result<PartyRead, Failed>),
-    /// Each node's data, in request order (`None`: the node is gone).
-    Announcements(Result<Vec<Option<Vec<u8>>>, Failed>),
+    /// Each node's data and the zxid of its last write, in request order (`None`: the node is gone).
+    Announcements(Result<Vec<Option<NodeData>>, Failed>),
     Announced(Result<(), Failed>),
     StraysDeleted(Result<(), Failed>),
     /// Our new party node's name.
@@ -258,6 +262,11 @@ pub(crate) enum Action {
 /// A snapshot to publish (the driver adds the generation).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Publication {
+    /// A transition: the state, the listed items or their tokens, the revoked items, the suspension or the cause
+    /// changed since the last publication (the snapshot's generation counts these). Otherwise only what the
+    /// snapshot says beside them changed (the party the assignment follows, the set's version and change, the
+    /// disagreements, the load, the closed items): the same state is not published again as a new one.
+    pub transition: bool,
     pub state: PartitionState,
     pub member: Arc<str>,
     /// Listed items with their fencing tokens, in item order (not index order: indexes of items added to a shared

@@ -60,7 +60,7 @@ impl Core {
                     // assignment in force is the new version's as it is. Follow it and say so, so that a member that
                     // starts at that version agrees with us.
                     self.set_in_force.version = self.catalogue.version();
-                    self.announce_set_version();
+                    self.announce();
                     // Shown ACQUIRED: shown again, at the new version. In any other state the next publication
                     // carries it.
                     if self.shown.state == crate::PartitionState::Acquired {
@@ -119,21 +119,24 @@ impl Core {
         let version = self.catalogue.version();
         self.set_in_force =
             SetInForce { generation, version, added: change.added.into(), removed: change.removed.into() };
-        self.announce_set_version();
     }
 
-    /// Announces the version of the shared set the assignment in force follows, if it is new.
-    fn announce_set_version(&mut self) {
-        if let Some(version) = self.set_in_force.version
-            && self.cfg.agreement.set != crate::agreement::SetSource::Shared(Some(version))
-        {
-            self.cfg.agreement.set = crate::agreement::SetSource::Shared(Some(version));
+    /// Announces what the assignment in force follows, if it changed: the version of the shared set, and (a function
+    /// that keeps the placement) the assignment's digest. Members compare announcements; ours changes whenever we
+    /// follow a change, and theirs when they do.
+    pub(super) fn announce(&mut self) {
+        let mut next = self.cfg.agreement;
+        if let Some(version) = self.set_in_force.version {
+            next.set = crate::agreement::SetSource::Shared(Some(version));
+        }
+        next.placement = self.placement_digest();
+        if next != self.cfg.agreement {
+            self.cfg.agreement = next;
+            self.announced_at = self.now;
             let data = self.cfg.agreement.node_data(&self.cfg.identifier);
             self.request(Op::Announce(data), Pending::Announce);
-            // Our disagreements are against our own announcement: compare again, and read the others' once they
-            // should have followed too.
+            // Our disagreements are against our own announcement: compare again (the others follow in their time).
             self.note_agreements();
-            self.timers.set(Timer::Announcements, Some(self.now + self.cfg.time_boundary));
         }
     }
 

@@ -679,3 +679,31 @@ fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_
 mod placement;
 mod read_cost;
 mod shared_set;
+
+/// A party node of ours beside our member node (a join whose reply was lost landed late, beside the node of the join
+/// that followed) would be a member nobody is, its share never taken: it is deleted at the party read that shows it.
+/// With the switch `OwnStraysKept`, nothing is asked.
+#[test]
+fn a_stray_party_node_of_ours_is_deleted() {
+    for sabotage in [Sabotage::None, Sabotage::OwnStraysKept] {
+        crate::sabotage::set(sabotage);
+        let mut s = Script::new(config(4, Rebalance::Eager, SessionPolicy::Standard, None));
+        let (id, _) = s.request("party read", |op| *op == Op::ReadParty);
+        let stray = node_of("a-0000000007");
+        let children = vec![node_of("a-0000000000"), stray.clone(), node_of("b-0000000001")];
+        s.send(Event::Reply(id, Reply::Party(Ok(PartyRead { children }))));
+        let asked: Vec<Vec<String>> = s
+            .seen
+            .iter()
+            .filter_map(|a| match a {
+                Action::Request(_, Op::DeleteStrayNodes(nodes)) => Some(nodes.clone()),
+                _ => None,
+            })
+            .collect();
+        crate::sabotage::set(Sabotage::None);
+        match sabotage {
+            Sabotage::None => assert_eq!(asked, [vec![stray]]),
+            _ => assert!(asked.is_empty(), "{asked:?}"),
+        }
+    }
+}

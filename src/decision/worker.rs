@@ -22,6 +22,8 @@ pub(super) enum Owed {
 pub(super) struct Shown {
     pub(super) state: PartitionState,
     pub(super) listed: BTreeSet<usize>,
+    /// The fencing token of each listed item, in the order of `listed`.
+    pub(super) tokens: Vec<i64>,
     pub(super) revoked: BTreeSet<usize>,
     pub(super) suspended: bool,
     /// The party the assignment in force was computed from.
@@ -98,7 +100,10 @@ impl Core {
         self.show(shown.state, shown.listed, shown.revoked, shown.suspended, None, reason);
     }
 
-    /// The single place where the published state changes.
+    /// The single place where the published state changes. A publication is a transition only when the state, the
+    /// listed items or their tokens, the revoked items, the suspension or the cause change; when only what the snapshot
+    /// says beside them changed, it is an update of the same state (a worker that starts work at every `Acquired`
+    /// must not see the same `Acquired` twice), and when nothing changed, nothing is published.
     pub(super) fn show(
         &mut self,
         state: PartitionState,
@@ -117,10 +122,12 @@ impl Core {
             self.items_may_have_closed();
         }
         let closed = self.closed_among(&listed);
+        let tokens = listed.iter().map(|item| self.locks.entries.get(item).map_or(0, |lock| lock.token)).collect();
         let shown = Shown {
             state,
             closed,
             listed,
+            tokens,
             revoked,
             suspended,
             members: self.members.clone(),
@@ -131,6 +138,16 @@ impl Core {
         if shown == self.shown && cause.is_none() {
             return;
         }
+        let transition = cause.is_some()
+            || breaks(Sabotage::RepublishUnchanged)
+            || (shown.state, &shown.listed, &shown.tokens, &shown.revoked, shown.suspended)
+                != (
+                    self.shown.state,
+                    &self.shown.listed,
+                    &self.shown.tokens,
+                    &self.shown.revoked,
+                    self.shown.suspended,
+                );
         // In item order, not index order: a handle finds an item in the snapshot by binary search.
         let listed = self.catalogue.in_item_order(shown.listed.iter().copied());
         let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
@@ -143,6 +160,7 @@ impl Core {
             .map(|item| self.locks.entries.get(item).and_then(|lock| lock.node.clone()).unwrap_or_default())
             .collect();
         self.actions.push_back(Action::Publish(Box::new(Publication {
+            transition,
             state,
             member: self.me.clone(),
             items,

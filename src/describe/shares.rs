@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{ItemInfo, MemberInfo, OutsideShare, item_of_name};
-use crate::agreement::{Agreement, set_digest};
+use crate::agreement::Agreement;
 use crate::partition_fn::guarded;
-use crate::placement::record::{Record, digest, inputs_digest};
+use crate::placement::record::{Record, content_digest, digest, inputs_digest};
 use crate::{Error, Item, Load, PartitionFn, Weight, Weighted, Weights};
 
 /// Each member's share, by name: positions in the set, ascending.
@@ -150,13 +150,12 @@ impl Inputs {
         shares
     }
 
-    /// The digest of the inputs the members give the function ([`inputs_digest`]) over this set: a `shared` set at
-    /// its version, else the `fixed` set as the members were given it.
+    /// The digest of the inputs the members give the function ([`inputs_digest`]) over this set (a `shared` set at
+    /// its version, else the `fixed` set as the members were given it): the set by its items and weights.
     pub(super) fn digest(&self, partition_fn: &dyn PartitionFn, shared: Option<u64>, fixed: Option<&[Item]>) -> u64 {
         let agreement =
             Agreement::new(fixed, shared, partition_fn, fixed.and_then(<[Item]>::first).or(self.set.first()));
-        let fixed = fixed.map(set_digest);
-        inputs_digest(shared, fixed, agreement.function, &self.names, &self.capacities, self.set.len())
+        inputs_digest(content_digest(&self.set, &self.weights), agreement.function, &self.names, &self.capacities)
     }
 
     /// The load of member `name` carrying the items at `positions` in the set.

@@ -47,7 +47,8 @@ impl Publisher {
         self.metrics.started(core.set_len());
     }
 
-    /// Publishes `p`: bumps the generation and wakes every observer.
+    /// Publishes `p` and wakes every observer: a transition bumps the generation (and counts in the metrics); an
+    /// update of the same state changes what the snapshot says beside it, under the same generation.
     pub fn publish(&mut self, core: &Core, p: Publication, now: Instant) {
         let indexes: Vec<usize> = p.items.iter().map(|&(i, _)| i).collect();
         let items = core.items_of(&indexes);
@@ -59,10 +60,12 @@ impl Publisher {
         if let Some(Error::SessionLost { state }) = &cause {
             self.metrics.session(*state);
         }
-        let before = self.sender.borrow().state;
-        let revoked_before = self.sender.borrow().revoked.clone();
-        let after = (p.state, p.reason, items.len(), &revoked[..]);
-        self.metrics.published((before, &revoked_before), after, core.set_len(), now);
+        if p.transition {
+            let before = self.sender.borrow().state;
+            let revoked_before = self.sender.borrow().revoked.clone();
+            let after = (p.state, p.reason, items.len(), &revoked[..]);
+            self.metrics.published((before, &revoked_before), after, core.set_len(), now);
+        }
         if let Some(load) = &p.load {
             self.metrics.load(load);
         }
@@ -75,6 +78,7 @@ impl Publisher {
             }
         });
         let transition = Transition {
+            new_episode: p.transition,
             state: p.state,
             member: p.member,
             items,
@@ -123,6 +127,10 @@ fn log(before: &Snapshot, transition: &Transition, reason: &str) {
             removed = set.removed.len(),
             "following a new version of the shared item set"
         );
+    }
+    if !transition.new_episode {
+        tracing::debug!(state = %transition.state, generation = before.generation, reason, "snapshot updated");
+        return;
     }
     tracing::info!(
         from = %before.state,

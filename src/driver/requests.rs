@@ -177,7 +177,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 Ok(results) => Ok(results
                     .into_iter()
                     .map(|result| match result {
-                        ReadResult::Data(data, _) => Some(data),
+                        ReadResult::Data(data, stat) => Some((data, stat.mzxid)),
                         _ => None,
                     })
                     .collect()),

@@ -24,13 +24,13 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         // The change tags of our attempts: each attempt stages under a fresh one (a tag is never used twice, so a
         // late clean-up of one attempt cannot touch the next).
         let mut own = Vec::new();
+        // Our creation landed (its reply came, or its outcome marker says so): whatever the set is by the time it is
+        // read, we created it.
+        let mut created = false;
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             match self.view(&zk).await? {
-                SetView::Committed(committed) => {
-                    let created = committed.header.landed(&token);
-                    return Ok((SharedItems::of(*committed), created));
-                }
+                SetView::Committed(committed) => return Ok((SharedItems::of(*committed), created)),
                 SetView::Unreadable(reason) => {
                     return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
                 }
@@ -42,7 +42,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     let tag = layout::token(zk.random());
                     own.push(tag.clone());
                     match self.create(&zk, &items, &token, &tag).await {
-                        Ok(()) | Err(Retry::Moved | Retry::Unknown) => {}
+                        Ok(()) => created = true,
+                        Err(Ok(Retry::Moved | Retry::Unknown | Retry::Lost)) => {}
+                        Err(Err(err)) => return Err(err),
                     }
                 }
             }
@@ -53,19 +55,20 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// Writes the first version of the set (`None` from [`layout::interpret`] before): one `multi` if it fits, else
     /// under a `creating` header and our lease (`tag`), committed by the header's write to `ready`. The header's node
     /// is created, or written over at its version if an undone creation left it `absent`.
-    async fn create(&self, zk: &Z, items: &[Item], token: &str, tag: &str) -> Result<(), Retry> {
-        if retry_transient(zk, || zk.mkdir(&self.paths.base, &self.acls)).await.is_err() {
-            return Err(Retry::Unknown);
+    async fn create(&self, zk: &Z, items: &[Item], token: &str, tag: &str) -> Result<(), Result<Retry, Error>> {
+        // The partition path, and the outcome markers' parent beneath it (so that the commit does not fail on it).
+        if retry_transient(zk, || zk.mkdir(&self.paths.outcomes, &self.acls)).await.is_err() {
+            return Err(Ok(Retry::Unknown));
         }
         let Ok(read) = retry_transient(zk, || read_raw(zk, &self.paths, None)).await else {
-            return Err(Retry::Unknown);
+            return Err(Ok(Retry::Unknown));
         };
         let absent_at = match &read.header {
             None => None,
             Some((data, version)) => match Header::parse(data) {
                 Ok(header) if header.state == State::Absent => Some(*version),
                 // Someone else's set, or their creation: read again.
-                _ => return Err(Retry::Moved),
+                _ => return Err(Ok(Retry::Moved)),
             },
         };
         let kind = Kind::of(items);
@@ -84,10 +87,10 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         if fits_one_request(&self.paths, self.chunk, &names, &[]) {
             let mut ops = vec![self.header_write(ready_text.as_bytes(), absent_at)];
             ops.extend(created.iter().map(|path| self.create_op(path)));
-            return self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
+            return self.commit_marked(zk, &ops, token).await.map_err(|e| Ok(e.unwrap_or(Retry::Unknown)));
         }
         if retry_transient(zk, || zk.mkdir(&self.paths.writers, &self.acls)).await.is_err() {
-            return Err(Retry::Unknown);
+            return Err(Ok(Retry::Unknown));
         }
         let creating = Header {
             kind,
@@ -107,8 +110,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         // A lost reply: the next read finds our `creating` header (ours, so undone at once) or nothing.
         let creating_version = absent_at.map_or(0, |version| version + 1);
         let outcome = match self.commit(zk, &ops).await {
-            Ok(()) => self.create_under_lease(zk, &created, &ready_text, creating_version).await,
-            Err(err) => Err(err.unwrap_or(Retry::Unknown)),
+            Ok(()) => self.create_under_lease(zk, &created, &ready_text, creating_version, token).await,
+            Err(err) => Err(Ok(err.unwrap_or(Retry::Unknown))),
         };
         // Whatever happened, our lease goes before we return (see `write_large`).
         self.release_lease(zk, tag).await;
@@ -131,7 +134,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         created: &[String],
         ready_text: &str,
         version: i32,
-    ) -> Result<(), Retry> {
+        token: &str,
+    ) -> Result<(), Result<Retry, Error>> {
         let mut done: BTreeSet<String> = BTreeSet::new();
         for _ in 0..MAX_ATTEMPTS {
             let todo: Vec<String> = created.iter().filter(|path| !done.contains(*path)).cloned().collect();
@@ -141,24 +145,24 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 ops.extend(chunk.iter().map(|path| self.create_op(path)));
                 match zk.multi_write(&ops).await {
                     Ok(_) => done.extend(chunk.iter().cloned()),
-                    Err(MultiError { index: Some(0), .. }) => return Err(Retry::Moved),
+                    Err(MultiError { index: Some(0), .. }) => return Err(Ok(Retry::Moved)),
                     Err(MultiError { error, .. }) if is_transient(&error) || error == ZkError::NodeExists => {
                         lost = true;
                         break;
                     }
-                    Err(_) => return Err(Retry::Moved),
+                    Err(_) => return Err(Ok(Retry::Moved)),
                 }
             }
             if !lost {
                 let ops =
                     [WriteOp::SetData { path: &self.paths.node, data: ready_text.as_bytes(), version: Some(version) }];
-                return self.commit(zk, &ops).await.map_err(|e| e.unwrap_or(Retry::Unknown));
+                return self.commit_marked(zk, &ops, token).await;
             }
             let Ok(children) = retry_transient(zk, || zk.list_children(&self.paths.node)).await else {
-                return Err(Retry::Unknown);
+                return Err(Ok(Retry::Unknown));
             };
             done = children.into_iter().map(|name| self.paths.item(&name)).collect();
         }
-        Err(Retry::Moved)
+        Err(Ok(Retry::Moved))
     }
 }

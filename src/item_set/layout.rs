@@ -10,6 +10,7 @@
 //! <path>/item-weights/<tag>        persistent, data = a weight table's index: the names of its chunks
 //! <path>/item-weights/<tag>-<k>    persistent, data = `<item>\t<weight>\n`...: a chunk, first written by table <tag>
 //! <path>/item-lineage/<item>        persistent: an item's parents, children, closed, finished (see `lineage`)
+//! <path>/item-outcomes/<token>      ephemeral: the marker of a writer's update, created by the update's commit
 //! ```
 //!
 //! The header is one line: `zk-partitioner item set v2 kind=<int|str> version=<n> state=<state> [change=<tag>]
@@ -43,7 +44,9 @@
 //! commits with one conditional write of the header, from `staging` to `applying`. A writer that stops part-way (a
 //! crash, an expired session) leaves its lease gone: a `staging` or `creating` change is then undone, an `applying`
 //! one finished, by the next writer or by the party's first member. `log` lists the tokens of the latest updates in
-//! force (at most [`LOG`]), so a writer whose reply was lost with the connection finds out whether its update landed.
+//! force (at most [`LOG`]): a record of who wrote the latest versions. A writer whose reply was lost with the
+//! connection does not look there (16 other versions may have landed before it reads again): its commit also created
+//! its outcome marker ([`SetPaths::outcome`]), an ephemeral node of its session, which it looks for instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -311,7 +314,8 @@ impl Header {
         Header { state, ..self.clone() }
     }
 
-    /// Whether the update that wrote `token` is in force.
+    /// Whether the update that wrote `token` is among the latest in force (tests read the log as a record).
+    #[cfg(test)]
     pub fn landed(&self, token: &str) -> bool {
         self.log.iter().any(|t| t == token)
     }
@@ -389,6 +393,8 @@ pub(crate) struct SetPaths {
     pub weights: String,
     /// `<path>/item-lineage`: the lineage nodes.
     pub lineage: String,
+    /// `<path>/item-outcomes`: the writers' outcome markers (see [`SetPaths::outcome`]).
+    pub outcomes: String,
 }
 
 impl SetPaths {
@@ -400,7 +406,26 @@ impl SetPaths {
             writers: format!("{base}/item-writers"),
             weights: format!("{base}/item-weights"),
             lineage: format!("{base}/item-lineage"),
+            outcomes: format!("{base}/item-outcomes"),
         }
+    }
+
+    /// The outcome marker of the update whose token is `token`: an ephemeral node its writer creates in the very
+    /// `multi` that commits the update, so that a writer whose reply was lost knows exactly whether it landed (the
+    /// node exists) or not, however many other versions landed meanwhile. The writer deletes it once it knows; one
+    /// left behind goes with the writer's session.
+    pub fn outcome(&self, token: &str) -> String {
+        format!("{}/{token}", self.outcomes)
+    }
+
+    /// An item's lock directory (`<path>/locks/<name>`, see `crate::layout`).
+    pub fn lock_dir(&self, name: &str) -> String {
+        format!("{}/locks/{name}", self.base)
+    }
+
+    /// An item's checkpoint node (`<path>/checkpoints/<name>`, see `checkpoint`).
+    pub fn checkpoint(&self, name: &str) -> String {
+        format!("{}/checkpoints/{name}", self.base)
     }
 
     /// A weight table's index node.

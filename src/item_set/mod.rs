@@ -100,8 +100,11 @@ pub(crate) struct SharedSet<Z> {
 enum Retry {
     /// Another writer got there first, or someone edited the set by hand.
     Moved,
-    /// Lost with the connection: it may have landed.
+    /// A step before the commit (an intent, a weight table's write) was lost with the connection: it may have
+    /// landed, and the next read tells (an intent of ours is undone, a table of ours collected).
     Unknown,
+    /// The commit was lost with the connection, and its outcome marker says it did not land.
+    Lost,
 }
 
 impl<Z: ZooKeeper> SharedSet<Z> {
@@ -135,17 +138,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
     fn zk_error(&self, op: &'static str, err: ZkError) -> Error {
         Error::zk(op, self.paths.node.as_str(), err)
-    }
-
-    /// An update's result, once one of its attempts may have landed unseen (`uncertain`): a session that ended since
-    /// means its outcome is unknown, not that it failed.
-    fn unless_uncertain<T>(&self, result: Result<T, Error>, uncertain: bool) -> Result<T, Error> {
-        match result {
-            Err(Error::SessionLost { .. } | Error::Stopped) if uncertain => {
-                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() })
-            }
-            result => result,
-        }
     }
 
     fn too_busy(&self) -> Error {

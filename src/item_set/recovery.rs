@@ -105,8 +105,17 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 }
 
 /// Undoes or finishes an update whose writer is gone (or our own intent, found after its reply was lost): the one
-/// recovery both writers and the party's first member run.
+/// recovery both writers and the party's first member run. Then the staged changes stopped writers left behind are
+/// deleted (a writer that died has often left one), so that they do not wait for the next large update.
 pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &Unfinished) -> Result<(), Error> {
+    let recovered = recover_change(zk, set, unfinished).await;
+    if recovered.is_ok() {
+        set.collect_garbage(zk).await;
+    }
+    recovered
+}
+
+async fn recover_change<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &Unfinished) -> Result<(), Error> {
     let view = set.view(zk).await?;
     let (header, version) = match &view {
         SetView::Committed(c) => (c.header.clone(), c.header_version),

@@ -16,7 +16,7 @@ use crate::{Error, Item, Weight};
 impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn add(&self, added: Vec<Item>) -> Result<SharedItems, Error> {
         let added = validate_items(added, true)?;
-        self.update(None, |current, _| {
+        self.update(None, |current| {
             // Checked against the set before merging, so that the error names the new item, not one of the set's.
             if let Some(held) = current.first() {
                 check_kind_of_set(&added, held, &self.paths.node)?;
@@ -28,9 +28,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
     pub async fn remove(&self, removed: Vec<Item>) -> Result<SharedItems, Error> {
         let removed: BTreeSet<Item> = removed.into_iter().collect();
-        self.update(None, |current, retried| {
-            // After a lost reply, what is gone may be our own removal.
-            if !retried && let Some(missing) = removed.iter().find(|item| !current.contains(*item)) {
+        self.update(None, |current| {
+            if let Some(missing) = removed.iter().find(|item| !current.contains(*item)) {
                 return Err(Error::InvalidItem {
                     item: missing.to_string(),
                     reason: "is not in the shared item set, so it cannot be removed".into(),
@@ -43,42 +42,20 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
     pub async fn replace(&self, expected: Option<u64>, items: Vec<Item>) -> Result<SharedItems, Error> {
         let items: BTreeSet<Item> = validate_items(items, true)?.into_iter().collect();
-        self.update(expected, |_, _| Ok(items.clone())).await
+        self.update(expected, |_| Ok(items.clone())).await
     }
 
     /// Reads the set in force, computes the new one and writes the difference, conditionally on the version read;
     /// starts over when another writer got there first (unless the caller asked for a precise `expected` version).
-    /// `change` is told whether an earlier attempt's outcome is unknown (its reply was lost).
+    /// A commit whose reply was lost is resolved by its outcome marker before anything else: an attempt that landed
+    /// is the update's result, one that did not is retried as if refused, so the change is never applied twice.
     async fn update(
         &self,
         expected: Option<u64>,
-        change: impl Fn(&BTreeSet<Item>, bool) -> Result<BTreeSet<Item>, Error>,
+        change: impl Fn(&BTreeSet<Item>) -> Result<BTreeSet<Item>, Error>,
     ) -> Result<SharedItems, Error> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
-        let mut uncertain = false;
-        let result = self.update_as(&zk, &token, &mut uncertain, expected, change).await;
-        match result {
-            // The session ended with our update's outcome unknown: say so, rather than that it failed.
-            Err(Error::SessionLost { .. } | Error::Stopped) if uncertain => {
-                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() })
-            }
-            result => result,
-        }
-    }
-
-    /// [`SharedSet::update`]'s attempts, with our update's `token`; `uncertain` says whether one of them may have
-    /// landed unseen.
-    async fn update_as(
-        &self,
-        zk: &Z,
-        token: &str,
-        uncertain: &mut bool,
-        expected: Option<u64>,
-        change: impl Fn(&BTreeSet<Item>, bool) -> Result<BTreeSet<Item>, Error>,
-    ) -> Result<SharedItems, Error> {
-        let zk = zk.clone();
-        let token = token.to_owned();
         // The change tags of our staged attempts (see `create_if_missing`).
         let mut own: Vec<String> = Vec::new();
         for attempt in 0..MAX_ATTEMPTS {
@@ -91,22 +68,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
                 SetView::Torn => continue,
             };
-            #[cfg(test)]
-            if crate::sabotage::breaks(crate::sabotage::Sabotage::LostRepliesUnresolved) {
-                *uncertain = false;
-            }
-            if *uncertain && current.header.landed(&token) {
-                // Our update landed; its reply was lost. If it is still ours to apply, apply it now (as the lost
-                // reply's sequel would have).
-                if let Some(unfinished) = &current.unfinished
-                    && let State::Applying(tag) = &unfinished.state
-                    && own.contains(tag)
-                    && let Err(err) = self.finish_applying(&zk, tag).await
-                {
-                    tracing::warn!(%err, change = %tag, "an update is committed but not yet applied; it will be finished");
-                }
-                return Ok(SharedItems::of(current));
-            }
             if let Some(unfinished) = &current.unfinished {
                 self.settle(&zk, unfinished, &own).await?;
                 continue;
@@ -120,7 +81,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 });
             }
             let before: BTreeSet<Item> = current.items.iter().cloned().collect();
-            let after = change(&before, *uncertain)?;
+            let after = change(&before)?;
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
             if after.is_empty() {
@@ -190,22 +151,20 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 self.write_large(&zk, &current, kind, (&adds, &removes, table), &token, &tag).await
             };
             if let Some(pruned) = &pruned {
-                let (landed, unknown) = (written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))));
-                self.after_table(&zk, landed, unknown, pruned, &current).await;
+                self.after_table(&zk, &written, pruned, &current).await;
             }
             match written {
                 Ok(()) => {
                     let version = current.version + 1;
                     return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new(), weights });
                 }
-                Err(Ok(Retry::Moved)) if expected.is_some() && !*uncertain => {
+                Err(Ok(Retry::Moved)) if expected.is_some() => {
                     return Err(Error::ItemSetConflict {
                         path: self.paths.node.clone(),
                         reason: format!("the set changed after version {}", current.version),
                     });
                 }
-                Err(Ok(Retry::Moved)) => {}
-                Err(Ok(Retry::Unknown)) => *uncertain = true,
+                Err(Ok(Retry::Moved | Retry::Unknown | Retry::Lost)) => {}
                 Err(Err(err)) => return Err(err),
             }
         }
@@ -236,7 +195,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }];
         ops.extend(deleted.iter().map(|path| WriteOp::Delete { path, version: None }));
         ops.extend(created.iter().map(|path| self.create_op(path)));
-        self.commit(zk, &ops).await
+        self.commit_marked(zk, &ops, token).await
     }
 
     /// A staged update: intent (under our lease), staging, commit, apply, finish (see the `item_set` module docs).
@@ -300,8 +259,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let applying = applying.render();
         let ops =
             [WriteOp::SetData { path: &self.paths.node, data: applying.as_bytes(), version: Some(staged_version) }];
-        // A lost reply: the next read tells whether it landed (our token in the header's log).
-        self.commit(zk, &ops).await?;
+        // A lost reply is resolved by our outcome marker: landed, the change is ours to apply; not landed, the intent
+        // is still ours in the header, and the next read undoes it.
+        self.commit_marked(zk, &ops, token).await?;
         // 4. and 5. Apply it to the base set and say `ready`. The update is in force whatever happens now: if this
         // fails (the session ends, say), whoever finds the change abandoned finishes it.
         if let Err(err) = self.finish_applying(zk, tag).await {

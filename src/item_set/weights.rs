@@ -22,21 +22,13 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn change_weights(&self, changes: Vec<(Item, Option<Weight>)>) -> Result<SharedItems, Error> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
-        let mut uncertain = false;
-        let result = self.change_weights_as(&zk, &token, &mut uncertain, &changes).await;
-        match result {
-            Err(Error::SessionLost { .. } | Error::Stopped) if uncertain => {
-                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() })
-            }
-            result => result,
-        }
+        self.change_weights_as(&zk, &token, &changes).await
     }
 
     async fn change_weights_as(
         &self,
         zk: &Z,
         token: &str,
-        uncertain: &mut bool,
         changes: &[(Item, Option<Weight>)],
     ) -> Result<SharedItems, Error> {
         for attempt in 0..MAX_ATTEMPTS {
@@ -49,9 +41,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
                 SetView::Torn => continue,
             };
-            if *uncertain && current.header.landed(token) {
-                return Ok(SharedItems::of(current));
-            }
             if let Some(unfinished) = &current.unfinished {
                 self.settle(zk, unfinished, &[]).await?;
                 continue;
@@ -79,8 +68,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     after.weights = weights;
                     return Ok(after);
                 }
-                Err(Ok(Retry::Moved)) => {}
-                Err(Ok(Retry::Unknown)) => *uncertain = true,
+                Err(Ok(Retry::Moved | Retry::Unknown | Retry::Lost)) => {}
                 Err(Err(err)) => return Err(err),
             }
         }
@@ -103,9 +91,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let data = next.render();
         let ops =
             [WriteOp::SetData { path: &self.paths.node, data: data.as_bytes(), version: Some(current.header_version) }];
-        let outcome = self.commit(zk, &ops).await;
-        let (landed, unknown) = (outcome.is_ok(), matches!(outcome, Err(Ok(Retry::Unknown))));
-        self.after_table(zk, landed, unknown, &written, current).await;
+        let outcome = self.commit_marked(zk, &ops, token).await;
+        self.after_table(zk, &outcome, &written, current).await;
         outcome
     }
 
@@ -134,8 +121,13 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             retry_transient(zk, || zk.mkdir(dir, &self.acls)).await.map_err(|e| Err(self.zk_error("mkdir", e)))?;
         }
         let outcome = self.create_table(zk, &mut written, plan.creates).await;
-        if outcome.is_err() {
-            self.after_table(zk, false, false, &written, current).await;
+        if let Err(failed) = &outcome {
+            // Nothing committed: ours go (a lost create reads as `Moved` here, never as unknown).
+            let failed = match failed {
+                Ok(_) => Err(Ok(Retry::Moved)),
+                Err(err) => Err(Err(err.clone())),
+            };
+            self.after_table(zk, &failed, &written, current).await;
         }
         outcome.map(|()| written)
     }
@@ -164,18 +156,18 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         Ok(())
     }
 
-    /// After the commit that was to put `written` in force instead of `current`'s table: the replaced table's index
-    /// and the chunks `written` does not share go if it landed; ours go if it failed (not when its outcome is
-    /// unknown: the next writer's clean-up decides by the header). Our lease goes either way.
+    /// After the commit that was to put `written` in force instead of `current`'s table (its `outcome`): the
+    /// replaced table's index and the chunks `written` does not share go if it landed; ours go if it did not (not
+    /// when its outcome is unknown: the next writer's clean-up decides by the header). Our lease goes either way.
     pub(super) async fn after_table(
         &self,
         zk: &Z,
-        landed: bool,
-        unknown: bool,
+        outcome: &Result<(), Result<Retry, Error>>,
         written: &WrittenTable,
         current: &Committed,
     ) {
-        if landed {
+        let unknown = matches!(outcome, Err(Ok(Retry::Unknown)) | Err(Err(Error::ItemSetOutcomeUnknown { .. })));
+        if outcome.is_ok() {
             if let Some(old) = &current.header.weights {
                 let kept: BTreeSet<&String> = written.names.iter().collect();
                 let chunks = current.table.iter().flat_map(|table| &table.chunks).map(|chunk| &chunk.name);

@@ -272,23 +272,41 @@ fn item_hash(item: &Item) -> u64 {
     }
 }
 
-/// What an assignment was computed from: the set (the shared set's `version`, or a `fixed` set's digest, and its item
-/// `count`), the `function`'s fingerprint, the party (`members`, sorted) and their `capacities`. (The weights are the
-/// shared set's version's.) A record for a member's very inputs is its assignment, handed out as it is.
-pub(crate) fn inputs_digest(
-    version: Option<u64>,
-    fixed: Option<u64>,
-    function: Option<u64>,
-    members: &[String],
-    capacities: &[u32],
-    count: usize,
-) -> u64 {
-    let mut text = format!("{version:?} {fixed:?} {count} {function:?}\n");
+/// What an assignment was computed from: the set's `content` ([`content_digest`]: its items and their weights), the
+/// `function`'s fingerprint, the party (`members`, sorted) and their `capacities`. A record for a member's very inputs
+/// is its assignment, handed out as it is.
+///
+/// The set is named by what it holds, not by the shared set's version: a version that changes no item and no weight
+/// (a close, a split whose children wait, a retirement) is the same input. Named by version, a record written at
+/// version v was computed from again by a member that decided at v+1, while the members that decided at v kept it
+/// (they only relabel their assignment at v+1): the sticky rule is not a fixed point at every size, so the late
+/// member's share overlapped another's, and both waited for good.
+pub(crate) fn inputs_digest(content: u64, function: Option<u64>, members: &[String], capacities: &[u32]) -> u64 {
+    let mut text = format!("{content:016x} {function:?}\n");
     for (member, capacity) in members.iter().zip(capacities) {
         text.push_str(member);
         text.push_str(&format!("\t{capacity}\n"));
     }
     fnv(text.as_bytes())
+}
+
+/// The digest of a set's content: every item (sorted, as the catalogue keeps them) with its weight in every dimension
+/// (`weights`, in the same order), and the dimensions' names. Two members with the same items and weights compute the
+/// same, whatever version of the shared set each read them at.
+pub(crate) fn content_digest(items: &[Item], weights: &crate::Weights) -> u64 {
+    let mut hash = crate::agreement::set_digest(items);
+    for dimension in weights.dimensions() {
+        hash = fnv1a(hash, dimension.as_bytes());
+        hash = fnv1a(hash, &[0]);
+    }
+    if !weights.is_uniform() {
+        for index in 0..weights.len() {
+            for value in weights.item(index) {
+                hash = fnv1a(hash, &value.to_le_bytes());
+            }
+        }
+    }
+    finish(hash ^ items.len() as u64)
 }
 
 /// 64-bit FNV-1a.

@@ -314,4 +314,9 @@ fn the_digest_names_the_items_not_only_the_owners() {
     assert_ne!(record::digest(&members, &before, &owners), record::digest(&members, &after, &owners));
     let strings: Vec<Item> = ["1", "4", "15"].map(Item::from).to_vec();
     assert_ne!(record::digest(&members, &before, &owners), record::digest(&members, &strings, &owners));
+    // With the old digest (the owners alone) the two sets' assignments read alike: the switch shows the test sees it.
+    crate::sabotage::set(crate::sabotage::Sabotage::PlacementDigestOwnersOnly);
+    let alike = record::digest(&members, &before, &owners) == record::digest(&members, &after, &owners);
+    crate::sabotage::set(crate::sabotage::Sabotage::None);
+    assert!(alike, "the owners-only digest tells the two apart, so this test would not catch it");
 }

@@ -118,6 +118,14 @@ pub(crate) struct Plan {
     /// In a weighted run: the function is sticky ([`WeightedRendezvous::sticky`](crate::WeightedRendezvous::sticky)),
     /// so members follow and write the placement record.
     pub sticky: bool,
+    /// In a sticky run: the members of even slots run another sticky rule (one that places afresh, ignoring the
+    /// previous assignment), as in a rolling deploy that changed the rule. They never share a placement; the members
+    /// must report it (a partition-function disagreement) instead of waiting for each other without a word.
+    pub mixed_rules: bool,
+    /// In a sticky run: the members run a sticky rule that moves every item at every call from a previous
+    /// assignment ([`world`]'s `Rotating`), so that any member that computes from a record the others hand out as it
+    /// is holds another assignment than them: the protocol must never depend on the rule being a fixed point.
+    pub rotating: bool,
     pub sabotage: Sabotage,
 }
 
@@ -141,6 +149,8 @@ impl Plan {
             weighted: rng.below(3) == 0,
             lineage: rng.below(2) == 0,
             sticky: rng.below(2) == 0,
+            mixed_rules: rng.below(8) == 0,
+            rotating: rng.below(4) == 0,
         }
     }
 }
@@ -164,6 +174,12 @@ pub(crate) struct Outcome {
     pub set_changes: usize,
     /// Checkpoints saved through the handles.
     pub saves: usize,
+    /// Admin commits whose reply was lost while 16 or more other updates landed.
+    pub lost_replies: usize,
+    /// A sticky run whose members ran two rules ([`Plan::mixed_rules`]).
+    pub mixed_rules: bool,
+    /// A sticky run whose members ran the rotating rule ([`Plan::rotating`]).
+    pub rotating: bool,
     /// Simulated time from the end of the last fault to a converged, clean world.
     pub recovery: Duration,
     pub violation: Option<String>,

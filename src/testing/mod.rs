@@ -21,8 +21,11 @@
 //!   packages with the repository's `docker/zookeeper/build.sh` (needs root and a Debian mirror; about a minute, once
 //!   per machine: concurrent test processes wait on a lock file). Progress goes to stderr. See [`ensure_image`].
 //! - **Faults.** [`Proxy`]: a TCP proxy in front of one server, one per member, to [`cut`](Proxy::cut) that
-//!   member's connection or [`expire`] its session for real (the server forgets it); [`FreezingProxy`]: a connection
-//!   that goes silent instead of closing.
+//!   member's connection or [`expire`] its session for real (the server forgets it), also right after a chosen
+//!   request ([`cut_after_containing`](Proxy::cut_after_containing)), and to see which requests a client sent
+//!   ([`watch_for`](Proxy::watch_for)), so that a fault said to land mid-operation is placed by the operation's own
+//!   requests; [`FreezingProxy`]: a connection that goes silent instead of closing, at once or as a chosen request
+//!   comes ([`freeze_at`](FreezingProxy::freeze_at)).
 //! - **Waits.** [`wait_for`] and [`wait_until`] poll a condition under a deadline and panic naming what did not
 //!   happen; [`wait_snapshot`] wakes on a partitioner's transitions; every deadline goes through [`timing`]
 //!   (`ZK_TEST_TIME_SCALE=2` doubles them on a slow machine).
@@ -31,7 +34,10 @@
 //! - **Safety.** [`check_exclusive`] and [`check_stable`] over members' [`Snapshot`]s;
 //!   [`read_holders`] reads who really holds each item's lock; [`check_converged`] says whether members have settled
 //!   (every item owned once, by the session holding its lock; [`check_claims`] is the same check over claims read
-//!   by hand); [`SafetyChecker`] samples claims against locks continuously while faults happen.
+//!   by hand); [`SafetyChecker`] samples claims continuously while faults happen: against each other on every
+//!   sample, whether or not ZooKeeper answers, and against the locks whenever it does; it also takes the claims of
+//!   members in other processes ([`SafetyChecker::watch_claims`]), and counts apart what it checked while the test
+//!   said a fault was under way ([`SafetyChecker::fault`]).
 //!
 //! Unix only (the proxy shuts sockets down through duplicated file descriptors; the container watchdog is a shell
 //! loop), with Docker reachable at `DOCKER_HOST` or the default socket, and the `docker` CLI for the watchdog.
@@ -71,6 +77,7 @@
 //! # }
 //! ```
 
+mod checks;
 mod docker;
 mod ensemble;
 mod image;
@@ -90,13 +97,14 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionId, Sessi
 use crate::{SetPartitioner, Snapshot};
 
 pub use crate::rng::SplitMix64;
+pub use checks::{Checks, Tally};
 pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
-pub use proxy::{FreezingProxy, Proxy, expire};
+pub use proxy::{FreezingProxy, Proxy, Sighting, expire};
 pub use safety::{
-    Checks, Claim, Holder, SafetyChecker, check_claims, check_converged, check_exclusive, check_stable, read_holders,
-    sole_holder,
+    Claim, FaultWindow, Holder, SafetyChecker, check_claims, check_converged, check_exclusive, check_stable,
+    read_holders, sole_holder,
 };
 pub use server::{OwnedServer, ServerHandle, probe_session, server};
 

@@ -33,6 +33,20 @@ struct State {
     connections: HashMap<u64, Connection>,
     /// [`Proxy::lose_reply_to_next`] or [`Proxy::cut_after`], waiting for its request.
     trigger: Option<Trigger>,
+    /// [`Proxy::watch_for`]: requests to count as they come.
+    sightings: Vec<(Trigger, Arc<std::sync::atomic::AtomicU64>)>,
+}
+
+/// Counts the requests of one kind that reached a [`Proxy`] since [`Proxy::watch_for`]: a way to know that a client
+/// has sent a request, and so to place a fault after it.
+#[derive(Clone, Debug)]
+pub struct Sighting(Arc<std::sync::atomic::AtomicU64>);
+
+impl Sighting {
+    /// How many such requests the proxy has forwarded to the server so far.
+    pub fn count(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// A request that loses its reply when it comes: the `left`-th next one of type `opcode` whose bytes contain
@@ -170,6 +184,17 @@ impl Proxy {
         self.state().trigger = Some(Trigger { opcode, needle: needle.to_vec(), left: 1, cut: true });
     }
 
+    /// From now on, counts the requests of type `opcode` whose bytes contain `needle` (empty for any) that the proxy
+    /// forwards to the server, on every connection (see [`lose_reply_to_next`](Self::lose_reply_to_next) for the
+    /// types). The requests themselves go on as usual. E.g. a client's `exists` on a node (`3`, the node's path) says
+    /// it has started to watch it.
+    pub fn watch_for(&self, opcode: i32, needle: &[u8]) -> Sighting {
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let matcher = Trigger { opcode, needle: needle.to_vec(), left: 0, cut: false };
+        self.state().sightings.push((matcher, count.clone()));
+        Sighting(count)
+    }
+
     /// Whether [`lose_reply_to_next`](Self::lose_reply_to_next) or [`cut_after`](Self::cut_after) is still
     /// waiting for its request.
     pub fn reply_loss_pending(&self) -> bool {
@@ -295,6 +320,13 @@ async fn relay_frames(inbound: TcpStream, outbound: TcpStream, shared: &Mutex<St
             first = false;
             let lose = {
                 let mut state = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(opcode) = opcode {
+                    for (matcher, count) in &state.sightings {
+                        if matcher.matches(opcode, &frame) {
+                            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                }
                 match &mut state.trigger {
                     Some(trigger) if opcode.is_some_and(|opcode| trigger.matches(opcode, &frame)) => {
                         trigger.left -= 1;
@@ -406,12 +438,15 @@ pub async fn expire(client: &Client, proxy: &Proxy) -> Duration {
 
 /// A TCP proxy in front of one server that can black-hole its connections: [`freeze`](Self::freeze) stops
 /// forwarding bytes (connections stay open, nothing answers, as with a paused server or a silent network partition,
-/// so a client notices only through its own timeout); [`thaw`](Self::thaw) closes every connection made so far and
-/// forwards new ones again. Tasks are aborted on drop.
+/// so a client notices only through its own timeout), at once or, with [`freeze_at`](Self::freeze_at), as a chosen
+/// request comes; [`thaw`](Self::thaw) closes every connection made so far and forwards new ones again. Tasks are
+/// aborted on drop.
 pub struct FreezingProxy {
     addr: SocketAddr,
     frozen: Arc<tokio::sync::watch::Sender<bool>>,
     connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// [`FreezingProxy::freeze_at`], waiting for its request.
+    trigger: Arc<Mutex<Option<Trigger>>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -430,23 +465,25 @@ impl FreezingProxy {
         let (listener, addr) = bind_loopback().await;
         let frozen = Arc::new(tokio::sync::watch::Sender::new(false));
         let connections = Arc::new(Mutex::new(Vec::new()));
-        let (frozen_for_accept, registry) = (frozen.clone(), connections.clone());
+        let trigger = Arc::new(Mutex::new(None));
+        let (frozen_for_accept, registry, armed) = (frozen.clone(), connections.clone(), trigger.clone());
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                let frozen = frozen_for_accept.subscribe();
+                let (freezer, armed) = (frozen_for_accept.clone(), armed.clone());
                 let task = tokio::spawn(async move {
                     let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
                     let ((client_read, client_write), (server_read, server_write)) =
                         (inbound.into_split(), outbound.into_split());
+                    let frozen = freezer.subscribe();
                     tokio::join!(
-                        pump(client_read, server_write, frozen.clone()),
+                        pump_requests(client_read, server_write, freezer, armed),
                         pump(server_read, client_write, frozen)
                     );
                 });
                 registry.lock().unwrap_or_else(PoisonError::into_inner).push(task.abort_handle());
             }
         });
-        FreezingProxy { addr, frozen, connections, accept }
+        FreezingProxy { addr, frozen, connections, trigger, accept }
     }
 
     /// `127.0.0.1:PORT`: connect clients here (append a chroot as usual).
@@ -457,6 +494,26 @@ impl FreezingProxy {
     /// Stops forwarding: every connection, old or new, goes silent.
     pub fn freeze(&self) {
         self.frozen.send_replace(true);
+    }
+
+    /// [`freeze`](Self::freeze)s as the next request of type `opcode` (ZooKeeper's request types: `1` a create, `4`
+    /// a `get_data`, `14` a write `multi`, `22` a read `multi`...) whose bytes contain `needle` (a path; empty for
+    /// any) comes from the client, before forwarding it: the client is stopped at a chosen request, which the server
+    /// never sees, and it waits for an answer that does not come until it gives the connection up. One-shot; stays
+    /// frozen until [`thaw`](Self::thaw). [`freeze_pending`](Self::freeze_pending) says whether it came.
+    pub fn freeze_at(&self, opcode: i32, needle: &[u8]) {
+        *self.trigger.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Trigger { opcode, needle: needle.to_vec(), left: 1, cut: false });
+    }
+
+    /// Whether [`freeze_at`](Self::freeze_at) is still waiting for its request.
+    pub fn freeze_pending(&self) -> bool {
+        self.trigger.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    /// Whether the proxy is frozen (by [`freeze`](Self::freeze), or by [`freeze_at`](Self::freeze_at)'s request).
+    pub fn is_frozen(&self) -> bool {
+        *self.frozen.borrow()
     }
 
     /// Closes every connection made so far and forwards new ones again.
@@ -475,6 +532,46 @@ impl Drop for FreezingProxy {
             connection.abort();
         }
     }
+}
+
+/// Copies the client's requests from `from` to `to` frame by frame (a 4-byte length, then the request: after the
+/// session's connect request, `xid` and request type come first), holding them while frozen; freezes, before
+/// forwarding it, on the request that `trigger` waits for.
+async fn pump_requests(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    freezer: Arc<tokio::sync::watch::Sender<bool>>,
+    trigger: Arc<Mutex<Option<Trigger>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut frozen = freezer.subscribe();
+    let mut first = true;
+    loop {
+        let mut length = [0u8; 4];
+        if from.read_exact(&mut length).await.is_err() {
+            break;
+        }
+        let mut frame = vec![0u8; u32::from_be_bytes(length) as usize];
+        if from.read_exact(&mut frame).await.is_err() {
+            break;
+        }
+        let opcode = (!first && frame.len() >= 8).then(|| i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]));
+        first = false;
+        if let Some(opcode) = opcode {
+            let mut armed = trigger.lock().unwrap_or_else(PoisonError::into_inner);
+            if armed.as_ref().is_some_and(|trigger| trigger.matches(opcode, &frame)) {
+                *armed = None;
+                freezer.send_replace(true);
+            }
+        }
+        if frozen.wait_for(|frozen| !*frozen).await.is_err()
+            || to.write_all(&length).await.is_err()
+            || to.write_all(&frame).await.is_err()
+        {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 /// Copies `from` to `to`, holding what it read while frozen.

@@ -1,7 +1,7 @@
 //! Safety checks: what members claim ([`Snapshot::items`]) against each other and against who really holds each lock.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -9,6 +9,7 @@ use zookeeper_client::{Client, Error as ZkError};
 
 use crate::{Item, PartitionState, SetPartitioner, Snapshot};
 
+use super::checks::{Checks, Tally};
 use super::{timing, wait_for};
 
 /// Checks snapshots of several members taken at one moment: no item is listed by two members (a listed item is
@@ -248,44 +249,77 @@ pub async fn sole_holder(observer: &Client, path: &str, items: &[Item]) -> Resul
     }
 }
 
-/// A member the checker watches: its partitioner and the session its locks must belong to.
+/// Reads what a member seen from outside the process claims now (see [`SafetyChecker::watch_claims`]).
+type ClaimSource = Arc<dyn Fn() -> Option<(u64, Claim)> + Send + Sync>;
+
+/// A member the checker watches.
 #[derive(Clone)]
-struct Watched {
-    session: i64,
-    partitioner: SetPartitioner,
+enum Watched {
+    /// A partitioner of this process, and the session its locks must belong to.
+    Partitioner { session: i64, partitioner: SetPartitioner },
+    /// A member seen another way (a worker process through its output).
+    Source(ClaimSource),
 }
 
-/// What a [`SafetyChecker`] saw.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct Checks {
-    /// Samples where the lock read succeeded.
-    pub samples: u64,
-    /// Samples thrown away because the lock read failed (server down, connection lost).
-    pub unreadable: u64,
-    /// Claims (member, item) checked against a lock holder read while the member's generation did not change.
-    pub claims_checked: u64,
-    /// Each violation: when (since the checker started), and what.
-    pub violations: Vec<String>,
+/// What one member claimed at one read: the generation its claim is versioned by, and the claim.
+struct Seen {
+    generation: u64,
+    claim: Claim,
+    /// Read through [`SafetyChecker::watch_claims`].
+    external: bool,
 }
 
-/// Samples, continuously and in the background, every watched member's claims against the lock nodes.
+impl Watched {
+    /// Its generation alone (cheap: the first read of a sample).
+    fn generation(&self) -> Option<u64> {
+        match self {
+            Watched::Partitioner { partitioner, .. } => Some(partitioner.snapshot().generation),
+            Watched::Source(read) => read().map(|(generation, _)| generation),
+        }
+    }
+
+    fn read(&self) -> Option<Seen> {
+        match self {
+            Watched::Partitioner { session, partitioner } => {
+                let snapshot = partitioner.snapshot();
+                Some(Seen { generation: snapshot.generation, claim: Claim::of(&snapshot, *session), external: false })
+            }
+            Watched::Source(read) => read().map(|(generation, claim)| Seen { generation, claim, external: true }),
+        }
+    }
+}
+
+/// Samples, continuously and in the background, every watched member's claims: against each other, and against the
+/// lock nodes.
 ///
-/// A claim is an item in a member's published [`Snapshot::items`] (the items its worker may process): only in
-/// ACQUIRED by default, also in RELEASE and ALLOCATING for the items a member keeps under
-/// [`Rebalance::Incremental`](crate::Rebalance::Incremental). One sample: every member's snapshot, then (after a
-/// `sync`) every item's lock holder, then every member's snapshot again. A member whose generation did not change
-/// across the lock read claimed the same thing during the whole read, so a claim of an item whose lowest contender
-/// belongs to another session, or to nobody, or an item claimed by two such members, is a real violation at that
-/// instant; a member whose generation changed is skipped (read skew). Reads that fail (a server down) are counted
-/// and skipped.
+/// A claim is an item a member lists as processable: for a partitioner, an item in its published
+/// [`Snapshot::items`] (only in ACQUIRED by default, also in RELEASE and ALLOCATING for the items a member keeps under
+/// [`Rebalance::Incremental`](crate::Rebalance::Incremental)); for a member seen another way, what
+/// [`watch_claims`](Self::watch_claims) reads. Two samplers run side by side:
+///
+/// - **held by two**, every few milliseconds, from the claims alone: every member's generation, then every member's
+///   claim. A member whose generation did not change between the two reads claimed the same thing over an interval
+///   that contains the instant between the two passes, so an item claimed by two such members is a real violation at
+///   that instant. This needs no ZooKeeper: it runs the same whether the server answers or not (a pause, a restart).
+/// - **backed by the lock**: every member's claim, then (after a `sync`) every item's lock holder, then every
+///   member's claim again. A member whose generation did not change across the lock read claimed the same thing
+///   during the whole read, so a claim of an item whose lowest contender belongs to another session, or to nobody,
+///   or an item claimed by two such members, is a real violation at that instant; a member whose generation changed
+///   is skipped (read skew). A read that fails (a server down) is counted as unreadable, and its sample checks
+///   nothing against the locks.
+///
+/// A test marks the time its faults are under way with [`fault`](Self::fault): the samples taken meanwhile are also
+/// counted apart ([`Checks::during_faults`]), so the test can tell that the checker checked something while it
+/// mattered, not only before and after.
 ///
 /// Must be started inside a Tokio runtime; sampling stops when it is dropped.
 pub struct SafetyChecker {
     members: Arc<Mutex<Vec<Watched>>>,
     checks: Arc<Mutex<Checks>>,
+    /// How many fault windows are open now.
+    open_windows: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for SafetyChecker {
@@ -301,40 +335,111 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A fault window of a [`SafetyChecker`], open until dropped or [`close`](Self::close)d: samples taken while one is
+/// open are also counted in [`Checks::during_faults`].
+#[must_use = "the window closes when this is dropped"]
+pub struct FaultWindow {
+    open_windows: Arc<AtomicUsize>,
+    checks: Arc<Mutex<Checks>>,
+    /// [`Checks::during_faults`] when it opened.
+    at_open: Tally,
+    closed: bool,
+}
+
+impl std::fmt::Debug for FaultWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultWindow").field("at_open", &self.at_open).finish_non_exhaustive()
+    }
+}
+
+impl FaultWindow {
+    /// What was checked while it was open (and while any other window was: windows that overlap share their
+    /// samples). Closes it.
+    pub fn close(mut self) -> Tally {
+        self.shut();
+        lock(&self.checks).during_faults.since(&self.at_open)
+    }
+
+    fn shut(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            self.open_windows.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for FaultWindow {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
 impl SafetyChecker {
     /// Starts sampling with `observer` (a session of its own, chrooted like the members) over `items` of the
-    /// partitioner at `path`. Add members with [`watch`](Self::watch).
+    /// partitioner at `path`. Add members with [`watch`](Self::watch) or [`watch_claims`](Self::watch_claims).
     pub fn start(observer: Client, path: &str, items: &[Item]) -> SafetyChecker {
         let members = Arc::new(Mutex::new(Vec::new()));
         let checks = Arc::new(Mutex::new(Checks::default()));
+        let open_windows = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(sample_loop(
-            observer,
-            path.to_string(),
-            items.to_vec(),
-            members.clone(),
-            checks.clone(),
-            stop.clone(),
-        ));
-        SafetyChecker { members, checks, stop, task: Some(task) }
+        let sampler = Sampler {
+            members: members.clone(),
+            checks: checks.clone(),
+            open_windows: open_windows.clone(),
+            stop: stop.clone(),
+            started: Instant::now(),
+        };
+        let tasks = vec![
+            tokio::spawn(sampler.clone().exclusive_loop()),
+            tokio::spawn(sampler.lock_loop(observer, path.to_string(), items.to_vec())),
+        ];
+        SafetyChecker { members, checks, open_windows, stop, tasks }
     }
 
     /// Watches one more member from now on: `partitioner`, whose locks must belong to `session` (its client's
     /// `session_id().0`).
     pub fn watch(&self, partitioner: &SetPartitioner, session: i64) {
-        lock(&self.members).push(Watched { session, partitioner: partitioner.clone() });
+        lock(&self.members).push(Watched::Partitioner { session, partitioner: partitioner.clone() });
     }
 
-    /// Stops sampling (after the sample in progress) and returns what was seen.
+    /// Watches one more member seen another way, e.g. a worker process through the lines it prints: `read` returns
+    /// what it claims now ([`Claim::items`], its state, the session its locks must belong to) with a generation, a
+    /// number that changes whenever its claim may have (the worker's [`Snapshot::generation`], or a count of the
+    /// lines read), or `None` while it claims nothing (not started yet, or known dead: a killed process processes
+    /// nothing). `read` is called often, from the checker's tasks: keep it cheap and never blocking.
+    ///
+    /// The checker can only be as right as `read`: a member must be seen to stop claiming an item before it lets go
+    /// of its lock (a worker prints its `RELEASE` before calling `release_set()`, and the process reading the lines
+    /// takes them as they come), else a claim read late looks like a violation.
+    pub fn watch_claims(&self, read: impl Fn() -> Option<(u64, Claim)> + Send + Sync + 'static) {
+        lock(&self.members).push(Watched::Source(Arc::new(read)));
+    }
+
+    /// Opens a fault window: until the returned guard is dropped (or [`closed`](FaultWindow::close), which says
+    /// what was checked meanwhile), samples are also counted in [`Checks::during_faults`]. Open one for as long as a
+    /// fault is under way.
+    pub fn fault(&self) -> FaultWindow {
+        self.open_windows.fetch_add(1, Ordering::SeqCst);
+        let mut checks = lock(&self.checks);
+        checks.fault_windows += 1;
+        FaultWindow {
+            open_windows: self.open_windows.clone(),
+            checks: self.checks.clone(),
+            at_open: checks.during_faults,
+            closed: false,
+        }
+    }
+
+    /// Stops sampling (after the samples in progress) and returns what was seen.
     ///
     /// # Panics
-    /// If the sampling task panicked.
+    /// If a sampling task panicked.
     pub async fn stop(mut self) -> Checks {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(task) = self.task.take()
-            && let Err(err) = task.await
-        {
-            panic!("the safety checker's task failed: {err}");
+        for task in std::mem::take(&mut self.tasks) {
+            if let Err(err) = task.await {
+                panic!("the safety checker's task failed: {err}");
+            }
         }
         self.checks()
     }
@@ -344,8 +449,10 @@ impl SafetyChecker {
         lock(&self.checks).clone()
     }
 
-    /// Waits until at least `min_claims` claims have been checked in all (so the check was not vacuous: call it once
-    /// members are ACQUIRED), stops sampling after the sample in progress, and returns what was seen.
+    /// Waits until at least `min_claims` claims have been checked against the locks in all (so the check was not
+    /// vacuous: call it once members are ACQUIRED), stops sampling after the samples in progress, and returns what was
+    /// seen. The count includes claims checked before and after any fault: to require checks while faults were under
+    /// way, see [`assert_safe_during_faults`](Self::assert_safe_during_faults).
     ///
     /// # Panics
     /// If a violation was seen, or fewer than `min_claims` claims were checked within 10 s (scaled by
@@ -366,76 +473,163 @@ impl SafetyChecker {
         );
         checks
     }
+
+    /// Stops sampling (after the samples in progress) and asserts that no violation was seen, that fault windows
+    /// were opened ([`fault`](Self::fault)), and that inside them at least `min_claims` claims were checked against
+    /// the locks and at least `min_claims` against each other. Returns what was seen, for more specific assertions.
+    ///
+    /// # Panics
+    /// If a violation was seen, no fault window was opened, or fewer claims were checked inside them.
+    pub async fn assert_safe_during_faults(self, min_claims: u64) -> Checks {
+        let checks = self.stop().await;
+        assert!(checks.violations.is_empty(), "safety violations: {:#?}\n{checks:?}", checks.violations);
+        let during = &checks.during_faults;
+        assert!(checks.fault_windows > 0, "no fault window was opened: nothing says when the faults were: {checks:?}");
+        assert!(
+            during.claims_checked >= min_claims && during.exclusive_claims >= min_claims,
+            "inside the fault windows the safety checker checked only {} claims against the locks and {} against \
+             each other (wanted at least {min_claims} of each): {checks:?}",
+            during.claims_checked,
+            during.exclusive_claims
+        );
+        checks
+    }
 }
 
 impl Drop for SafetyChecker {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
+        for task in &self.tasks {
             task.abort();
         }
     }
 }
 
-async fn sample_loop(
-    observer: Client,
-    path: String,
-    items: Vec<Item>,
+/// What both sampling loops share.
+#[derive(Clone)]
+struct Sampler {
     members: Arc<Mutex<Vec<Watched>>>,
     checks: Arc<Mutex<Checks>>,
+    open_windows: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
-) {
-    let started = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
-        let watched = lock(&members).clone();
-        let before: Vec<Snapshot> = watched.iter().map(|w| w.partitioner.snapshot()).collect();
-        let read = tokio::time::timeout(Duration::from_secs(2), read_holders(&observer, &path, &items)).await;
-        let after: Vec<Snapshot> = watched.iter().map(|w| w.partitioner.snapshot()).collect();
-        let holders = match read {
-            Ok(Ok(holders)) => holders,
-            Ok(Err(_)) | Err(_) => {
-                lock(&checks).unreadable += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let at = started.elapsed();
-        let mut found = Vec::new();
-        let mut claims = 0;
-        let mut claimed_by: BTreeMap<String, String> = BTreeMap::new();
-        for ((w, before), after) in watched.iter().zip(&before).zip(&after) {
-            if before.generation != after.generation || before.state == PartitionState::Failure {
-                continue;
-            }
-            for item in before.items.iter() {
-                let name = item.to_string();
-                claims += 1;
-                if let Some(other) = claimed_by.insert(name.clone(), before.member.to_string()) {
-                    found.push(format!("at {at:.2?}: {name} claimed by both {other} and {}", before.member));
-                }
-                match holders.get(&name).copied().unwrap_or(Holder::Unknown) {
-                    Holder::Session(owner) if owner == w.session => {}
-                    Holder::Session(owner) => found.push(format!(
-                        "at {at:.2?}: {} (session {}) is {} with {name} (generation {}), whose lock is held by \
-                         session {owner}",
-                        before.member, w.session, before.state, before.generation
-                    )),
-                    Holder::Free => found.push(format!(
-                        "at {at:.2?}: {} (session {}) is {} with {name} (generation {}), which has no lock node \
-                         at all",
-                        before.member, w.session, before.state, before.generation
-                    )),
-                    Holder::Unknown => claims -= 1,
-                }
-            }
-        }
-        {
-            let mut checks = lock(&checks);
-            checks.samples += 1;
-            checks.claims_checked += claims;
-            checks.violations.extend(found);
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    started: Instant,
+}
+
+impl Sampler {
+    fn in_fault(&self) -> bool {
+        self.open_windows.load(Ordering::SeqCst) > 0
     }
+
+    fn record(&self, tally: Tally, in_fault: bool, found: Vec<String>) {
+        let mut checks = lock(&self.checks);
+        checks.count(&tally, in_fault);
+        checks.violations.extend(found);
+    }
+
+    /// Held by two, from the claims alone, every few milliseconds.
+    async fn exclusive_loop(self) {
+        while !self.stop.load(Ordering::SeqCst) {
+            let in_fault_at_start = self.in_fault();
+            let watched = lock(&self.members).clone();
+            let before: Vec<Option<u64>> = watched.iter().map(Watched::generation).collect();
+            let after: Vec<Option<Seen>> = watched.iter().map(Watched::read).collect();
+            let at = self.started.elapsed();
+            let steady: Vec<&Claim> = before
+                .iter()
+                .zip(&after)
+                .filter_map(|(before, after)| match (before, after) {
+                    (Some(generation), Some(seen)) if seen.generation == *generation => Some(&seen.claim),
+                    _ => None,
+                })
+                .filter(|claim| claim.state != PartitionState::Failure)
+                .collect();
+            let (claims, found) = held_by_two(&steady, at);
+            let tally = Tally { exclusive_samples: 1, exclusive_claims: claims, ..Tally::default() };
+            self.record(tally, in_fault_at_start || self.in_fault(), found);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Backed by the lock: claims, then the lock holders, then the claims again.
+    async fn lock_loop(self, observer: Client, path: String, items: Vec<Item>) {
+        while !self.stop.load(Ordering::SeqCst) {
+            let in_fault_at_start = self.in_fault();
+            let watched = lock(&self.members).clone();
+            let before: Vec<Option<Seen>> = watched.iter().map(Watched::read).collect();
+            let read = tokio::time::timeout(Duration::from_secs(2), read_holders(&observer, &path, &items)).await;
+            let after: Vec<Option<u64>> = watched.iter().map(Watched::generation).collect();
+            let in_fault = in_fault_at_start || self.in_fault();
+            let holders = match read {
+                Ok(Ok(holders)) => holders,
+                Ok(Err(_)) | Err(_) => {
+                    self.record(Tally { unreadable: 1, ..Tally::default() }, in_fault, Vec::new());
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+            let at = self.started.elapsed();
+            let steady: Vec<&Seen> = before
+                .iter()
+                .zip(&after)
+                .filter_map(|(before, after)| match (before, after) {
+                    (Some(seen), Some(generation)) if seen.generation == *generation => Some(seen),
+                    _ => None,
+                })
+                .filter(|seen| seen.claim.state != PartitionState::Failure)
+                .collect();
+            let mut tally = Tally { samples: 1, ..Tally::default() };
+            let mut found = Vec::new();
+            for seen in &steady {
+                let claim = &seen.claim;
+                for name in &claim.items {
+                    let checked = match holders.get(name).copied().unwrap_or(Holder::Unknown) {
+                        Holder::Session(owner) if owner == claim.session => true,
+                        Holder::Session(owner) => {
+                            found.push(format!(
+                                "at {at:.2?}: {} (session {}) is {} with {name} (generation {}), whose lock is held \
+                                 by session {owner}",
+                                claim.member, claim.session, claim.state, seen.generation
+                            ));
+                            true
+                        }
+                        Holder::Free => {
+                            found.push(format!(
+                                "at {at:.2?}: {} (session {}) is {} with {name} (generation {}), which has no lock \
+                                 node at all",
+                                claim.member, claim.session, claim.state, seen.generation
+                            ));
+                            true
+                        }
+                        Holder::Unknown => false,
+                    };
+                    if checked {
+                        tally.claims_checked += 1;
+                        tally.external_claims_checked += u64::from(seen.external);
+                    }
+                }
+            }
+            let claims: Vec<&Claim> = steady.iter().map(|seen| &seen.claim).collect();
+            found.extend(held_by_two(&claims, at).1);
+            self.record(tally, in_fault, found);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Items claimed by two of `claims` (all read at one instant): how many claims were compared, and a violation for
+/// each item claimed twice.
+fn held_by_two(claims: &[&Claim], at: Duration) -> (u64, Vec<String>) {
+    let mut claimed_by: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut found = Vec::new();
+    let mut count = 0;
+    for claim in claims {
+        for item in &claim.items {
+            count += 1;
+            if let Some(other) = claimed_by.insert(item, &claim.member) {
+                found.push(format!("at {at:.2?}: {item} claimed by both {other} and {}", claim.member));
+            }
+        }
+    }
+    (count, found)
 }
 
 #[cfg(test)]
@@ -475,6 +669,41 @@ mod tests {
         assert_eq!(check_stable(&[a.clone(), allocating], &items).unwrap_err(), "b-2 is ALLOCATING");
         let other_party = snapshot("b-2", PartitionState::Acquired, &[1, 3], &["b-2"]);
         assert!(check_stable(&[a, other_party], &items).unwrap_err().starts_with("b-2 allocated for party"));
+    }
+
+    #[test]
+    fn an_item_claimed_by_two_is_found_from_the_claims_alone() {
+        let party = ["a-1", "b-2"];
+        let a = Claim::of(&snapshot("a-1", PartitionState::Acquired, &[0, 2], &party), 10);
+        let b = Claim::of(&snapshot("b-2", PartitionState::Acquired, &[1, 2], &party), 20);
+        let (count, found) = held_by_two(&[&a, &b], Duration::from_millis(1500));
+        assert_eq!(count, 4);
+        assert_eq!(found, ["at 1.50s: 2 claimed by both a-1 and b-2"]);
+        let c = Claim { items: vec!["3".to_string()], ..b };
+        assert_eq!(held_by_two(&[&a, &c], Duration::ZERO), (3, Vec::new()));
+    }
+
+    #[test]
+    fn a_fault_windows_tally_is_what_was_counted_while_it_was_open() {
+        let mut checks = Checks::default();
+        let sample =
+            Tally { samples: 1, claims_checked: 4, exclusive_samples: 1, exclusive_claims: 6, ..Tally::default() };
+        checks.count(&sample, false);
+        let at_open = checks.during_faults;
+        checks.count(&sample, true);
+        checks.count(&Tally { unreadable: 1, ..Tally::default() }, true);
+        assert_eq!((checks.samples, checks.unreadable, checks.claims_checked), (2, 1, 8));
+        assert_eq!(
+            checks.during_faults.since(&at_open),
+            Tally {
+                samples: 1,
+                unreadable: 1,
+                claims_checked: 4,
+                exclusive_samples: 1,
+                exclusive_claims: 6,
+                ..Tally::default()
+            }
+        );
     }
 
     #[test]

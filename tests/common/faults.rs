@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use zk_partitioner::zookeeper_client::{Client, Error as ZkError};
@@ -16,7 +16,7 @@ use super::{Proxy, four_letter, wait_for};
 
 use zk_partitioner::testing::check_converged;
 #[allow(unused_imports)]
-pub use zk_partitioner::testing::{Checks, FreezingProxy, Holder};
+pub use zk_partitioner::testing::{Checks, Claim, FaultWindow, FreezingProxy, Holder, Tally};
 
 pub use super::members::PATH;
 
@@ -182,6 +182,17 @@ impl SafetyChecker {
         self.0.watch(&member.partitioner, session);
     }
 
+    /// Watches a member seen another way (a worker process through its output): see the kit's
+    /// [`watch_claims`](zk_partitioner::testing::SafetyChecker::watch_claims).
+    pub fn watch_claims(&self, read: impl Fn() -> Option<(u64, Claim)> + Send + Sync + 'static) {
+        self.0.watch_claims(read);
+    }
+
+    /// Opens a fault window: samples taken until the guard drops are also counted in `Checks::during_faults`.
+    pub fn fault(&self) -> FaultWindow {
+        self.0.fault()
+    }
+
     /// Stops sampling (after the sample in progress) and returns what was seen.
     pub async fn stop(self) -> Checks {
         self.0.stop().await
@@ -195,6 +206,88 @@ impl SafetyChecker {
     /// Waits until at least `min_claims` claims have been checked, stops, and asserts that no violation was seen.
     pub async fn assert_safe(self, min_claims: u64) -> Checks {
         self.0.assert_safe(min_claims).await
+    }
+
+    /// Stops, and asserts that no violation was seen and that at least `min_claims` claims were checked inside fault
+    /// windows, against the locks and against each other.
+    pub async fn assert_safe_during_faults(self, min_claims: u64) -> Checks {
+        self.0.assert_safe_during_faults(min_claims).await
+    }
+}
+
+/// Counts what one member went through, from two background tasks (aborted when this drops): the session state
+/// changes its client reported (a lost connection shows as at least one: the client's watcher may fold a quick
+/// disconnection and reconnection into one change), its partitioner's transitions out of ACQUIRED, and the snapshots
+/// that list nothing after one that listed items (the receiver may skip intermediate snapshots, never generations).
+/// Compare counts taken before and after a fault to see how the member reacted to it.
+pub struct Monitor {
+    counts: Arc<Counts>,
+    _tasks: [super::members::AbortOnDrop; 2],
+}
+
+#[derive(Default)]
+struct Counts {
+    session_changes: AtomicU64,
+    left_acquired: AtomicU64,
+    stopped_listing: AtomicU64,
+}
+
+/// A [`Monitor`]'s counts at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reactions {
+    /// Session state changes the member's client reported.
+    pub session_changes: u64,
+    /// Transitions out of ACQUIRED its partitioner published.
+    pub left_acquired: u64,
+    /// Snapshots listing nothing after one that listed items.
+    pub stopped_listing: u64,
+}
+
+impl Monitor {
+    pub fn start(member: &Member) -> Monitor {
+        let counts = Arc::new(Counts::default());
+        let mut watcher = member.client.state_watcher();
+        let sessions = counts.clone();
+        let session_task = tokio::spawn(async move {
+            loop {
+                let state = watcher.changed().await;
+                sessions.session_changes.fetch_add(1, Ordering::SeqCst);
+                if state.is_terminated() {
+                    return;
+                }
+            }
+        });
+        let mut snapshots = member.partitioner.subscribe();
+        let transitions = counts.clone();
+        let snapshot_task = tokio::spawn(async move {
+            let (mut state, mut generation, mut listing) = {
+                let s = snapshots.borrow_and_update();
+                (s.state, s.generation, !s.items.is_empty())
+            };
+            while snapshots.changed().await.is_ok() {
+                let s = snapshots.borrow_and_update();
+                if state == PartitionState::Acquired && s.generation != generation {
+                    transitions.left_acquired.fetch_add(1, Ordering::SeqCst);
+                }
+                if listing && s.items.is_empty() {
+                    transitions.stopped_listing.fetch_add(1, Ordering::SeqCst);
+                }
+                (state, generation, listing) = (s.state, s.generation, !s.items.is_empty());
+            }
+        });
+        Monitor {
+            counts,
+            _tasks: [super::members::AbortOnDrop(session_task), super::members::AbortOnDrop(snapshot_task)],
+        }
+    }
+
+    /// The counts now.
+    pub fn reactions(&self) -> Reactions {
+        Reactions {
+            session_changes: self.counts.session_changes.load(Ordering::SeqCst),
+            left_acquired: self.counts.left_acquired.load(Ordering::SeqCst),
+            stopped_listing: self.counts.stopped_listing.load(Ordering::SeqCst),
+        }
     }
 }
 

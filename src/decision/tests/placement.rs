@@ -33,7 +33,7 @@ impl Script {
             unreachable!()
         };
         let ours = self.core.cfg.agreement;
-        let data = nodes.iter().map(|node| Some(ours.node_data(node).into_bytes())).collect();
+        let data = nodes.iter().map(|node| Some((ours.node_data(node).into_bytes(), 1))).collect();
         self.send(Event::Reply(id, Reply::Announcements(Ok(data))));
     }
 
@@ -159,7 +159,7 @@ fn a_record_for_our_own_inputs_is_handed_out_as_it_is() {
             .map(|(node, capacity)| {
                 let mut theirs = s.core.cfg.agreement;
                 theirs.capacity = capacity;
-                Some(theirs.node_data(node).into_bytes())
+                Some((theirs.node_data(node).into_bytes(), 1))
             })
             .collect();
         s.send(Event::Reply(id, Reply::Announcements(Ok(data))));
@@ -228,4 +228,41 @@ fn a_torn_read_is_read_again_before_deciding() {
     s.placement_read_finds(Some(5), Found::Nothing);
     s.wait(SETTLED);
     assert!(s.creates() > 0, "no decision once the record was read");
+}
+
+/// A version of the shared set that changes no item and no weight (a close, a split whose children wait, a
+/// retirement) is the same input: a member that decides at the new version hands out the record written at the old
+/// one as it is, as the members that decided at the old one keep it. Before, the record's inputs named the set's
+/// version: a member deciding at v+1 computed again from a record written at v (the sticky rule is not a fixed point
+/// at every size), held another assignment than everyone else, and waited for good (issue 44).
+#[test]
+fn a_record_written_at_another_version_of_the_same_set_is_handed_out_as_it_is() {
+    for sabotage in [Sabotage::None, Sabotage::PlacementInputsByVersion] {
+        crate::sabotage::set(sabotage);
+        let items: Vec<Item> = (0..ITEMS as i64).map(Item::from).collect();
+        let members: Vec<String> = ["a-0000000000", "b-0000000001"].map(str::to_owned).to_vec();
+        let function = WeightedRendezvous::default().sticky();
+        let mut cfg = sticky_config(Rebalance::Incremental);
+        cfg.shared_set = Some(5);
+        cfg.agreement = Agreement::new(None, Some(5), &function, items.first());
+        // Written at version 4 of the same items: ten on b, two on a (a placement the rule would not give afresh).
+        let content = crate::placement::record::content_digest(&items, &crate::Weights::uniform(ITEMS));
+        let inputs = crate::placement::record::inputs_digest(content, cfg.agreement.function, &members, &[1, 1]);
+        let owners: Vec<usize> = (0..ITEMS).map(|i| usize::from(i >= 2)).collect();
+        let record = Record::computed(inputs, &members, items.clone().into(), &owners).expect("a record");
+        let mut s = Script::new(cfg);
+        let (id, _) = s.request("set read", |op| *op == Op::ReadSet);
+        s.send(Event::Reply(id, Reply::Set(Ok(set_read(&items, 5)))));
+        s.party(&["a-0000000000", "b-0000000001"]);
+        s.announcements_agree();
+        s.placement_read_finds(Some(3), Found::Record(Arc::new(record)));
+        s.wait(SETTLED);
+        s.grant_locks();
+        let listed: Vec<usize> = s.core.listed().iter().copied().collect();
+        crate::sabotage::set(Sabotage::None);
+        match sabotage {
+            Sabotage::None => assert_eq!(listed, [0, 1], "the record, as it is"),
+            _ => assert_ne!(listed, [0, 1], "the old identity computes again (and the test shows the difference)"),
+        }
+    }
 }

@@ -72,32 +72,15 @@ impl LineageChange {
 }
 
 impl<Z: ZooKeeper> SharedSet<Z> {
-    /// Applies a lineage change: one new version of the set.
+    /// Applies a lineage change: one new version of the set. A commit whose reply was lost is resolved by its
+    /// outcome marker: never applied twice, never reported failed once landed.
     pub async fn change_lineage(&self, change: LineageChange) -> Result<SharedItems, Error> {
         change.check_shape()?;
         let zk = self.zk()?;
         let token = layout::token(zk.random());
-        let mut uncertain = false;
-        let result = self.change_lineage_as(&zk, &token, &mut uncertain, &change).await;
-        self.unless_uncertain(result, uncertain)
-    }
-
-    /// [`SharedSet::change_lineage`]'s attempts, with our change's `token`; `uncertain` says whether one of them may
-    /// have landed unseen.
-    async fn change_lineage_as(
-        &self,
-        zk: &Z,
-        token: &str,
-        uncertain: &mut bool,
-        change: &LineageChange,
-    ) -> Result<SharedItems, Error> {
-        let zk = zk.clone();
         for attempt in 0..MAX_ATTEMPTS {
             backoff(&zk, attempt).await;
             let Some(current) = self.committed(&zk).await? else { continue };
-            if *uncertain && current.header.landed(token) {
-                return Ok(SharedItems::of(current));
-            }
             if let Some(unfinished) = &current.unfinished {
                 self.settle(&zk, unfinished, &[]).await?;
                 continue;
@@ -108,12 +91,12 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             let names: Vec<String> = named.iter().map(Item::node_name).collect();
             let Some(entries) = self.entries(&zk, &names).await? else { continue };
-            let plan = plan(change, &current, &entries)?;
+            let plan = plan(&change, &current, &entries)?;
             if plan.created.is_empty() && plan.updated.is_empty() {
                 return Ok(SharedItems::of(current));
             }
             #[cfg(test)]
-            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.to_owned());
+            self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
             // A table that still weighs finished items is pruned along (as plain updates do), so that a name used
             // again for a child weighs 1.
             let pruned = match current.stale_weights {
@@ -125,10 +108,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 false => None,
             };
             let table = pruned.as_ref().map_or_else(|| current.header.weights.clone(), |pruned| pruned.table.clone());
-            let written = self.write_plan(&zk, &current, &plan, token, table).await;
+            let written = self.write_plan(&zk, &current, &plan, &token, table).await;
             if let Some(pruned) = &pruned {
-                let (landed, unknown) = (written.is_ok(), matches!(written, Err(Ok(Retry::Unknown))));
-                self.after_table(&zk, landed, unknown, pruned, &current).await;
+                self.after_table(&zk, &written, pruned, &current).await;
             }
             match written {
                 Ok(()) => {
@@ -139,15 +121,11 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     after.items.sort();
                     return Ok(after);
                 }
-                Err(Ok(Retry::Moved)) => {}
-                Err(Ok(Retry::Unknown)) => *uncertain = true,
+                Err(Ok(Retry::Moved | Retry::Unknown | Retry::Lost)) => {}
                 Err(Err(err)) => return Err(err),
             }
         }
-        match *uncertain {
-            true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
-            false => Err(self.too_busy()),
-        }
+        Err(self.too_busy())
     }
 
     /// One `multi`: the header's next version (naming weight `table`), conditional on the one read, with the lineage
@@ -187,7 +165,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         }));
         ops.extend(created.iter().map(|(path, data)| self.create_data_op(path, data.as_bytes())));
         ops.extend(ready.iter().map(|path| self.create_op(path)));
-        self.commit(zk, &ops).await
+        self.commit_marked(zk, &ops, token).await
     }
 }
 

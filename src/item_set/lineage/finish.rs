@@ -24,20 +24,9 @@ pub(crate) struct Finisher<'a> {
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     /// Finishes `finisher.item`, fenced by its lock node, with `extra` writes in the same `multi` (the final
-    /// checkpoint). The item must be in the set and closed. Returns the children that entered the set.
+    /// checkpoint). The item must be in the set and closed. Returns the children that entered the set. A `multi`
+    /// whose reply was lost is resolved by its outcome marker, so the result is the one a received reply gives.
     pub async fn finish_item(&self, finisher: &Finisher<'_>, extra: &[WriteOp<'_>]) -> Result<Vec<Item>, Error> {
-        let mut uncertain = false;
-        let result = self.finish_item_as(finisher, extra, &mut uncertain).await;
-        self.unless_uncertain(result, uncertain)
-    }
-
-    /// [`SharedSet::finish_item`]'s attempts; `uncertain` says whether one of them may have landed unseen.
-    async fn finish_item_as(
-        &self,
-        finisher: &Finisher<'_>,
-        extra: &[WriteOp<'_>],
-        uncertain: &mut bool,
-    ) -> Result<Vec<Item>, Error> {
         let zk = self.zk()?;
         let name = finisher.item.node_name();
         let token = layout::token(zk.random());
@@ -55,16 +44,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 self.settle(&zk, unfinished, &[]).await?;
                 continue;
             }
-            // An attempt whose reply was lost landed: done (its item may since have been retired, node and all).
-            if *uncertain && current.header.landed(&token) {
-                return Ok(Vec::new());
-            }
             let Some(read) = self.entries(&zk, std::slice::from_ref(&name)).await? else { continue };
             let Some((entry, stat)) = read.get(&name).cloned().flatten() else {
-                // An attempt of ours may have landed, and the item been retired since, past the log's memory.
-                if *uncertain {
-                    return Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() });
-                }
                 return Err(invalid("has no lineage: only a closed item can be finished (close it first)"));
             };
             match &entry.finished {
@@ -130,15 +111,16 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             ops.extend(extra.iter().cloned());
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
-            match zk.multi_write(&ops).await {
-                Ok(_) => {
+            match self.write_marked(&zk, &ops, &token).await? {
+                Ok(()) => {
                     tracing::info!(item = %finisher.item, children = ?ready, "item finished");
                     return Ok(layout::parse_names(current.header.kind, ready).0);
                 }
                 Err(MultiError { error, .. }) if session_end(&error).is_some() => {
                     return Err(fenced("its session has ended"));
                 }
-                Err(MultiError { index: None, error }) if is_transient(&error) => *uncertain = true,
+                // Lost with the connection, and it did not land: read again.
+                Err(MultiError { index: None, error }) if is_transient(&error) => {}
                 Err(MultiError { index: Some(0), error: ZkError::NoNode }) => {
                     return Err(fenced("its lock node is gone: the item was released, or its session ended"));
                 }
@@ -150,10 +132,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(MultiError { error, .. }) => return Err(self.zk_error("multi", error)),
             }
         }
-        match *uncertain {
-            true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
-            false => Err(self.too_busy()),
-        }
+        Err(self.too_busy())
     }
 }
 

@@ -1,28 +1,30 @@
 //! Retiring finished items: their lineage nodes go (a parent without a node counts as finished), with their
-//! checkpoints, once every child has started and the finish is old enough. The items linked to them lose the link in
-//! the same `multi`, so that a retired name used again for a new item is nobody's parent or child.
+//! checkpoints and their lock directories, once every child has started, nobody holds or waits for the item's lock,
+//! and the finish is old enough, all in one `multi`. The items linked to them lose the link in the same `multi`, so
+//! that a retired name used again for a new item is nobody's parent or child, and its first owner finds no checkpoint
+//! of the old item's: the checkpoint goes with the name, and the lock directory's deletion (which fails while it has
+//! a contender) makes sure no owner of the old item is left to write one afterwards (a checkpoint is written only
+//! while its writer's lock node exists).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::entry::Entry;
+use crate::error::retry_transient;
 use crate::item_set::layout::{self, State};
 use crate::item_set::{MAX_ATTEMPTS, Retry, SharedSet, backoff};
-use crate::zookeeper::{Stat, WriteOp, ZkError, ZooKeeper};
+use crate::zookeeper::{ReadOp, ReadResult, Stat, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     /// Deletes the lineage nodes of the items finished more than `age` ago (by the ZooKeeper server's clock, against
-    /// this machine's) whose children have all started (entered the set), and then their checkpoints; returns them.
-    /// One new version of the set, in one `multi` of at most the chunk size (what is left goes at the next call).
+    /// this machine's) whose children have all started (entered the set) and whose lock nobody holds or waits for,
+    /// with their checkpoints and lock directories; returns them. One new version of the set, in one `multi` of at
+    /// most the chunk size (what is left goes at the next call). Each checkpoint is deleted at the version read, and
+    /// each lock directory must be empty, so a checkpoint written or a contender created meanwhile fails the `multi`,
+    /// which reads again. A commit whose reply was lost is resolved by its outcome marker: the same nodes are gone,
+    /// and the same items returned, as with the reply.
     pub async fn retire(&self, age: Duration) -> Result<Vec<Item>, Error> {
-        let mut uncertain = false;
-        let result = self.retire_as(age, &mut uncertain).await;
-        self.unless_uncertain(result, uncertain)
-    }
-
-    /// [`SharedSet::retire`]'s attempts; `uncertain` says whether one of them may have landed unseen.
-    async fn retire_as(&self, age: Duration, uncertain: &mut bool) -> Result<Vec<Item>, Error> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
         for attempt in 0..MAX_ATTEMPTS {
@@ -36,10 +38,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let Some(read) = self.entries(&zk, &names).await? else { continue };
             let entries: BTreeMap<String, (Entry, Stat)> =
                 read.into_iter().filter_map(|(name, entry)| Some((name, entry?))).collect();
-            if *uncertain && current.header.landed(&token) {
-                // Our retirement landed unseen: the nodes are gone; their checkpoints may not be.
-                return Ok(Vec::new());
-            }
             // Started: in the set, finished, or retired (no node).
             let started =
                 |name: &String| current.holds(name) || entries.get(name).is_none_or(|(e, _)| e.finished.is_some());
@@ -47,16 +45,25 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let old = |stat: &Stat| {
                 SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)) <= cutoff
             };
-            let candidates = entries.iter().filter(|(_, (entry, stat))| {
-                entry.finished.is_some() && old(stat) && entry.children.iter().all(started)
-            });
-            let (retired, unlinked) = unlink(candidates, &entries, self.chunk.saturating_sub(1).max(1));
+            let finished: Vec<String> = entries
+                .iter()
+                .filter(|(_, (entry, stat))| {
+                    entry.finished.is_some() && old(stat) && entry.children.iter().all(started)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            let nodes = self.item_nodes(&zk, &finished).await?;
+            // An item whose lock is still held or waited for (its owner has not let go yet) retires at a later call.
+            let candidates = entries.iter().filter(|(name, _)| nodes.get(*name).is_some_and(|n| n.lock_free));
+            let (retired, unlinked) = unlink(candidates, &entries, &nodes, self.chunk.saturating_sub(2).max(1));
             #[cfg(test)]
             let unlinked = match crate::sabotage::breaks(crate::sabotage::Sabotage::RetireKeepsLinks) {
                 true => BTreeMap::new(),
                 false => unlinked,
             };
             if retired.is_empty() {
+                // Nothing to retire; the tidying an operator asks for still includes what stopped writers left.
+                self.collect_garbage(&zk).await;
                 return Ok(Vec::new());
             }
             #[cfg(test)]
@@ -64,6 +71,20 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let header = current.header.next(current.header.kind, State::Ready, &token).recording(&[], &[]).render();
             let paths: Vec<(String, i32)> =
                 retired.iter().map(|(name, version)| (self.paths.lineage_node(name), *version)).collect();
+            #[cfg(test)]
+            let keep_checkpoints = crate::sabotage::breaks(crate::sabotage::Sabotage::RetireKeepsCheckpoints);
+            #[cfg(not(test))]
+            let keep_checkpoints = false;
+            let checkpoint_paths: Vec<(String, i32)> = retired
+                .iter()
+                .filter(|_| !keep_checkpoints)
+                .filter_map(|(name, _)| Some((self.paths.checkpoint(name), nodes.get(*name)?.checkpoint?)))
+                .collect();
+            let lock_dirs: Vec<String> = retired
+                .iter()
+                .filter(|(name, _)| nodes.get(*name).is_some_and(|n| n.lock_dir))
+                .map(|(name, _)| self.paths.lock_dir(name))
+                .collect();
             let edits: Vec<(String, Option<String>, i32)> = unlinked
                 .iter()
                 .map(|(name, (entry, version))| {
@@ -77,33 +98,70 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 version: Some(current.header_version),
             }];
             ops.extend(paths.iter().map(|(path, version)| WriteOp::Delete { path, version: Some(*version) }));
+            ops.extend(
+                checkpoint_paths.iter().map(|(path, version)| WriteOp::Delete { path, version: Some(*version) }),
+            );
+            // Fails (`NotEmpty`) if someone created a contender since the read: then read again.
+            ops.extend(lock_dirs.iter().map(|path| WriteOp::Delete { path, version: None }));
             ops.extend(edits.iter().map(|(path, data, version)| match data {
                 Some(data) => WriteOp::SetData { path, data: data.as_bytes(), version: Some(*version) },
                 // Nothing left to say (a child whose only parent goes): a plain item now.
                 None => WriteOp::Delete { path, version: Some(*version) },
             }));
-            match self.commit(&zk, &ops).await {
+            match self.commit_marked(&zk, &ops, &token).await {
                 Ok(()) => {
-                    let names: Vec<String> = retired.iter().map(|(name, _)| (*name).clone()).collect();
-                    for name in &names {
-                        let checkpoint = format!("{}/checkpoints/{name}", self.paths.base);
-                        match zk.delete(&checkpoint, None).await {
-                            Ok(()) | Err(ZkError::NoNode) => {}
-                            Err(err) => tracing::debug!(%err, %checkpoint, "a retired item's checkpoint stays"),
-                        }
-                    }
+                    self.collect_garbage(&zk).await;
+                    let names = retired.iter().map(|(name, _)| (*name).clone());
                     return Ok(layout::parse_names(current.header.kind, names).0);
                 }
-                Err(Ok(Retry::Moved)) => {}
-                Err(Ok(Retry::Unknown)) => *uncertain = true,
+                Err(Ok(Retry::Moved | Retry::Unknown | Retry::Lost)) => {}
                 Err(Err(err)) => return Err(err),
             }
         }
-        match *uncertain {
-            true => Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone() }),
-            false => Err(self.too_busy()),
-        }
+        Err(self.too_busy())
     }
+
+    /// What a retirement deletes besides the lineage node of each of `names`: its checkpoint (at the version read)
+    /// and its lock directory (which must be empty), where they exist.
+    async fn item_nodes(&self, zk: &Z, names: &[String]) -> Result<BTreeMap<String, ItemNodes>, Error> {
+        let mut found = BTreeMap::new();
+        for names in names.chunks(super::ENTRIES_PER_READ / 2) {
+            let paths: Vec<(String, String)> =
+                names.iter().map(|name| (self.paths.checkpoint(name), self.paths.lock_dir(name))).collect();
+            let ops: Vec<ReadOp<'_>> =
+                paths.iter().flat_map(|(checkpoint, dir)| [ReadOp::Data(checkpoint), ReadOp::Children(dir)]).collect();
+            let results =
+                retry_transient(zk, || zk.multi_read(&ops)).await.map_err(|e| self.zk_error("multi read", e))?;
+            let mut results = results.into_iter();
+            for name in names {
+                let checkpoint = match results.next() {
+                    Some(ReadResult::Data(_, stat)) => Some(stat.version),
+                    Some(ReadResult::Failed(ZkError::NoNode)) => None,
+                    Some(ReadResult::Failed(err)) => return Err(self.zk_error("get_data", err)),
+                    _ => None,
+                };
+                let (lock_dir, lock_free) = match results.next() {
+                    Some(ReadResult::Children(children)) => (true, children.is_empty()),
+                    Some(ReadResult::Failed(ZkError::NoNode)) => (false, true),
+                    Some(ReadResult::Failed(err)) => return Err(self.zk_error("get_children", err)),
+                    _ => (false, true),
+                };
+                found.insert(name.clone(), ItemNodes { checkpoint, lock_dir, lock_free });
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A finished item's nodes outside its lineage, as a retirement read them.
+#[derive(Clone, Copy, Debug, Default)]
+struct ItemNodes {
+    /// Its checkpoint's data version, if it has one.
+    checkpoint: Option<i32>,
+    /// Its lock directory exists ...
+    lock_dir: bool,
+    /// ... and has no contender (or does not exist).
+    lock_free: bool,
 }
 
 /// The lineage nodes a retirement rewrites: each one's entry without the retired links, and the version it was read
@@ -113,13 +171,16 @@ type Unlinked<'a> = BTreeMap<&'a String, (Entry, i32)>;
 /// Of the `candidates` for retirement (in order), as many as fit `budget` operations with the edits they need (at
 /// least one), with their versions, and those edits: every item linked to a retired one (a child, a parent) that
 /// stays loses the link, so that the retired name, free to be used again by a new item, is nobody's parent or child.
-/// An entry left with nothing to say comes back empty (the caller deletes its node).
+/// An entry left with nothing to say comes back empty (the caller deletes its node). A candidate's checkpoint and
+/// lock directory (in `nodes`) cost one operation more each: their deletion.
 fn unlink<'a>(
     candidates: impl Iterator<Item = (&'a String, &'a (Entry, Stat))>,
     entries: &'a BTreeMap<String, (Entry, Stat)>,
+    nodes: &BTreeMap<String, ItemNodes>,
     budget: usize,
 ) -> (Vec<(&'a String, i32)>, Unlinked<'a>) {
     let (mut retired, mut retiring, mut linked) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
+    let mut own_ops = 0;
     for (name, (entry, stat)) in candidates {
         let links: BTreeSet<&String> = entry
             .parents
@@ -130,10 +191,13 @@ fn unlink<'a>(
         // Operations after adding it: the retired, plus the linked that stay.
         let kept_links = linked.iter().filter(|other| **other != name).count();
         let fresh = links.iter().filter(|other| !linked.contains(**other)).count();
+        let own = nodes.get(name).copied().unwrap_or_default();
+        let ops = 1 + usize::from(own.checkpoint.is_some()) + usize::from(own.lock_dir);
         // (The first goes whatever its links: else an item with more links than the budget would never retire.)
-        if !retired.is_empty() && retired.len() + 1 + kept_links + fresh > budget {
+        if !retired.is_empty() && own_ops + ops + kept_links + fresh > budget {
             break;
         }
+        own_ops += ops;
         retired.push((name, stat.version));
         retiring.insert(name);
         linked.remove(name);
@@ -183,7 +247,8 @@ mod tests {
         .map(|(name, e, version)| (name.to_owned(), (e, stat(version))))
         .collect();
         let p = "p".to_owned();
-        let (retired, unlinked) = unlink([(&p, &entries["p"])].into_iter(), &entries, 100);
+        let none = BTreeMap::new();
+        let (retired, unlinked) = unlink([(&p, &entries["p"])].into_iter(), &entries, &none, 100);
         assert_eq!(retired, [(&p, 3)]);
         let edited: Vec<(&str, Entry, i32)> = unlinked.iter().map(|(n, (e, v))| (n.as_str(), e.clone(), *v)).collect();
         assert_eq!(
@@ -192,11 +257,19 @@ mod tests {
         );
         // Another finished item alongside, within the budget: both go; their links are edited once each.
         let b = "b".to_owned();
-        let (retired, unlinked) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, 100);
+        let (retired, unlinked) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, &none, 100);
         assert_eq!(retired, [(&p, 3), (&b, 6)]);
         assert_eq!(unlinked.keys().map(|n| n.as_str()).collect::<Vec<_>>(), ["a", "m"]);
         // Past the budget (1 + 3 links): the second waits for the next call; the first goes whatever its links.
-        let (retired, _) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, 2);
+        let (retired, _) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, &none, 2);
+        assert_eq!(retired, [(&p, 3)]);
+        // A checkpoint costs one operation more: with both checkpointed, a budget that fitted both without (1 + 1 +
+        // the links a and m) fits the first alone.
+        let checkpointed = ItemNodes { checkpoint: Some(0), lock_dir: false, lock_free: true };
+        let both = BTreeMap::from([("p".to_owned(), checkpointed), ("b".to_owned(), checkpointed)]);
+        let (retired, _) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, &none, 4);
+        assert_eq!(retired.len(), 2);
+        let (retired, _) = unlink([(&p, &entries["p"]), (&b, &entries["b"])].into_iter(), &entries, &both, 4);
         assert_eq!(retired, [(&p, 3)]);
     }
 }

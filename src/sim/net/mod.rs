@@ -5,8 +5,8 @@
 //! in order; the server takes one request at a time per session, after a random latency, and answers it on the model
 //! at once; replies and watch events come back in order, after another latency. A cut fails the requests whose
 //! replies had not arrived (they were applied) and a random prefix of those on the wire (not applied, or applied
-//! late: after up to three of the session's later requests, as a request read from an old connection can be); the
-//! rest wait in the client for the reconnection. Watches survive a reconnection, and the events they missed arrive
+//! late: after up to three of the session's later requests, as a request read from an old connection can be, but
+//! never after a `sync` of the session); the rest wait in the client for the reconnection. Watches survive a reconnection, and the events they missed arrive
 //! once it is back. Once a session ends, every request and watch of it fails with the session's end.
 //!
 //! Here: the clock, the scheduler and the tickets that futures wait on; [`connection`] holds each session's

@@ -55,6 +55,13 @@ impl Net {
         });
         let Some((ticket, request)) = conn.outbox.pop_front() else { return };
         conn.taken.insert(ticket);
+        // A `sync` is a barrier: the leader answers it once everything proposed before it is applied, and a late
+        // write from an old connection that reaches the leader after the session has moved is refused
+        // (SessionMoved). So whatever of the old connection lands, lands before it (writers that resolve a lost reply
+        // by reading rely on this, as on a real ensemble).
+        if matches!(request, Request::Sync) {
+            late.extend(conn.late.drain(..).map(|(request, _)| request));
+        }
         for request in late {
             let _ = self.apply(session, &request);
         }

@@ -19,7 +19,14 @@ pub(super) struct Admin {
     pub(super) zk: SimClient,
     pub(super) set: SharedSet<SimClient>,
     pub(super) op: Option<(String, BoxFuture<'static, Result<crate::SharedItems, Error>>)>,
+    /// Updates left in this admin's burst (each one starts when the one before returns).
+    pub(super) burst: usize,
+    /// Items the burst adds back first (what another admin's update, whose reply was lost, removed).
+    pub(super) add_back: Vec<Item>,
 }
+
+/// An admin's change in flight: what it is (for the log), and the call.
+type AdminOp = (String, BoxFuture<'static, Result<crate::SharedItems, Error>>);
 
 impl World {
     pub(super) fn drive_admin(&mut self, actor: ActorId, admin: &mut Admin) {
@@ -27,6 +34,10 @@ impl World {
         let Poll::Ready(result) = poll_with(future, &self.wakers[actor].clone()) else { return };
         let what = what.clone();
         admin.op = None;
+        // Its reply was to be lost, but it committed nothing (it failed, or had nothing to do): the next one is.
+        if self.lost_reply == Some(admin.zk.session()) {
+            self.lost_reply = None;
+        }
         let tokens = admin.set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         match &result {
             Ok(read) => {
@@ -60,6 +71,143 @@ impl World {
             }
         }
         admin.set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        if admin.burst > 0 {
+            admin.burst -= 1;
+            let op = self.burst_op(admin);
+            self.note(format!("a{actor} admin starts: {} ({} left in its burst)", op.0, admin.burst));
+            admin.op = Some(op);
+            lock(&self.net).dirty.insert(actor);
+        }
+    }
+
+    /// An idle admin, or a new one on a session of its own.
+    fn idle_admin(&mut self) -> ActorId {
+        let idle = (0..self.actors.len()).find(|&a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_none()));
+        match idle {
+            Some(actor) => actor,
+            None => {
+                let actor = self.actors.len();
+                let session = lock(&self.net).open_session(actor);
+                let zk = SimClient::new(self.net.clone(), session);
+                let set =
+                    SharedSet::new(SessionRef::Owned(zk.clone()), PATH, NodeAcls::default()).with_chunk(SET_CHUNK);
+                self.add_actor(Actor::Admin(Box::new(Admin { zk, set, op: None, burst: 0, add_back: Vec::new() })))
+            }
+        }
+    }
+
+    /// In a lineage run, an admin makes a version that moves no item: it closes one (or splits one into a child that
+    /// waits for it).
+    pub(super) fn admin_moves_nothing(&mut self) {
+        let current = self.current_values();
+        if !(self.plan.shared_set && self.plan.lineage) || current.is_empty() || self.faults_left == 0 {
+            return;
+        }
+        let actor = self.idle_admin();
+        let pick = Item::from(current[self.rng().below(current.len() as u64) as usize]);
+        let close = self.rng().below(2) == 0;
+        let change = match close {
+            true => crate::item_set::LineageChange::Close { items: vec![pick] },
+            false => {
+                let child = Item::from(self.next_value);
+                self.next_value += 1;
+                crate::item_set::LineageChange::Split { parent: pick, children: vec![child] }
+            }
+        };
+        let Actor::Admin(admin) = &mut self.actors[actor] else { return };
+        let set = admin.set.clone();
+        let what = format!("{change:?} (moves nothing)");
+        admin.op = Some((what.clone(), async move { set.change_lineage(change).await }.boxed()));
+        self.note(format!("a{actor} admin starts: {what}"));
+        lock(&self.net).dirty.insert(actor);
+    }
+
+    /// The items of the latest committed version, as values.
+    fn current_values(&self) -> Vec<i64> {
+        self.committed
+            .last_key_value()
+            .map(|(_, names)| names.iter().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// An admin's commit lands and its reply is lost: the admin removes one item (in a lineage run, splits one), and
+    /// its session is cut the moment the server applies the commit (`record_set` sees it), for most of a session
+    /// timeout. Meanwhile another admin makes 16 to 24 updates, the first of them adding back what the lost one
+    /// removed, so that its token has left the header's log by the time it looks again: it must find its outcome all
+    /// the same, and never apply its change a second time.
+    pub(super) fn admin_loses_a_reply(&mut self) {
+        let current = self.current_values();
+        if current.len() < 3 || self.lost_reply.is_some() {
+            return self.admin_changes();
+        }
+        let actor = self.idle_admin();
+        let pick = current[self.rng().below(current.len() as u64) as usize];
+        let child = self.next_value;
+        self.next_value += 1;
+        let retire = self.plan.lineage && self.rng().below(3) == 0;
+        let Actor::Admin(admin) = &self.actors[actor] else { return };
+        let (set, session) = (admin.set.clone(), admin.zk.session());
+        let retirement = match retire {
+            true => self.lineage_change(9, &current, set.clone()),
+            false => None,
+        };
+        let (what, future): AdminOp = if let Some((what, future)) = retirement {
+            (format!("{what} (its reply to be lost)"), future)
+        } else if self.plan.lineage {
+            let change =
+                crate::item_set::LineageChange::Split { parent: Item::from(pick), children: vec![Item::from(child)] };
+            (format!("{change:?} (its reply to be lost)"), async move { set.change_lineage(change).await }.boxed())
+        } else {
+            let items = vec![Item::from(pick)];
+            (format!("remove [{pick}] (its reply to be lost)"), async move { set.remove(items).await }.boxed())
+        };
+        if let Actor::Admin(admin) = &mut self.actors[actor] {
+            admin.op = Some((what.clone(), future));
+        }
+        self.note(format!("a{actor} admin starts: {what}"));
+        self.lost_reply = Some(session);
+        lock(&self.net).dirty.insert(actor);
+    }
+
+    /// The commit of the admin whose reply is to be lost has been applied: its connection is cut before the reply
+    /// arrives, for most of a session timeout, and a burst of updates by another admin begins, adding back first
+    /// what the lost update removed (`removed`).
+    pub(super) fn lose_the_reply(&mut self, session: crate::sim::zk::SessionId, removed: Vec<Item>) {
+        let detect = self.rng().millis(0, 20);
+        let outage = self.plan.session.mul_f64(0.5 + self.rng().below(250) as f64 / 1000.0);
+        self.note(format!("the reply to session {session}'s commit is lost; a burst of updates follows"));
+        self.lost_replies += 1;
+        self.cut_session(session, detect, outage);
+        let actor = self.idle_admin();
+        let count = 16 + self.rng().below(9) as usize;
+        let Actor::Admin(mut admin) = std::mem::replace(&mut self.actors[actor], Actor::Gone) else { return };
+        admin.burst = count - 1;
+        admin.add_back = removed;
+        let op = self.burst_op(&mut admin);
+        self.note(format!("a{actor} admin starts a burst of {count}: {}", op.0));
+        admin.op = Some(op);
+        self.actors[actor] = Actor::Admin(admin);
+        lock(&self.net).dirty.insert(actor);
+        let now = self.now();
+        self.quiet_since = self.quiet_since.max(now + outage);
+    }
+
+    /// The next update of a burst: what to add back first, then one new item added, then removed again, in turn.
+    fn burst_op(&mut self, admin: &mut Admin) -> AdminOp {
+        let set = admin.set.clone();
+        if !admin.add_back.is_empty() {
+            let items = std::mem::take(&mut admin.add_back);
+            return (format!("add back {items:?}"), async move { set.add(items).await }.boxed());
+        }
+        let value = self.next_value;
+        if admin.burst % 2 == 1 || value == 0 {
+            self.next_value += 1;
+            let items = vec![Item::from(value)];
+            (format!("add [{value}]"), async move { set.add(items).await }.boxed())
+        } else {
+            let items = vec![Item::from(value - 1)];
+            (format!("remove [{}]", value - 1), async move { set.remove(items).await }.boxed())
+        }
     }
 
     /// An admin changes the shared set with the production code: adds, removes, replaces or compare-and-sets, often
@@ -68,23 +216,8 @@ impl World {
         if !self.plan.shared_set {
             return;
         }
-        let idle = (0..self.actors.len()).find(|&a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_none()));
-        let actor = match idle {
-            Some(actor) => actor,
-            None => {
-                let actor = self.actors.len();
-                let session = lock(&self.net).open_session(actor);
-                let zk = SimClient::new(self.net.clone(), session);
-                let set =
-                    SharedSet::new(SessionRef::Owned(zk.clone()), PATH, NodeAcls::default()).with_chunk(SET_CHUNK);
-                self.add_actor(Actor::Admin(Box::new(Admin { zk, set, op: None })))
-            }
-        };
-        let current: Vec<i64> = self
-            .committed
-            .last_key_value()
-            .map(|(_, names)| names.iter().filter_map(|n| n.parse().ok()).collect())
-            .unwrap_or_default();
+        let actor = self.idle_admin();
+        let current = self.current_values();
         let count = 1 + self.rng().below(5) as usize;
         // Weighted runs also change weights (a fifth kind: other runs draw as they always did).
         // Lineage runs also split, merge, close, add children and retire (kinds 5 to 9).

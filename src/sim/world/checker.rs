@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PARTY, PATH, World};
+use crate::agreement::Agreement;
 use crate::item_set::layout::{self, Chunk, Header, RawRead, SetView, State, Table};
 use crate::sim::Plan;
 use crate::sim::net::{self, ActorId, lock};
@@ -42,6 +43,7 @@ impl World {
                 continue;
             }
             self.record_finish(&write);
+            self.record_update(&write);
             let net::Write { session, ops, checks_lowest: lowest, .. } = write;
             let checkpoint = ops.iter().any(|op| {
                 matches!(op, zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. } if path.starts_with(CHECKPOINTS))
@@ -109,9 +111,6 @@ impl World {
         };
         drop(net);
         self.header_seen = Some(data);
-        if let Some(header) = &header {
-            self.landed.extend(header.log.iter().cloned());
-        }
         if let SetView::Committed(committed) = layout::interpret(read) {
             match self.committed_weights.get(&committed.version) {
                 Some(stored) if *stored != committed.weights => {
@@ -139,8 +138,167 @@ impl World {
                 None => {
                     self.note(format!("set version {} = {names:?}", committed.version));
                     self.check_ready_set(committed.version, &names);
+                    self.new_incarnations(&names);
                     self.committed.insert(committed.version, names);
                 }
+            }
+        }
+    }
+
+    /// Records an update a write applied (a header write that moves the version on): its token must be new (an update
+    /// applied twice is a lost reply retried blindly); the commit of the admin whose reply is to be lost has its reply
+    /// lost now. And which incarnation of its item each checkpoint written belongs to.
+    fn record_update(&mut self, write: &net::Write) {
+        for op in &write.ops {
+            match op {
+                zk::WriteOp::SetData { path, data, .. } | zk::WriteOp::Create { path, data, .. } if path == ITEMS => {
+                    let Ok(header) = Header::parse(data) else { continue };
+                    let moved_on = header.version > self.header_version;
+                    self.header_version = header.version;
+                    let Some(token) = header.log.last().filter(|_| moved_on) else { continue };
+                    if !self.landed.insert(token.clone()) {
+                        self.violate(format!("update {token} was applied twice (version {})", header.version));
+                    }
+                    if self.lost_reply == Some(write.session) {
+                        self.lost_reply = None;
+                        let prefix = format!("{ITEMS}/");
+                        let removed: Vec<Item> = write
+                            .ops
+                            .iter()
+                            .filter_map(|op| match op {
+                                zk::WriteOp::Delete { path, .. } => path.strip_prefix(&prefix)?.parse::<i64>().ok(),
+                                _ => None,
+                            })
+                            .map(Item::from)
+                            .collect();
+                        self.lose_the_reply(write.session, removed);
+                    }
+                }
+                // A sticky party's record is being written: a version that moves nothing lands right behind it, now
+                // and then (a member that decides after it must hand out the record as the others do).
+                zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. }
+                    if *path == format!("{PATH}/placement") && self.rng().below(2) == 0 =>
+                {
+                    self.admin_moves_nothing();
+                }
+                zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. }
+                    if path.starts_with(CHECKPOINTS) =>
+                {
+                    if let Some(name) = path.strip_prefix(CHECKPOINTS).and_then(|rest| rest.strip_prefix('/')) {
+                        let incarnation = self.incarnations.get(name).copied().unwrap_or_default();
+                        self.checkpoint_incarnation.insert(name.to_owned(), incarnation);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A committed version's new items: one finished before (and since retired) starts a new incarnation, which must
+    /// not find the old one's checkpoint (its first owner would resume the old item's progress).
+    fn new_incarnations(&mut self, names: &BTreeSet<String>) {
+        let before = self.committed.last_key_value().map(|(_, names)| names.clone()).unwrap_or_default();
+        for name in names.difference(&before) {
+            if !self.ever_finished.contains(name) {
+                continue;
+            }
+            let incarnation = self.incarnations.entry(name.clone()).or_default();
+            *incarnation += 1;
+            let incarnation = *incarnation;
+            let path = format!("{CHECKPOINTS}/{name}");
+            let stored = lock(&self.net).zk.exists(&path).is_some();
+            let of = self.checkpoint_incarnation.get(name).copied().unwrap_or_default();
+            if stored && of < incarnation {
+                self.violate(format!(
+                    "item {name} enters the set anew (incarnation {incarnation}) with the checkpoint of its \
+                     incarnation {of}: its first owner would resume the old item's progress"
+                ));
+            }
+        }
+    }
+
+    /// What each party node announces, as written: its history grows at every change.
+    pub(super) fn record_announcements(&mut self) {
+        let now = self.now();
+        let net = lock(&self.net);
+        let read: Vec<(String, Option<Agreement>)> = net
+            .zk
+            .children_of(PARTY)
+            .into_iter()
+            .filter_map(|node| {
+                let data = net.zk.data_of(&format!("{PARTY}/{node}"))?;
+                Some((node, Agreement::from_node_data(&data)))
+            })
+            .collect();
+        drop(net);
+        // And what each member's core announces (it compares that, before its own write lands), by `core:<node>`.
+        let cores: Vec<(String, Option<Agreement>)> = self
+            .members()
+            .into_iter()
+            .filter_map(|actor| match &self.actors[actor] {
+                Actor::Member(m) => Some((format!("core:{}", m.membership.node), Some(m.core.announcement()))),
+                _ => None,
+            })
+            .collect();
+        for (node, agreement) in read.into_iter().chain(cores) {
+            let history = self.announced.entry(node).or_default();
+            if history.last().map(|(_, said)| said) != Some(&agreement) {
+                history.push((now, agreement));
+            }
+        }
+    }
+
+    /// A member reports another (`d`) as on another version of the shared set, or holding another assignment, only
+    /// once that has lasted past the time a member needs to follow a change: through the `catch_up` before the report
+    /// (less the time a read and a write take, `SLACK`), what the reporter announced (its core's line) and what the
+    /// other's node said differed at every instant.
+    pub(super) fn check_reported_lag(&mut self, reporter: &str, d: &crate::Disagreement) {
+        const SLACK: Duration = Duration::from_millis(300);
+        let catch_up = self.plan.time_boundary * 2 + Duration::from_secs(2);
+        let now = self.now();
+        let (Some(from), Some(to)) = ((now + SLACK).checked_sub(catch_up), now.checked_sub(SLACK)) else { return };
+        // The other member's node: the latest with its name (a static member's restart has a node of its own).
+        let other = self
+            .announced
+            .iter()
+            .filter(|(node, _)| !node.starts_with("core:") && crate::layout::member_name(node) == Some(&d.member))
+            .max_by_key(|(_, history)| history.first().map(|(since, _)| *since))
+            .map(|(node, _)| node);
+        let ours = self.announced.get(&format!("core:{reporter}"));
+        let (Some(ours), Some(theirs)) = (ours, other.and_then(|n| self.announced.get(n))) else {
+            return;
+        };
+        let at = |history: &[(Duration, Option<Agreement>)], t: Duration| {
+            history.iter().rev().find(|(since, _)| *since <= t).and_then(|(_, said)| *said)
+        };
+        let mut instants: Vec<Duration> =
+            ours.iter().chain(theirs).map(|(t, _)| *t).filter(|t| (from..=to).contains(t)).collect();
+        instants.push(from);
+        for t in instants {
+            if let (Some(a), Some(b)) = (at(ours, t), at(theirs, t))
+                && a.compare(&b).is_none()
+            {
+                let show = |history: &[(Duration, Option<Agreement>)]| {
+                    history
+                        .iter()
+                        .rev()
+                        .take(6)
+                        .map(|(t, a)| format!("{t:?} {}", a.map(|a| a.to_string()).unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                };
+                let line = format!(
+                    "{reporter} reports {} ({:?}), but they announced alike {:?} before (within {catch_up:?}, less \
+                     {SLACK:?}): a member catching up is not a disagreement\n  ours: {}\n  theirs: {}\n  reported \
+                     theirs: {}",
+                    d.member,
+                    d.kind,
+                    now - t,
+                    show(ours),
+                    show(theirs),
+                    d.theirs,
+                );
+                return self.violate(line);
             }
         }
     }
@@ -236,6 +394,9 @@ impl World {
         if members.len() != self.live().len() {
             return Err("a process is still starting".into());
         }
+        if let Some(reported) = self.mixed_rules_reported(&members) {
+            return reported;
+        }
         for &actor in &members {
             let Actor::Member(m) = &self.actors[actor] else { continue };
             let core = &m.core;
@@ -303,6 +464,37 @@ impl World {
         self.loads_follow_the_weights(&members)
     }
 
+    /// A party whose members run two sticky rules (a mixed run with both in the party): they cannot share a placement,
+    /// and each member must say so, reporting every member of the other rule (`None`: not such a party).
+    fn mixed_rules_reported(&self, members: &[ActorId]) -> Option<Result<(), String>> {
+        let rule = |actor: &ActorId| match &self.actors[*actor] {
+            Actor::Member(m) => Some((m.core.me().to_owned(), super::processes::other_rule(&self.plan, m.slot))),
+            _ => None,
+        };
+        let rules: Vec<(String, bool)> = members.iter().filter_map(rule).collect();
+        if !rules.iter().any(|(_, other)| *other) || rules.iter().all(|(_, other)| *other) {
+            return None;
+        }
+        for &actor in members {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            let mine = super::processes::other_rule(&self.plan, m.slot);
+            let snapshot = m.handle.read(Snapshot::clone);
+            for (name, _) in rules.iter().filter(|(_, other)| *other != mine) {
+                let reported = snapshot
+                    .disagreements
+                    .iter()
+                    .any(|d| d.member == *name && d.kind == crate::DisagreementKind::PartitionFn);
+                if !reported {
+                    return Some(Err(format!(
+                        "{} does not report {name}, which runs another sticky rule",
+                        m.core.me()
+                    )));
+                }
+            }
+        }
+        Some(Ok(()))
+    }
+
     /// A sticky function's party: the placement record reads whole, and says who holds what.
     fn placement_recorded(&self, members: &[ActorId]) -> Result<(), String> {
         let mut listed = BTreeMap::new();
@@ -349,8 +541,10 @@ impl World {
         for &actor in members {
             let Actor::Member(m) = &self.actors[actor] else { continue };
             // A function that ignores capacities divides as if every member had capacity 1.
-            let weighted = self.plan.weighted && self.plan.combo.rendezvous;
-            let capacity = if weighted { super::processes::capacity_of(m.slot) } else { 1 };
+            let capacity = match super::processes::by_capacity(&self.plan) {
+                true => super::processes::capacity_of(m.slot),
+                false => 1,
+            };
             let snapshot = m.handle.read(Snapshot::clone);
             let Some(load) = snapshot.load.as_deref() else {
                 return Err(format!("{} is ACQUIRED without a load", snapshot.member));

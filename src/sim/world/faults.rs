@@ -26,7 +26,7 @@ impl World {
     }
 
     /// Cuts a session's connection for `outage`; the client notices after `detect`.
-    fn cut(&mut self, session: SessionId, detect: Duration, outage: Duration) {
+    pub(super) fn cut_session(&mut self, session: SessionId, detect: Duration, outage: Duration) {
         let link = {
             let mut net = lock(&self.net);
             if !net.is_up(session) {
@@ -94,7 +94,7 @@ impl World {
                 if let Some((_, session)) = self.pick_session(true) {
                     let outage = self.rng().millis(50, 1500);
                     let detect = self.rng().millis(0, 20);
-                    self.cut(session, detect, outage);
+                    self.cut_session(session, detect, outage);
                     lasts = outage;
                 }
             }
@@ -141,7 +141,7 @@ impl World {
                 if let Some((_, session)) = self.pick_session(true) {
                     let detect = self.rng().millis(0, 20);
                     let outage = session_timeout + self.rng().millis(200, 1000);
-                    self.cut(session, detect, outage);
+                    self.cut_session(session, detect, outage);
                     lasts = outage;
                 }
             }
@@ -154,8 +154,15 @@ impl World {
                     lasts = session_timeout;
                 }
             }
-            // An admin changes the shared set (without one: a join).
-            _ if self.plan.shared_set => self.admin_changes(),
+            // An admin changes the shared set (without one: a join); now and then, its commit's reply is lost while
+            // another admin makes 16 or more updates.
+            _ if self.plan.shared_set => {
+                let lost = self.rng().below(4) == 0;
+                match lost {
+                    true => self.admin_loses_a_reply(),
+                    false => self.admin_changes(),
+                }
+            }
             _ => self.join(),
         }
         if self.plan.shared_set && self.rng().below(2) == 0 {
@@ -256,7 +263,7 @@ impl World {
         let future = async move { crate::driver::delete_our_nodes(&zk, &paths).await }.boxed();
         self.actors[actor] = Actor::Cleaning(Box::new(Cleaning { zk: m.zk.clone(), future }));
         lock(&self.net).dirty.insert(actor);
-        self.cut(session, detect, outage);
+        self.cut_session(session, detect, outage);
         if self.plan.static_membership {
             self.vacant.insert(m.slot);
         }

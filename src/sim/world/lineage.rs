@@ -51,12 +51,18 @@ impl World {
         set: SharedSet<SimClient>,
     ) -> Option<(String, BoxFuture<'static, Result<SharedItems, Error>>)> {
         if kind == 9 {
-            // Retirement of everything finished whose children started, then the lineage read the tools make.
+            // Retirement of everything finished whose children started, then the lineage read the tools make; half
+            // the time, a retired name is then used again for a new, unrelated item (its first owner must find no
+            // checkpoint of the old item's).
+            let reuse = self.rng().below(2) == 0;
             let retire = async move {
-                set.retire(Duration::ZERO).await?;
+                let retired = set.retire(Duration::ZERO).await?;
                 // The retirement has reported its outcome: a failure of the reads that follow says nothing about it.
                 set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
                 set.lineage().await?;
+                if let Some(name) = retired.first().filter(|_| reuse) {
+                    return set.add(vec![name.clone()]).await;
+                }
                 set.read().await
             };
             return Some(("retire".to_owned(), retire.boxed()));

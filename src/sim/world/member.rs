@@ -65,6 +65,8 @@ pub(super) type Call = BoxFuture<'static, Result<(), Error>>;
 pub(super) struct Worker {
     /// The snapshot generation last looked at.
     pub(super) seen: u64,
+    /// The closed items the snapshot showed when last looked at (they change within an episode).
+    pub(super) closed_seen: Arc<[Item]>,
     /// A `release_set()` to make at this time.
     pub(super) release_at: Option<Duration>,
     /// A `release_set()` in flight, with the items the `Release` it answers revoked (for the early-ack check).
@@ -306,7 +308,24 @@ impl World {
                 );
                 self.note(line);
                 let now = lock(&self.net).instant();
+                let key = |s: &Snapshot| {
+                    (s.state, s.items.clone(), s.tokens.clone(), s.revoked.clone(), s.suspended, s.cause.clone())
+                };
+                let (before, generation, reported) = m.handle.read(|s| (key(s), s.generation, s.disagreements.clone()));
                 m.publisher.publish(&m.core, *publication, now);
+                let (after, next, disagreements) = m.handle.read(|s| (key(s), s.generation, s.disagreements.clone()));
+                for d in disagreements.iter().filter(|d| d.kind.catching_up() && !reported.contains(d)) {
+                    self.check_reported_lag(&m.membership.node, d);
+                }
+                // The same state is never published again as a new episode: a worker that starts its work at every
+                // `Acquired` would run its items twice.
+                if next != generation && after == before {
+                    self.violate(format!(
+                        "a{actor} published {} again as a new episode (generation {next}) with the same items, tokens, \
+                         revocations and cause",
+                        after.0
+                    ));
+                }
             }
             Action::Ack(id, result) => {
                 if let Some(ack) = m.release_acks.remove(&id) {
@@ -331,8 +350,14 @@ impl World {
         let session = m.zk.session();
         let waker = self.wakers[actor].clone();
         let snapshot = m.handle.read(Snapshot::clone);
+        // Items closed within an episode: shown without a new generation, and finished all the same.
+        if snapshot.generation == m.worker.seen && snapshot.closed != m.worker.closed_seen {
+            m.worker.closed_seen = snapshot.closed.clone();
+            self.start_finishes(m, &snapshot);
+        }
         if snapshot.generation != m.worker.seen {
             m.worker.seen = snapshot.generation;
+            m.worker.closed_seen = snapshot.closed.clone();
             if snapshot.state == PartitionState::Release && m.worker.release.is_none() && m.worker.release_at.is_none()
             {
                 let at = now + self.rng().millis(0, 80);

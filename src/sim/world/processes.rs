@@ -15,6 +15,66 @@ use crate::sim::zk::SessionId;
 use crate::startup::{self, Settings};
 use crate::{KazooStride, Rendezvous, WeightedRendezvous};
 
+/// Another sticky rule, for [`Plan::mixed_rules`](crate::sim::Plan::mixed_rules): the same function, but it places
+/// afresh, as if there were no previous assignment. It answers the plain probe as the sticky function does; only its
+/// use of a previous assignment differs.
+pub(super) struct PlacesAfresh(pub WeightedRendezvous);
+
+impl crate::PartitionFn for PlacesAfresh {
+    fn partition(&self, me: &str, members: &[String], items: &[crate::Item]) -> Vec<crate::Item> {
+        self.0.partition(me, members, items)
+    }
+    fn load_bound(&self) -> Option<f64> {
+        self.0.load_bound()
+    }
+    fn partition_weighted(&self, input: &crate::Weighted<'_>) -> Vec<crate::Item> {
+        self.0.partition_weighted(input)
+    }
+    fn keeps_placement(&self) -> bool {
+        true
+    }
+    fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
+        self.0.placement(&crate::Weighted { previous: None, ..*input })
+    }
+}
+
+/// Whether the member in `slot` runs the other sticky rule of a mixed run.
+pub(super) fn other_rule(plan: &crate::sim::Plan, slot: usize) -> bool {
+    plan.weighted
+        && plan.combo.rendezvous
+        && plan.sticky
+        && plan.mixed_rules
+        && !plan.rotating
+        && slot.is_multiple_of(2)
+}
+
+/// A sticky rule that is nowhere a fixed point, for [`Plan::rotating`](crate::sim::Plan::rotating): from a previous
+/// assignment it gives every item to the next member; afresh, item `i` to member `i mod n`. It ignores weights and
+/// capacities.
+pub(super) struct Rotating;
+
+impl crate::PartitionFn for Rotating {
+    fn partition(&self, me: &str, members: &[String], items: &[crate::Item]) -> Vec<crate::Item> {
+        let at = members.iter().position(|m| m == me);
+        items.iter().enumerate().filter(|(i, _)| Some(i % members.len()) == at).map(|(_, item)| item.clone()).collect()
+    }
+    fn keeps_placement(&self) -> bool {
+        true
+    }
+    fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
+        let n = input.members.len().max(1);
+        Some(match input.previous {
+            Some(previous) => previous.iter().enumerate().map(|(i, p)| p.map_or(i % n, |o| (o + 1) % n)).collect(),
+            None => (0..input.items.len()).map(|i| i % n).collect(),
+        })
+    }
+}
+
+/// Whether the members of a run divide by capacity (a rotating run's rule ignores capacities).
+pub(super) fn by_capacity(plan: &crate::sim::Plan) -> bool {
+    plan.weighted && plan.combo.rendezvous && !(plan.sticky && plan.rotating)
+}
+
 /// The capacity of the member in `slot` in a weighted run (a replacement keeps its slot's).
 pub(super) fn capacity_of(slot: usize) -> u32 {
     1 + (slot % 3) as u32
@@ -36,6 +96,8 @@ impl World {
         let plan = &self.plan;
         let ident = if plan.static_membership { format!("s{slot}") } else { format!("m{actor}") };
         let partition_fn: Box<dyn crate::PartitionFn> = match (plan.combo.rendezvous, plan.weighted) {
+            (true, true) if other_rule(plan, slot) => Box::new(PlacesAfresh(WeightedRendezvous::default().sticky())),
+            (true, true) if plan.sticky && plan.rotating => Box::new(Rotating),
             (true, true) if plan.sticky => Box::new(WeightedRendezvous::default().sticky()),
             (true, true) => Box::new(WeightedRendezvous::default()),
             (true, false) => Box::new(Rendezvous::default()),

@@ -1,0 +1,46 @@
+//! What the tests and the simulation's checker read of a core (test builds only): none of it decides anything.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::Core;
+use crate::agreement::Agreement;
+use crate::{Item, PartitionState};
+
+impl Core {
+    /// The items published as processable.
+    pub fn listed(&self) -> &BTreeSet<usize> {
+        &self.shown.listed
+    }
+
+    /// Our node for an item we hold.
+    pub fn held_node(&self, item: usize) -> Option<&str> {
+        self.locks.held.contains(&item).then(|| self.locks.entries.get(&item)?.node.as_deref()).flatten()
+    }
+
+    pub fn state(&self) -> PartitionState {
+        self.shown.state
+    }
+
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// What this member announces now (its party node says it once the write lands).
+    pub fn announcement(&self) -> Agreement {
+        self.cfg.agreement
+    }
+
+    /// When we last found the lock of a listed item held (the checker's bound for a deleted held node).
+    pub fn held_at(&self, item: usize) -> Option<Instant> {
+        self.locks.held.contains(&item).then(|| self.locks.entries.get(&item).map(|lock| lock.held_at)).flatten()
+    }
+
+    /// The version and items of the shared set the assignment in force follows.
+    pub fn followed(&self) -> Option<(u64, Vec<Item>)> {
+        let version = self.set_in_force.version?;
+        let mut items: Vec<Item> = self.assigned_set.iter().map(|&index| self.catalogue.item(index).clone()).collect();
+        items.sort();
+        Some((version, items))
+    }
+}
