@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use crate::Item;
 use crate::hash::{FNV_OFFSET, FNV_PRIME, finish, fnv1a};
 
+mod prefix;
 mod ranking;
 mod weighted;
 use ranking::Ranking;
@@ -343,9 +344,9 @@ impl Rendezvous {
 }
 
 /// Whether a ranking for `members` can be remembered: it orders equal weights by name, which is the party's order
-/// only when it is sorted, and numbers members in 16 bits, enough for parties up to [`ranking::MAX_MEMBERS`].
+/// only when it is sorted, and numbers members in 16 bits, enough for parties up to [`prefix::MAX_MEMBERS`].
 fn remembers(members: &[String]) -> bool {
-    members.len() <= ranking::MAX_MEMBERS && members.windows(2).all(|pair| pair[0] < pair[1])
+    members.len() <= prefix::MAX_MEMBERS && members.windows(2).all(|pair| pair[0] < pair[1])
 }
 
 /// The `remembered` ranking brought up to `members`, or a new one when it is for other items or cannot follow.
@@ -609,7 +610,7 @@ mod rendezvous_tests {
     fn a_party_too_large_to_remember_is_placed_without_memory() {
         // Past MAX_MEMBERS the ranking's 16-bit ids would not fit: the placement is computed afresh, and is the same.
         let items: Vec<Item> = (0..50).map(Item::from).collect();
-        let members = sorted((0..=ranking::MAX_MEMBERS).map(|m| format!("m{m:05}")).collect());
+        let members = sorted((0..=prefix::MAX_MEMBERS).map(|m| format!("m{m:05}")).collect());
         let f = Rendezvous::default();
         let owners = f.assign(&members, &items);
         assert!(f.ranking.lock().is_ok_and(|r| r.is_none()), "nothing remembered");

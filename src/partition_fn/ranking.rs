@@ -19,56 +19,8 @@ const KEPT: usize = 4;
 /// A party change larger than this share of the party rebuilds the ranking instead of patching it.
 const PATCH_LIMIT: f64 = 0.25;
 
-/// A member id as a [`Prefix`] stores it: 16 bits, so that a prefix takes 40 bytes, not 56 (the first ranking of
-/// 100,000 items touches 1.6 MB less fresh memory, and every member's first call touches it at the same moment).
-type Id = u16;
-/// An empty slot of a prefix.
-const NONE: Id = Id::MAX;
-/// The largest party a ranking is kept for; larger parties are placed without memory. Ids fit in [`Id`]: a build
-/// numbers the members from 0, and `follow` rebuilds before the table passes 2 × the party + 16 (60,016 here).
-pub(super) const MAX_MEMBERS: usize = 30_000;
-
-/// One item's best-ranked live members, best first: `(weight, member id)`; `NONE` ids mark the empty slots.
-#[derive(Clone, Copy)]
-struct Prefix {
-    weights: [u64; KEPT],
-    ids: [Id; KEPT],
-}
-
-impl Prefix {
-    const EMPTY: Prefix = Prefix { weights: [0; KEPT], ids: [NONE; KEPT] };
-
-    fn len(&self) -> usize {
-        self.ids.iter().take_while(|&&id| id != NONE).count()
-    }
-
-    fn entries(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.weights
-            .iter()
-            .copied()
-            .zip(self.ids.iter().copied())
-            .take_while(|&(_, id)| id != NONE)
-            .map(|(w, id)| (w, u32::from(id)))
-    }
-
-    /// Puts `entry` at position `at`, shifting the rest down; the last entry falls off a full list.
-    fn insert(&mut self, at: usize, entry: (u64, u32)) {
-        let len = self.len();
-        if at >= KEPT || at > len {
-            return;
-        }
-        let Some(id) = Id::try_from(entry.1).ok().filter(|&id| id != NONE) else {
-            // Cannot happen (see MAX_MEMBERS); if it did, ending the list here keeps it a prefix of the ranking.
-            self.ids[at..].fill(NONE);
-            return;
-        };
-        let end = len.min(KEPT - 1);
-        self.weights.copy_within(at..end, at + 1);
-        self.ids.copy_within(at..end, at + 1);
-        self.weights[at] = entry.0;
-        self.ids[at] = id;
-    }
-}
+/// One item's remembered list: `(weight, id)`, highest weight first, equal weights by name.
+type Prefix = super::prefix::Prefix<KEPT>;
 
 pub(super) struct Ranking {
     /// The items this ranking is for (a call with other items rebuilds it).
@@ -243,10 +195,10 @@ impl Ranking {
         // weights give the order `above` defines. A full list's last weight is the one to beat.
         let mut len = 0;
         for (&w, &id) in weights.iter().zip(ids) {
-            if len == KEPT && w <= prefix.weights[KEPT - 1] {
+            if len == KEPT && w <= prefix.keys[KEPT - 1] {
                 continue;
             }
-            let at = prefix.weights[..len].iter().position(|&e| w > e).unwrap_or(len);
+            let at = prefix.keys[..len].iter().position(|&e| w > e).unwrap_or(len);
             prefix.insert(at, (w, id));
             len = prefix.len();
         }

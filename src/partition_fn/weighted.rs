@@ -193,7 +193,7 @@ impl WeightedRendezvous {
 /// Whether a placement for `members` can be remembered: the lists order equal scores by name, which is the party's
 /// order only when it is sorted, and number members in 16 bits.
 fn remembers(members: &[String]) -> bool {
-    members.len() <= memory::MAX_MEMBERS && members.windows(2).all(|pair| pair[0] < pair[1])
+    members.len() <= crate::partition_fn::prefix::MAX_MEMBERS && members.windows(2).all(|pair| pair[0] < pair[1])
 }
 
 /// The `remembered` memory brought up to `problem`, or a new one when it is for other items.

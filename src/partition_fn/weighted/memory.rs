@@ -20,55 +20,8 @@ use crate::{Item, Weights};
 const KEPT: usize = 8;
 /// A party change larger than this share of the party ranks afresh instead of patching.
 const PATCH_LIMIT: f64 = 0.25;
-/// A member id: 16 bits, so a list takes 80 bytes.
-type Id = u16;
-/// An empty slot of a list.
-const NONE: Id = Id::MAX;
-/// The largest party remembered; ids fit in [`Id`] because `follow` ranks afresh before the table passes
-/// 2 × the party + 16.
-pub(super) const MAX_MEMBERS: usize = 30_000;
-
-/// One item's best-ranked live members, best first: `(score, id)`, lower scores first, equal scores by name.
-#[derive(Clone, Copy)]
-struct Prefix {
-    scores: [u64; KEPT],
-    ids: [Id; KEPT],
-}
-
-impl Prefix {
-    const EMPTY: Prefix = Prefix { scores: [0; KEPT], ids: [NONE; KEPT] };
-
-    fn len(&self) -> usize {
-        self.ids.iter().take_while(|&&id| id != NONE).count()
-    }
-
-    fn entries(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.scores
-            .iter()
-            .copied()
-            .zip(self.ids.iter().copied())
-            .take_while(|&(_, id)| id != NONE)
-            .map(|(s, id)| (s, u32::from(id)))
-    }
-
-    /// Puts `entry` at `at`, shifting the rest down; the last entry of a full list falls off.
-    fn insert(&mut self, at: usize, entry: (u64, u32)) {
-        let len = self.len();
-        if at >= KEPT || at > len {
-            return;
-        }
-        let Some(id) = Id::try_from(entry.1).ok().filter(|&id| id != NONE) else {
-            // Cannot happen (MAX_MEMBERS); ending the list here would keep it a prefix of the ranking.
-            self.ids[at..].fill(NONE);
-            return;
-        };
-        let end = len.min(KEPT - 1);
-        self.scores.copy_within(at..end, at + 1);
-        self.ids.copy_within(at..end, at + 1);
-        self.scores[at] = entry.0;
-        self.ids[at] = id;
-    }
-}
+/// One item's remembered list: `(score, id)`, lower scores first, equal scores by name.
+type Prefix = crate::partition_fn::prefix::Prefix<KEPT>;
 
 struct Member {
     name: String,
@@ -265,7 +218,7 @@ impl Memory {
                 // Below the last entry of a list that leaves members out, whatever the rounding: no logarithm needed.
                 if len > 0
                     && len < self.alive
-                    && u128::from(lower_bound(h)) >= (u128::from(prefix.scores[len - 1]) + 1) * u128::from(c)
+                    && u128::from(lower_bound(h)) >= (u128::from(prefix.keys[len - 1]) + 1) * u128::from(c)
                 {
                     continue;
                 }
