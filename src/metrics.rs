@@ -611,24 +611,7 @@ mod tests {
     #[test]
     fn every_reason_that_leaves_acquired_has_a_cause_among_the_documented_ones() {
         use Reason::*;
-        // Exhaustive by construction: a new reason must be listed in `Reason::rebalance_cause`'s match.
-        let all = [
-            AllAcquired,
-            Ended,
-            RevokedReleased,
-            SessionSurvived,
-            ConnectionChanged,
-            ConnectionSuspended,
-            PartyChanged,
-            ItemSetChanged,
-            ItemsRevoked,
-            TakingGained,
-            LockLostInSuspension,
-            HeldLockDeleted,
-            ReleaseSet,
-            Disagreement,
-        ];
-        for reason in all {
+        for reason in Reason::ALL {
             if let Some(cause) = reason.rebalance_cause() {
                 assert!(CAUSES.contains(&cause), "{reason}: {cause}");
             }

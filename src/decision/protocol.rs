@@ -320,6 +320,27 @@ pub(crate) enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order declared: the one list of them (the metrics' test walks it). A test holds it
+    /// against an exhaustive match, so a new reason that is not listed here fails it.
+    #[cfg(test)]
+    pub const ALL: [Reason; 15] = [
+        Reason::AllAcquired,
+        Reason::Ended,
+        Reason::RevokedReleased,
+        Reason::SessionSurvived,
+        Reason::ConnectionChanged,
+        Reason::ConnectionSuspended,
+        Reason::PartyChanged,
+        Reason::ItemSetChanged,
+        Reason::ItemsRevoked,
+        Reason::TakingGained,
+        Reason::LockLostInSuspension,
+        Reason::HeldLockDeleted,
+        Reason::ReleaseSet,
+        Reason::Disagreement,
+        Reason::ItemsClosed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::AllAcquired => "all assigned locks held",
@@ -358,5 +379,34 @@ impl Reason {
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    #[test]
+    fn every_reason_is_listed_once_in_all() {
+        // Exhaustive: a new reason must be given its place here, and then in `Reason::ALL`.
+        let place = |reason: Reason| match reason {
+            Reason::AllAcquired => 0,
+            Reason::Ended => 1,
+            Reason::RevokedReleased => 2,
+            Reason::SessionSurvived => 3,
+            Reason::ConnectionChanged => 4,
+            Reason::ConnectionSuspended => 5,
+            Reason::PartyChanged => 6,
+            Reason::ItemSetChanged => 7,
+            Reason::ItemsRevoked => 8,
+            Reason::TakingGained => 9,
+            Reason::LockLostInSuspension => 10,
+            Reason::HeldLockDeleted => 11,
+            Reason::ReleaseSet => 12,
+            Reason::Disagreement => 13,
+            Reason::ItemsClosed => 14,
+        };
+        let places: Vec<usize> = Reason::ALL.into_iter().map(place).collect();
+        assert_eq!(places, (0..Reason::ALL.len()).collect::<Vec<_>>());
     }
 }
