@@ -499,8 +499,8 @@ async fn chaos() {
             "round {round:4}: {fault:?}{}{what} recovered in {took:.2?} (so far: {} claims checked, {} of the worker \
              process's; {} violations)",
             if what.is_empty() { "" } else { ": " },
-            checks.claims_checked,
-            checks.external_claims_checked,
+            checks.total.claims_checked,
+            checks.total.external_claims_checked,
             checks.violations.len()
         );
         assert!(checks.violations.is_empty(), "{}", failed(format!("safety violations: {:#?}", checks.violations)));
@@ -580,13 +580,13 @@ async fn chaos() {
     eprintln!(
         "safety: {} samples, {} claims checked against the locks ({} during faults, {} of them the worker process's), \
          {} checked against each other ({} during faults), {} unreadable samples, {} violations",
-        checks.samples,
-        checks.claims_checked,
+        checks.total.samples,
+        checks.total.claims_checked,
         checks.during_faults.claims_checked,
         checks.during_faults.external_claims_checked,
-        checks.exclusive_claims,
+        checks.total.exclusive_claims,
         checks.during_faults.exclusive_claims,
-        checks.unreadable,
+        checks.total.unreadable,
         checks.violations.len()
     );
     assert!(

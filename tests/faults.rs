@@ -134,7 +134,7 @@ async fn safety_checker_finds_an_item_held_by_two_while_zookeeper_is_silent() {
     });
     let observed = &checker;
     wait_until("claims checked against the locks", timing(Duration::from_secs(5)), || async {
-        observed.checks().claims_checked > 0
+        observed.checks().total.claims_checked > 0
     })
     .await;
 
@@ -142,9 +142,9 @@ async fn safety_checker_finds_an_item_held_by_two_while_zookeeper_is_silent() {
     // claims item 0, which m0 holds
     proxy.freeze();
     let window = checker.fault();
-    let unreadable = checker.checks().unreadable;
+    let unreadable = checker.checks().total.unreadable;
     wait_until("a read of the locks to fail", timing(Duration::from_secs(10)), || async {
-        observed.checks().unreadable > unreadable
+        observed.checks().total.unreadable > unreadable
     })
     .await;
     impostor.store(true, Ordering::SeqCst);

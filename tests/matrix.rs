@@ -498,7 +498,7 @@ async fn run(combo: Combo, config: &Config, stats: Arc<Mutex<Stats>>) -> Result<
         let checks = world.checker.checks();
         let mut s = stats.lock().unwrap();
         s.violations = checks.violations.len();
-        s.claims_checked = checks.claims_checked;
+        s.claims_checked = checks.total.claims_checked;
         let what = match what {
             Ok(what) => what,
             Err(failure) => {
@@ -556,7 +556,7 @@ async fn run(combo: Combo, config: &Config, stats: Arc<Mutex<Stats>>) -> Result<
                 )
             },
             world.live.len(),
-            checks.claims_checked,
+            checks.total.claims_checked,
             checked.claims_checked,
             checks.violations.len()
         );
@@ -602,16 +602,16 @@ async fn run(combo: Combo, config: &Config, stats: Arc<Mutex<Stats>>) -> Result<
     let checks = checker.assert_safe_during_faults(min_claims).await;
     let mut s = stats.lock().unwrap();
     s.violations = checks.violations.len();
-    s.claims_checked = checks.claims_checked;
+    s.claims_checked = checks.total.claims_checked;
     eprintln!(
         "[{name}] safety: {} samples, {} claims checked ({} during faults and their recoveries), {} checked against \
          each other ({} during faults), {} unreadable samples, {} violations",
-        checks.samples,
-        checks.claims_checked,
+        checks.total.samples,
+        checks.total.claims_checked,
         checks.during_faults.claims_checked,
-        checks.exclusive_claims,
+        checks.total.exclusive_claims,
         checks.during_faults.exclusive_claims,
-        checks.unreadable,
+        checks.total.unreadable,
         checks.violations.len()
     );
     if !checks.violations.is_empty() {

@@ -150,7 +150,7 @@ async fn rolling_restart_of_the_compose_ensemble() {
                 restart.lost,
                 restart.took,
                 converged,
-                checks.claims_checked,
+                checks.total.claims_checked,
                 checks.violations.len()
             );
             if let Some(file) = &mut json {
@@ -180,9 +180,9 @@ async fn rolling_restart_of_the_compose_ensemble() {
         times[times.len() / 2],
         times[times.len() - 1],
         times.iter().filter(|took| **took > BOUND).count(),
-        checks.samples,
-        checks.claims_checked,
-        checks.unreadable,
+        checks.total.samples,
+        checks.total.claims_checked,
+        checks.total.unreadable,
         checks.violations.len()
     );
     assert!(

@@ -1,8 +1,8 @@
-//! What a [`SafetyChecker`](super::SafetyChecker) counts: [`Checks`], all of it, and [`Tally`], the same counts
-//! for a part of the run (inside fault windows, or one window).
+//! What a [`SafetyChecker`](super::SafetyChecker) counts: a [`Tally`] of the samples and claims it checked, of the
+//! whole run and of its fault windows, and the violations it found, together in [`Checks`].
 
-/// Counts of what a [`SafetyChecker`](super::SafetyChecker) checked (all of it in [`Checks`], or inside fault windows in
-/// [`Checks::during_faults`]).
+/// Counts of what a [`SafetyChecker`](super::SafetyChecker) checked: of the whole run ([`Checks::total`]), inside
+/// fault windows ([`Checks::during_faults`]), or in one window ([`FaultWindow::close`](super::FaultWindow::close)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Tally {
@@ -48,19 +48,8 @@ impl Tally {
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct Checks {
-    /// Lock samples whose read of the lock holders succeeded.
-    pub samples: u64,
-    /// Lock samples whose read failed (server down, connection lost).
-    pub unreadable: u64,
-    /// Claims (member, item) checked against a lock holder read while the member's generation did not change.
-    pub claims_checked: u64,
-    /// Of those, claims of members watched through [`SafetyChecker::watch_claims`](super::SafetyChecker::watch_claims).
-    pub external_claims_checked: u64,
-    /// Samples of the members' claims against each other alone (no item held by two), whether or not ZooKeeper
-    /// answers.
-    pub exclusive_samples: u64,
-    /// Claims checked against each other in those samples.
-    pub exclusive_claims: u64,
+    /// The counts of the whole run.
+    pub total: Tally,
     /// How many fault windows were opened ([`SafetyChecker::fault`](super::SafetyChecker::fault)).
     pub fault_windows: u64,
     /// The same counts, of the samples taken while a fault window was open (at the sample's start or end).
@@ -71,12 +60,7 @@ pub struct Checks {
 
 impl Checks {
     pub(super) fn count(&mut self, tally: &Tally, in_fault: bool) {
-        self.samples += tally.samples;
-        self.unreadable += tally.unreadable;
-        self.claims_checked += tally.claims_checked;
-        self.external_claims_checked += tally.external_claims_checked;
-        self.exclusive_samples += tally.exclusive_samples;
-        self.exclusive_claims += tally.exclusive_claims;
+        self.total.add(tally);
         if in_fault {
             self.during_faults.add(tally);
         }

@@ -461,15 +461,15 @@ impl SafetyChecker {
         let checks = &self.checks;
         let enough = wait_for("the safety checker to check enough claims", timing(Duration::from_secs(10)), || {
             let seen = lock(checks).clone();
-            async move { if seen.claims_checked >= min_claims { Ok(()) } else { Err(format!("{seen:?}")) } }
+            async move { if seen.total.claims_checked >= min_claims { Ok(()) } else { Err(format!("{seen:?}")) } }
         });
         enough.await;
         let checks = self.stop().await;
         assert!(checks.violations.is_empty(), "safety violations: {:#?}\n{checks:?}", checks.violations);
         assert!(
-            checks.claims_checked >= min_claims,
+            checks.total.claims_checked >= min_claims,
             "the safety checker checked only {} claims (wanted at least {min_claims}): {checks:?}",
-            checks.claims_checked
+            checks.total.claims_checked
         );
         checks
     }
@@ -692,7 +692,7 @@ mod tests {
         let at_open = checks.during_faults;
         checks.count(&sample, true);
         checks.count(&Tally { unreadable: 1, ..Tally::default() }, true);
-        assert_eq!((checks.samples, checks.unreadable, checks.claims_checked), (2, 1, 8));
+        assert_eq!((checks.total.samples, checks.total.unreadable, checks.total.claims_checked), (2, 1, 8));
         assert_eq!(
             checks.during_faults.since(&at_open),
             Tally {
