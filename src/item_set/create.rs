@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::chunks::{chunks, fits_one_request, paths_of};
 use super::layout::{self, Header, Kind, SetView, State};
 use super::read::read_raw;
-use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
+use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
 use crate::error::is_transient;
 use crate::error::retry_transient;
 use crate::item::validate_items;
@@ -27,8 +27,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         // Our creation landed (its reply came, or its outcome marker says so): whatever the set is by the time it is
         // read, we created it.
         let mut created = false;
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(&zk, attempt).await;
+        let mut attempts = Attempts::default();
+        while attempts.another(&zk).await {
             match self.view(&zk).await? {
                 SetView::Committed(committed) => return Ok((SharedItems::of(*committed), created)),
                 SetView::Unreadable(reason) => {

@@ -35,7 +35,7 @@ mod retire;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout;
-use super::{MAX_ATTEMPTS, SharedSet, backoff};
+use super::{Attempts, SharedSet};
 use crate::error::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
@@ -180,8 +180,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// moved meanwhile.
     pub async fn lineage(&self) -> Result<Lineage, Error> {
         let zk = self.zk()?;
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(&zk, attempt).await;
+        let mut attempts = Attempts::default();
+        while attempts.another(&zk).await {
             let Some(current) = self.committed(&zk).await? else { continue };
             let names = match retry_transient(&zk, || zk.list_children(&self.paths.lineage)).await {
                 Ok(names) => names,

@@ -42,6 +42,7 @@
 pub(crate) mod layout;
 
 mod apply;
+mod attempts;
 pub(crate) mod cache;
 mod chunks;
 mod create;
@@ -66,19 +67,12 @@ pub(crate) use read::{read_bridged, read_raw_cached};
 pub(crate) use recovery::recover;
 pub(crate) use table::{TABLE_CHUNK_BYTES, cuts_before};
 
-use std::time::Duration;
-
 use crate::Error;
 use crate::acl::NodeAcls;
 use crate::session::SessionRef;
 use crate::zookeeper::{ZkError, ZooKeeper};
+use attempts::{Attempts, MAX_ATTEMPTS};
 use layout::SetPaths;
-
-/// Attempts of one update against concurrent writers before giving up (with the backoff below, about 10 s of
-/// contention).
-const MAX_ATTEMPTS: u32 = 100;
-/// The longest pause between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
 /// The shared set on any session (the simulation's too): the protocol itself.
 #[derive(Clone, Debug)]
@@ -139,22 +133,4 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     fn zk_error(&self, op: &'static str, err: ZkError) -> Error {
         Error::zk(op, self.paths.node.as_str(), err)
     }
-
-    fn too_busy(&self) -> Error {
-        Error::ItemSetConflict {
-            path: self.paths.node.clone(),
-            reason: format!("other writers changed the set {MAX_ATTEMPTS} times during this update; try again"),
-        }
-    }
-}
-
-/// Before attempt `attempt` (0: none): a random pause up to 2^attempt ms, at most [`MAX_BACKOFF`], so writers that
-/// collided do not collide again in lockstep.
-async fn backoff<Z: ZooKeeper>(zk: &Z, attempt: u32) {
-    if attempt == 0 {
-        return;
-    }
-    let ceiling = Duration::from_millis(1 << attempt.min(16)).min(MAX_BACKOFF);
-    let fraction = (zk.random() & 0xffff) as u32;
-    zk.sleep(ceiling.mul_f64(f64::from(fraction) / 65536.0)).await;
 }

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunks::{chunks, fits_one_request, paths_of};
-use super::layout::{self, Committed, Kind, SetView, State, TableRef};
-use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
+use super::layout::{self, Committed, Kind, State, TableRef};
+use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
 use crate::error::is_transient;
 use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
@@ -58,20 +58,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let token = layout::token(zk.random());
         // The change tags of our staged attempts (see `create_if_missing`).
         let mut own: Vec<String> = Vec::new();
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(&zk, attempt).await;
-            let current = match self.view(&zk).await? {
-                SetView::Committed(committed) => *committed,
-                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-                SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
-                }
-                SetView::Torn => continue,
-            };
-            if let Some(unfinished) = &current.unfinished {
-                self.settle(&zk, unfinished, &own).await?;
-                continue;
-            }
+        let mut attempts = Attempts::default();
+        loop {
+            let current = self.settled(&zk, &mut attempts, &own).await?;
             if let Some(expected) = expected
                 && expected != current.version
             {
@@ -168,7 +157,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(Err(err)) => return Err(err),
             }
         }
-        Err(self.too_busy())
     }
 
     /// One `multi`: the header's next version (naming weight `table`), conditional on the one read, with every create

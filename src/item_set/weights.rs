@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::layout::{self, Committed, SetView, State, TableRef};
-use super::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff, table};
+use super::layout::{self, Committed, State, TableRef};
+use super::{Attempts, Retry, SharedItems, SharedSet, table};
 use crate::error::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
@@ -31,20 +31,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         token: &str,
         changes: &[(Item, Option<Weight>)],
     ) -> Result<SharedItems, Error> {
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(zk, attempt).await;
-            let current = match self.view(zk).await? {
-                SetView::Committed(committed) => *committed,
-                SetView::Missing { .. } => return Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-                SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
-                }
-                SetView::Torn => continue,
-            };
-            if let Some(unfinished) = &current.unfinished {
-                self.settle(zk, unfinished, &[]).await?;
-                continue;
-            }
+        let mut attempts = Attempts::default();
+        loop {
+            let current = self.settled(zk, &mut attempts, &[]).await?;
             let mut weights = current.weights.clone();
             for (item, weight) in changes {
                 if current.items.binary_search(item).is_err() {
@@ -72,7 +61,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(Err(err)) => return Err(err),
             }
         }
-        Err(self.too_busy())
     }
 
     /// Writes `weights` as a new table under our lease, and commits it with the header's next version (conditional on

@@ -7,7 +7,7 @@ use super::entry::Entry;
 use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
 use crate::item_set::layout::{self, Committed, State, TableRef};
-use crate::item_set::{MAX_ATTEMPTS, Retry, SharedItems, SharedSet, backoff};
+use crate::item_set::{Attempts, Retry, SharedItems, SharedSet};
 use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
 
@@ -78,13 +78,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         change.check_shape()?;
         let zk = self.zk()?;
         let token = layout::token(zk.random());
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(&zk, attempt).await;
-            let Some(current) = self.committed(&zk).await? else { continue };
-            if let Some(unfinished) = &current.unfinished {
-                self.settle(&zk, unfinished, &[]).await?;
-                continue;
-            }
+        let mut attempts = Attempts::default();
+        loop {
+            let current = self.settled(&zk, &mut attempts, &[]).await?;
             let named = change.named();
             if let Some(held) = current.items.first() {
                 check_kind_of_set(&named, held, &self.paths.node)?;
@@ -125,7 +121,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(Err(err)) => return Err(err),
             }
         }
-        Err(self.too_busy())
     }
 
     /// One `multi`: the header's next version (naming weight `table`), conditional on the one read, with the lineage

@@ -8,7 +8,7 @@ use super::entry::{Entry, Finished};
 use super::parent_finished;
 use crate::error::{is_transient, session_end};
 use crate::item_set::layout::{self, State};
-use crate::item_set::{MAX_ATTEMPTS, SharedSet, backoff};
+use crate::item_set::{Attempts, SharedSet};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 
@@ -37,13 +37,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             reason: reason.to_owned(),
         };
         let invalid = |reason: &str| Error::InvalidItem { item: name.clone(), reason: reason.to_owned() };
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(&zk, attempt).await;
-            let Some(current) = self.committed(&zk).await? else { continue };
-            if let Some(unfinished) = &current.unfinished {
-                self.settle(&zk, unfinished, &[]).await?;
-                continue;
-            }
+        let mut attempts = Attempts::default();
+        loop {
+            let current = self.settled(&zk, &mut attempts, &[]).await?;
             let Some(read) = self.entries(&zk, std::slice::from_ref(&name)).await? else { continue };
             let Some((entry, stat)) = read.get(&name).cloned().flatten() else {
                 return Err(invalid("has no lineage: only a closed item can be finished (close it first)"));
@@ -132,7 +128,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(MultiError { error, .. }) => return Err(self.zk_error("multi", error)),
             }
         }
-        Err(self.too_busy())
     }
 }
 

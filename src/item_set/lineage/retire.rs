@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use super::entry::Entry;
 use crate::error::retry_transient;
 use crate::item_set::layout::{self, State};
-use crate::item_set::{MAX_ATTEMPTS, Retry, SharedSet, backoff};
+use crate::item_set::{Attempts, Retry, SharedSet};
 use crate::zookeeper::{ReadOp, ReadResult, Stat, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 
@@ -27,13 +27,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn retire(&self, age: Duration) -> Result<Vec<Item>, Error> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
-        for attempt in 0..MAX_ATTEMPTS {
-            backoff(&zk, attempt).await;
-            let Some(current) = self.committed(&zk).await? else { continue };
-            if let Some(unfinished) = &current.unfinished {
-                self.settle(&zk, unfinished, &[]).await?;
-                continue;
-            }
+        let mut attempts = Attempts::default();
+        loop {
+            let current = self.settled(&zk, &mut attempts, &[]).await?;
             let names: Vec<String> = self.lineage_names(&zk).await?.into_iter().collect();
             let Some(read) = self.entries(&zk, &names).await? else { continue };
             let entries: BTreeMap<String, (Entry, Stat)> =
@@ -118,7 +114,6 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Err(Err(err)) => return Err(err),
             }
         }
-        Err(self.too_busy())
     }
 
     /// What a retirement deletes besides the lineage node of each of `names`: its checkpoint (at the version read)
