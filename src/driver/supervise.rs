@@ -17,8 +17,8 @@ use crate::zookeeper::ZooKeeper;
 /// then releases the handles' hold on the member's session: with no clone left, the session closes, and any node that
 /// could not be deleted goes with it; a member that processes nothing never lingers in the party.
 pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
-    let (client, paths) = (driver.client.clone(), driver.context.paths.clone());
-    let sender = driver.publisher.sender().clone();
+    let (client, paths) = (driver.step.client().clone(), driver.step.paths().clone());
+    let sender = driver.step.publisher().sender().clone();
     if let Err(panic) = std::panic::AssertUnwindSafe(driver.run()).catch_unwind().await {
         let reason = format!("the background task panicked: {}", crate::error::panic_message(&*panic));
         tracing::error!(%reason, "partitioner failed");

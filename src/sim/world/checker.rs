@@ -236,7 +236,9 @@ impl World {
             .members()
             .into_iter()
             .filter_map(|actor| match &self.actors[actor] {
-                Actor::Member(m) => Some((format!("core:{}", m.membership.node), Some(m.core.announcement()))),
+                Actor::Member(m) => {
+                    Some((format!("core:{}", m.step.membership().node), Some(m.step.core().announcement())))
+                }
                 _ => None,
             })
             .collect();
@@ -323,7 +325,7 @@ impl World {
         let mut owner: BTreeMap<String, ActorId> = BTreeMap::new();
         for actor in self.members() {
             let Actor::Member(m) = &self.actors[actor] else { continue };
-            let core = &m.core;
+            let core = &m.step.core();
             if let Some((version, items)) = core.followed() {
                 let names: BTreeSet<String> = items.iter().map(Item::node_name).collect();
                 match self.committed.get(&version) {
@@ -399,7 +401,7 @@ impl World {
         }
         for &actor in &members {
             let Actor::Member(m) = &self.actors[actor] else { continue };
-            let core = &m.core;
+            let core = &m.step.core();
             if core.state() != PartitionState::Acquired {
                 return Err(format!("{} is {}", core.me(), core.state()));
             }
@@ -468,7 +470,7 @@ impl World {
     /// and each member must say so, reporting every member of the other rule (`None`: not such a party).
     fn mixed_rules_reported(&self, members: &[ActorId]) -> Option<Result<(), String>> {
         let rule = |actor: &ActorId| match &self.actors[*actor] {
-            Actor::Member(m) => Some((m.core.me().to_owned(), super::processes::other_rule(&self.plan, m.slot))),
+            Actor::Member(m) => Some((m.step.core().me().to_owned(), super::processes::other_rule(&self.plan, m.slot))),
             _ => None,
         };
         let rules: Vec<(String, bool)> = members.iter().filter_map(rule).collect();
@@ -487,7 +489,7 @@ impl World {
                 if !reported {
                     return Some(Err(format!(
                         "{} does not report {name}, which runs another sticky rule",
-                        m.core.me()
+                        m.step.core().me()
                     )));
                 }
             }
@@ -500,8 +502,8 @@ impl World {
         let mut listed = BTreeMap::new();
         for &actor in members {
             let Actor::Member(m) = &self.actors[actor] else { continue };
-            for &index in m.core.listed() {
-                listed.insert(m.core.item(index).clone(), m.core.me().to_owned());
+            for &index in m.step.core().listed() {
+                listed.insert(m.step.core().item(index).clone(), m.step.core().me().to_owned());
             }
         }
         let node = format!("{PATH}/placement");

@@ -256,7 +256,7 @@ impl World {
         let Actor::Member(m) = std::mem::replace(&mut self.actors[actor], Actor::Gone) else { return };
         let session = m.zk.session();
         self.note(format!("a{actor}'s task panics"));
-        Publisher::panicked(m.publisher.sender(), "simulated".into());
+        Publisher::panicked(m.step.publisher().sender(), "simulated".into());
         let outage = self.rng().millis(50, 1500);
         let detect = self.rng().millis(0, 20);
         let (zk, paths) = (m.zk.clone(), m.paths.clone());
@@ -275,9 +275,9 @@ impl World {
         let mut held = Vec::new();
         for actor in self.members() {
             let Actor::Member(m) = &self.actors[actor] else { continue };
-            for &item in m.core.listed() {
-                if let (Some(node), Some(at)) = (m.core.held_node(item), m.core.held_at(item)) {
-                    held.push((at, format!("{LOCKS}/{}/{node}", m.core.item(item))));
+            for &item in m.step.core().listed() {
+                if let (Some(node), Some(at)) = (m.step.core().held_node(item), m.step.core().held_at(item)) {
+                    held.push((at, format!("{LOCKS}/{}/{node}", m.step.core().item(item))));
                 }
             }
         }

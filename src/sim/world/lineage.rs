@@ -243,7 +243,7 @@ impl World {
         let epoch = lock(&self.net).epoch;
         for actor in self.members() {
             let Actor::Member(m) = &self.actors[actor] else { continue };
-            let core = &m.core;
+            let core = &m.step.core();
             for &index in core.listed() {
                 let name = core.item(index).node_name();
                 if let Some(&finished) = self.finished_at.get(&name) {

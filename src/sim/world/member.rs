@@ -1,56 +1,46 @@
-//! A simulated member: the production driver's loop around its decision core (the request path's futures, the
-//! watches, the handle's commands, a random pick among the ready sources as `select!` makes), and its worker
-//! (kazoo's loop: `release_set()` on every `Release`, checkpoints through the handle on every `Acquired`).
+//! A simulated member: the production driver's loop body ([`Step`]) around its decision core, waited on the
+//! simulation's way (the request path's futures polled in request order, the input watches, the handle's commands, a
+//! seeded pick among the ready sources as `select!` makes), and its worker (kazoo's loop: `release_set()` on every
+//! `Release`, checkpoints through the handle on every `Acquired`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::task::Poll;
-use std::time::Duration;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot, watch};
-use zookeeper_client::SessionState;
+use tokio::sync::{mpsc, watch};
 
 use super::{Actor, PATH, World, poll_with};
 use crate::checkpoint::Checkpoints;
-use crate::decision::{AckId, Action, Core, Event, ReqId};
+use crate::decision::{Core, Op, Publication, ReqId};
 use crate::driver::publish::Publisher;
-use crate::driver::requests::{self, Context, Done};
+use crate::driver::requests::Done;
+use crate::driver::step::{Requests, Step};
+use crate::driver::watches::Input;
 use crate::handle::{Command, Handle};
 use crate::layout::Paths;
 use crate::party::Membership;
 use crate::session::SessionRef;
 use crate::sim::net::{ActorId, Ev, SimClient, SimWatch, lock};
 use crate::startup::Started;
-use crate::zookeeper::WatchEvent;
 use crate::{Error, Item, PartitionState, Snapshot};
 
-/// A member: the driver's part (the core, the request path's futures, the watches, the commands), and its worker.
+/// A member: the driver's part (the shipped loop body around the core, the request path's futures, the commands),
+/// and its worker.
 pub(super) struct Member {
     pub(super) slot: usize,
     pub(super) zk: SimClient,
-    pub(super) core: Core,
-    pub(super) publisher: Publisher,
-    pub(super) context: Arc<Context>,
-    pub(super) membership: Membership,
+    /// The loop body the driver runs too: the core, the publisher, the party node, the input watches, the acks.
+    pub(super) step: Step<SimClient>,
     pub(super) paths: Paths,
-    pub(super) lock_dirs: Arc<Vec<String>>,
     /// Requests in flight, by id (a `Vec` in request order: polled in a reproducible order).
     pub(super) in_flight: Vec<(ReqId, BoxFuture<'static, Done<SimWatch>>)>,
     /// Requests answered, in the order they completed (what `FuturesUnordered` yields).
     pub(super) done: VecDeque<Done<SimWatch>>,
-    pub(super) party_watch: Option<SimWatch>,
-    pub(super) set_watch: Option<SimWatch>,
-    pub(super) party_fired: Option<WatchEvent>,
-    pub(super) set_fired: Option<WatchEvent>,
-    pub(super) placement_watch: Option<SimWatch>,
-    pub(super) placement_fired: Option<WatchEvent>,
     pub(super) commands_rx: mpsc::UnboundedReceiver<Command>,
     pub(super) commands: VecDeque<Command>,
-    pub(super) release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
-    pub(super) finish_acks: HashMap<AckId, oneshot::Sender<()>>,
-    pub(super) next_ack: AckId,
     pub(super) handle: Handle<SimClient>,
     /// When the core asked to be woken.
     pub(super) wake_at: Option<Duration>,
@@ -94,26 +84,13 @@ impl World {
         self.note(format!("a{actor} is member {} (node {})", membership.name, membership.node));
         self.actors[actor] = Actor::Member(Box::new(Member {
             slot,
+            step: Step::new(core, publisher, zk.clone(), Arc::new(context), membership),
             zk,
-            core,
-            publisher,
-            context: Arc::new(context),
-            membership,
             paths,
-            lock_dirs: Arc::new(Vec::new()),
             in_flight: Vec::new(),
             done: VecDeque::new(),
-            party_watch: None,
-            set_watch: None,
-            party_fired: None,
-            set_fired: None,
-            placement_watch: None,
-            placement_fired: None,
             commands_rx,
             commands: VecDeque::new(),
-            release_acks: HashMap::new(),
-            finish_acks: HashMap::new(),
-            next_ack: 0,
             handle,
             wake_at: None,
             worker: Worker::default(),
@@ -126,10 +103,9 @@ impl World {
         let session = m.zk.session();
         let waker = self.wakers[actor].clone();
         loop {
-            while let Some(action) = m.core.poll_action() {
-                self.perform(actor, m, action);
-            }
-            if m.core.is_stopped() {
+            let now = lock(&self.net).instant();
+            m.step.act(&mut SimRequests { world: self, actor, in_flight: &mut m.in_flight, handle: &m.handle }, now);
+            if m.step.core().is_stopped() {
                 return true;
             }
             self.work(actor, m);
@@ -143,27 +119,7 @@ impl World {
                     k += 1;
                 }
             }
-            if m.party_fired.is_none()
-                && let Some(watch) = &mut m.party_watch
-                && let Poll::Ready(event) = poll_with(watch, &waker)
-            {
-                m.party_watch = None;
-                m.party_fired = Some(event);
-            }
-            if m.set_fired.is_none()
-                && let Some(watch) = &mut m.set_watch
-                && let Poll::Ready(event) = poll_with(watch, &waker)
-            {
-                m.set_watch = None;
-                m.set_fired = Some(event);
-            }
-            if m.placement_fired.is_none()
-                && let Some(watch) = &mut m.placement_watch
-                && let Poll::Ready(event) = poll_with(watch, &waker)
-            {
-                m.placement_watch = None;
-                m.placement_fired = Some(event);
-            }
+            m.step.watches().poll_each(&mut TaskContext::from_waker(&waker));
             while let Ok(command) = m.commands_rx.try_recv() {
                 m.commands.push_back(command);
             }
@@ -171,16 +127,17 @@ impl World {
                 let net = lock(&self.net);
                 (net.instant(), net.has_states(session))
             };
-            let timer = m.core.poll_timeout().is_some_and(|at| at <= instant);
+            let timer = m.step.core().poll_timeout().is_some_and(|at| at <= instant);
+            let fired = |m: &mut Member, input| m.step.watches().has_fired(input);
             let sources = [
                 states,
                 !m.done.is_empty(),
-                m.party_fired.is_some(),
-                m.set_fired.is_some(),
+                fired(m, Input::Party),
+                fired(m, Input::Set),
                 !m.commands.is_empty(),
                 timer,
                 // Last: runs without a placement record draw exactly as before it existed.
-                m.placement_fired.is_some(),
+                fired(m, Input::Placement),
             ];
             let ready: Vec<usize> = (0..sources.len()).filter(|&s| sources[s]).collect();
             if ready.is_empty() {
@@ -198,68 +155,31 @@ impl World {
                         states.drain(..states.len() - 1);
                     }
                     for state in states {
-                        m.publisher.session(state);
-                        m.core.handle(session_event(state), instant);
+                        m.step.session(state, instant);
                     }
                 }
                 1 => {
                     let Some(done) = m.done.pop_front() else { continue };
-                    if let Some(watch) = done.party_watch {
-                        m.party_watch = Some(watch);
-                    }
-                    if let Some(watch) = done.set_watch {
-                        m.set_watch = Some(watch);
-                    }
-                    if let Some(watch) = done.placement_watch {
-                        m.placement_watch = Some(watch);
-                    }
-                    if let Some(membership) = done.joined {
-                        m.membership = membership;
-                    }
-                    m.core.handle(Event::Reply(done.id, done.reply), instant);
+                    m.step.reply(done, instant);
                 }
-                2 => {
-                    let event = match m.party_fired.take() {
-                        Some(WatchEvent::SessionEnded(state)) => session_event(state),
-                        _ => Event::PartyChanged,
+                2 | 3 | 6 => {
+                    let input = match pick {
+                        2 => Input::Party,
+                        3 => Input::Set,
+                        _ => Input::Placement,
                     };
-                    m.core.handle(event, instant);
-                }
-                3 => {
-                    let event = match m.set_fired.take() {
-                        Some(WatchEvent::SessionEnded(state)) => session_event(state),
-                        _ => Event::SetChanged,
-                    };
-                    m.core.handle(event, instant);
+                    let Some(fired) = m.step.watches().take_fired(input) else { continue };
+                    m.step.watch(fired, instant);
                 }
                 4 => {
                     let Some(command) = m.commands.pop_front() else { continue };
-                    m.next_ack += 1;
-                    let id = m.next_ack;
-                    let event = match command {
-                        Command::ReleaseSet(ack) => {
-                            m.release_acks.insert(id, ack);
-                            Event::ReleaseSet(id)
-                        }
-                        Command::Finish(ack) => {
-                            m.finish_acks.insert(id, ack);
-                            Event::Finish(Some(id))
-                        }
-                    };
-                    m.core.handle(event, instant);
+                    m.step.command(Some(command), instant);
                 }
-                6 => {
-                    let event = match m.placement_fired.take() {
-                        Some(WatchEvent::SessionEnded(state)) => session_event(state),
-                        _ => Event::PlacementChanged,
-                    };
-                    m.core.handle(event, instant);
-                }
-                _ => m.core.handle_timeout(instant),
+                _ => m.step.timeout(instant),
             }
         }
         // Wake up for the core's next deadline.
-        if let Some(at) = m.core.poll_timeout() {
+        if let Some(at) = m.step.core().poll_timeout() {
             let due = at.saturating_duration_since(lock(&self.net).epoch);
             if m.wake_at.is_none_or(|t| due < t || t <= self.now()) {
                 m.wake_at = Some(due);
@@ -269,78 +189,6 @@ impl World {
             }
         }
         false
-    }
-
-    /// Performs one of a member's core's actions, as the driver does.
-    fn perform(&mut self, actor: ActorId, m: &mut Member, action: Action) {
-        match action {
-            Action::Request(id, op) => {
-                if m.lock_dirs.len() < m.core.item_count() {
-                    let dirs = Arc::make_mut(&mut m.lock_dirs);
-                    for index in dirs.len()..m.core.item_count() {
-                        dirs.push(m.paths.lock_dir(&m.core.item(index).node_name()));
-                    }
-                }
-                if self.trace {
-                    self.note(format!("a{actor} asks #{id} {op:?}"));
-                }
-                let future = requests::perform(
-                    m.zk.clone(),
-                    m.context.clone(),
-                    m.lock_dirs.clone(),
-                    m.membership.clone(),
-                    id,
-                    op,
-                );
-                m.in_flight.push((id, future.boxed()));
-            }
-            // A cancelled wait answers nothing (the driver aborts it).
-            Action::Cancel(id) => m.in_flight.retain(|(request, _)| *request != id),
-            Action::Publish(publication) => {
-                let line = format!(
-                    "a{actor} {} publishes {} items {:?} revoked {:?}{} ({})",
-                    publication.member,
-                    publication.state,
-                    publication.items.iter().map(|&(i, _)| m.core.item(i).to_string()).collect::<Vec<_>>(),
-                    publication.revoked.iter().map(|&i| m.core.item(i).to_string()).collect::<Vec<_>>(),
-                    if publication.suspended { " suspended" } else { "" },
-                    publication.reason
-                );
-                self.note(line);
-                let now = lock(&self.net).instant();
-                let key = |s: &Snapshot| {
-                    (s.state, s.items.clone(), s.tokens.clone(), s.revoked.clone(), s.suspended, s.cause.clone())
-                };
-                let (before, generation, reported) = m.handle.read(|s| (key(s), s.generation, s.disagreements.clone()));
-                m.publisher.publish(&m.core, *publication, now);
-                let (after, next, disagreements) = m.handle.read(|s| (key(s), s.generation, s.disagreements.clone()));
-                for d in disagreements.iter().filter(|d| d.kind.catching_up() && !reported.contains(d)) {
-                    self.check_reported_lag(&m.membership.node, d);
-                }
-                // The same state is never published again as a new episode: a worker that starts its work at every
-                // `Acquired` would run its items twice.
-                if next != generation && after == before {
-                    self.violate(format!(
-                        "a{actor} published {} again as a new episode (generation {next}) with the same items, tokens, \
-                         revocations and cause",
-                        after.0
-                    ));
-                }
-            }
-            Action::Ack(id, result) => {
-                if let Some(ack) = m.release_acks.remove(&id) {
-                    let _ = ack.send(result.map_err(crate::driver::publish::error_of));
-                } else if let Some(ack) = m.finish_acks.remove(&id) {
-                    let _ = ack.send(());
-                }
-            }
-            Action::Stop => {
-                m.party_watch = None;
-                m.set_watch = None;
-                m.placement_watch = None;
-                m.in_flight.clear();
-            }
-        }
     }
 
     /// The member's worker: answers `Release` with `release_set()` after a while; on every `Acquired`, takes each
@@ -433,13 +281,64 @@ impl World {
     }
 }
 
-/// The core's view of a session state.
-fn session_event(state: SessionState) -> Event {
-    if let Some(end) = crate::driver::publish::session_end(state) {
-        Event::SessionEnded(end)
-    } else if state == SessionState::Disconnected {
-        Event::Suspended
-    } else {
-        Event::Connected
+/// How the simulation runs a member's requests: futures it polls itself, in request order; and its checks around
+/// every publication.
+struct SimRequests<'a> {
+    world: &'a mut World,
+    actor: ActorId,
+    in_flight: &'a mut Vec<(ReqId, BoxFuture<'static, Done<SimWatch>>)>,
+    handle: &'a Handle<SimClient>,
+}
+
+impl Requests<SimWatch> for SimRequests<'_> {
+    fn start(&mut self, id: ReqId, _wait: bool, request: impl Future<Output = Done<SimWatch>> + Send + 'static) {
+        self.in_flight.push((id, request.boxed()));
+    }
+
+    // A cancelled wait answers nothing (the driver aborts it).
+    fn cancel(&mut self, id: ReqId) {
+        self.in_flight.retain(|(request, _)| *request != id);
+    }
+
+    fn stop(&mut self) {
+        self.in_flight.clear();
+    }
+
+    fn asked(&mut self, id: ReqId, op: &Op) {
+        if self.world.trace {
+            self.world.note(format!("a{} asks #{id} {op:?}", self.actor));
+        }
+    }
+
+    fn publish(&mut self, publisher: &mut Publisher, core: &Core, member: &Membership, p: Publication, now: Instant) {
+        let (world, actor) = (&mut *self.world, self.actor);
+        let line = format!(
+            "a{actor} {} publishes {} items {:?} revoked {:?}{} ({})",
+            p.member,
+            p.state,
+            p.items.iter().map(|&(i, _)| core.item(i).to_string()).collect::<Vec<_>>(),
+            p.revoked.iter().map(|&i| core.item(i).to_string()).collect::<Vec<_>>(),
+            if p.suspended { " suspended" } else { "" },
+            p.reason
+        );
+        world.note(line);
+        let key = |s: &Snapshot| {
+            (s.state, s.items.clone(), s.tokens.clone(), s.revoked.clone(), s.suspended, s.cause.clone())
+        };
+        let (before, generation, reported) = self.handle.read(|s| (key(s), s.generation, s.disagreements.clone()));
+        publisher.publish(core, p, now);
+        let (after, next, disagreements) = self.handle.read(|s| (key(s), s.generation, s.disagreements.clone()));
+        for d in disagreements.iter().filter(|d| d.kind.catching_up() && !reported.contains(d)) {
+            world.check_reported_lag(&member.node, d);
+        }
+        // The same state is never published again as a new episode: a worker that starts its work at every
+        // `Acquired` would run its items twice.
+        if next != generation && after == before {
+            world.violate(format!(
+                "a{actor} published {} again as a new episode (generation {next}) with the same items, tokens, \
+                 revocations and cause",
+                after.0
+            ));
+        }
     }
 }
