@@ -225,6 +225,7 @@ mod acl;
 mod agreement;
 mod builder;
 mod checkpoint;
+mod chunked;
 mod connect;
 mod decision;
 pub mod describe;

@@ -53,6 +53,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use super::delta::{self, Delta};
+use crate::chunked::{self, is_tag};
 use crate::error::shown;
 use crate::{Item, Weight};
 
@@ -139,9 +140,6 @@ pub(crate) struct Header {
 pub(crate) struct TableRef {
     pub tag: String,
 }
-
-/// The most chunks a weight table's index may name.
-pub(crate) const MAX_CHUNKS: usize = 4096;
 
 /// The first line of a weight table's index; one chunk name per line follows.
 pub(crate) const INDEX_MAGIC: &str = "zk-partitioner weight table v1";
@@ -329,18 +327,8 @@ pub(crate) fn parse_index(data: &[u8]) -> Result<Vec<String>, String> {
         return Err(format!("its index {} does not start with {INDEX_MAGIC:?}", shown(text)));
     }
     let names: Vec<String> = lines.map(str::to_owned).collect();
-    let unique: BTreeSet<&String> = names.iter().collect();
-    if names.is_empty() || names.len() > MAX_CHUNKS || unique.len() != names.len() {
-        return Err(format!(
-            "its index names {} chunks ({} distinct): 1 to {MAX_CHUNKS} are allowed",
-            names.len(),
-            unique.len()
-        ));
-    }
-    match names.iter().find(|name| !is_chunk_name(name)) {
-        Some(bad) => Err(format!("its index names a chunk {}, not <tag>-<k>", shown(bad))),
-        None => Ok(names),
-    }
+    chunked::check_names(&names, 1)?;
+    Ok(names)
 }
 
 /// A weight table's index rendered from its chunks' names.
@@ -351,26 +339,6 @@ pub(crate) fn render_index<'a>(names: impl IntoIterator<Item = &'a str>) -> Stri
         text.push_str(name);
     }
     text
-}
-
-/// The name of chunk `k` first written by the table `tag`.
-pub(crate) fn chunk_name(tag: &str, k: usize) -> String {
-    format!("{tag}-{k}")
-}
-
-/// Whether `name` is a chunk's name, `<tag>-<k>`.
-fn is_chunk_name(name: &str) -> bool {
-    name.split_once('-').is_some_and(|(tag, k)| is_tag(tag) && k.parse::<usize>().is_ok_and(|n| n.to_string() == k))
-}
-
-/// The tag of the table that wrote a node under `item-weights`: an index's own name, a chunk's before the dash.
-pub(crate) fn tag_of(name: &str) -> &str {
-    name.split_once('-').map_or(name, |(tag, _)| tag)
-}
-
-/// A change token or tag: 16 lowercase hex digits.
-fn is_tag(text: &str) -> bool {
-    text.len() == 16 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A fresh token from 64 random bits.

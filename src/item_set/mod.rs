@@ -65,7 +65,6 @@ pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
 pub use read::SharedItems;
 pub(crate) use read::{read_bridged, read_raw_cached};
 pub(crate) use recovery::recover;
-pub(crate) use table::{TABLE_CHUNK_BYTES, cuts_before};
 
 use crate::Error;
 use crate::acl::NodeAcls;

@@ -259,5 +259,5 @@ async fn read_table<Z: ZooKeeper>(
 }
 
 /// Chunks per read `multi` of a weight table: with chunks of at most
-/// [`TABLE_CHUNK_BYTES`](super::table::TABLE_CHUNK_BYTES), a reply stays far below ZooKeeper's 1 MB packet limit.
+/// [`CHUNK_BYTES`](crate::chunked::CHUNK_BYTES), a reply stays far below ZooKeeper's 1 MB packet limit.
 const TABLE_READ: usize = 8;

@@ -1,7 +1,7 @@
 //! A new weight table's chunks: cut where the items say, and shared with the table in force.
 //!
 //! A chunk ends before an item whose name hashes to 0 modulo the chunk size (a content-defined cut, as rsync's and
-//! restic's), or where it would pass [`TABLE_CHUNK_BYTES`]. So a change of some weights, or of the items, changes
+//! restic's), or where it would pass [`CHUNK_BYTES`]. So a change of some weights, or of the items, changes
 //! only the chunks that hold them, and cuts nowhere else. The new table's index names the unchanged chunks' nodes,
 //! already written for the table in force, and only the changed chunks are written. One weight changed at 100,000
 //! weighted items costs the writer one chunk and an index instead of about 100 chunks. Each member then reads the
@@ -9,12 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::layout::{self, Table};
-use crate::hash::{FNV_OFFSET, GOLDEN_GAMMA, finish, fnv1a};
+use super::layout::Table;
+use crate::chunked::{CHUNK_BYTES, chunk_name, cuts_before};
 use crate::{Item, Weight};
-
-/// The most bytes of one chunk of a weight table.
-pub(crate) const TABLE_CHUNK_BYTES: usize = 64 * 1024;
 
 /// A table to write under a tag: the chunk names its index lists, in order, and the chunks to create for it.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,7 +31,7 @@ pub(crate) fn plan(tag: &str, weights: &BTreeMap<Item, Weight>, per_chunk: usize
         match shared.get(data.as_slice()) {
             Some(name) => plan.names.push((*name).to_owned()),
             None => {
-                let name = layout::chunk_name(tag, k);
+                let name = chunk_name(tag, k);
                 plan.names.push(name.clone());
                 plan.creates.push((name, data));
             }
@@ -44,13 +41,13 @@ pub(crate) fn plan(tag: &str, weights: &BTreeMap<Item, Weight>, per_chunk: usize
 }
 
 /// `<item>\t<weight>\n` lines in item order, cut into chunks: before an item whose name [cuts](cuts_before), or
-/// where a chunk would pass [`TABLE_CHUNK_BYTES`] (a line is never split).
+/// where a chunk would pass [`CHUNK_BYTES`] (a line is never split).
 pub(crate) fn render_chunks(weights: &BTreeMap<Item, Weight>, per_chunk: usize) -> Vec<Vec<u8>> {
     let (mut chunks, mut chunk) = (Vec::new(), Vec::new());
     for (item, weight) in weights {
         let name = item.node_name();
         let line = format!("{name}\t{weight}\n");
-        if !chunk.is_empty() && (cuts_before(&name, per_chunk) || chunk.len() + line.len() > TABLE_CHUNK_BYTES) {
+        if !chunk.is_empty() && (cuts_before(&name, per_chunk) || chunk.len() + line.len() > CHUNK_BYTES) {
             chunks.push(std::mem::take(&mut chunk));
         }
         chunk.extend_from_slice(line.as_bytes());
@@ -59,13 +56,6 @@ pub(crate) fn render_chunks(weights: &BTreeMap<Item, Weight>, per_chunk: usize) 
         chunks.push(chunk);
     }
     chunks
-}
-
-/// Whether a chunk starts at the item named `name`: for one name in `per_chunk`, the same on every machine and in
-/// every version (FNV-1a of the name, then SplitMix64's finalizer, so that its low bits are even).
-pub(crate) fn cuts_before(name: &str, per_chunk: usize) -> bool {
-    let fnv = fnv1a(FNV_OFFSET, name.as_bytes());
-    finish(fnv.wrapping_add(GOLDEN_GAMMA)).is_multiple_of(per_chunk.max(1) as u64)
 }
 
 #[cfg(test)]
@@ -100,7 +90,7 @@ mod tests {
         assert!(render_chunks(&BTreeMap::new(), 100).is_empty());
         // A chunk never passes the limit: 20,000 lines with one cut allowed per 2^60 names.
         let big = render_chunks(&all, 1 << 60);
-        assert!(big.len() > 1 && big.iter().all(|c| c.len() <= TABLE_CHUNK_BYTES));
+        assert!(big.len() > 1 && big.iter().all(|c| c.len() <= CHUNK_BYTES));
     }
 
     #[test]

@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{self, Committed, State, TableRef};
 use super::{Attempts, Retry, SharedItems, SharedSet, table};
+use crate::chunked;
 use crate::error::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
 
-/// Chunks created per `multi` (each at most [`table::TABLE_CHUNK_BYTES`]).
+/// Chunks created per `multi` (each at most [`chunked::CHUNK_BYTES`]).
 const CREATES_PER_MULTI: usize = 4;
 
 impl<Z: ZooKeeper> SharedSet<Z> {
@@ -95,10 +96,10 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     ) -> Result<WrittenTable, Result<Retry, Error>> {
         let tag = layout::token(zk.random());
         let plan = table::plan(&tag, weights, self.chunk, current.table.as_ref());
-        if plan.names.len() > layout::MAX_CHUNKS {
+        if plan.names.len() > chunked::MAX_CHUNKS {
             return Err(Err(Error::InvalidConfig {
                 field: "weights",
-                reason: format!("a weight table of {} chunks is more than {}", plan.names.len(), layout::MAX_CHUNKS),
+                reason: format!("a weight table of {} chunks is more than {}", plan.names.len(), chunked::MAX_CHUNKS),
             }));
         }
         let mut written = WrittenTable { tag, table: None, created: Vec::new(), names: plan.names };
@@ -206,7 +207,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             Ok(names) if !names.is_empty() => names,
             _ => return,
         };
-        let tags: BTreeSet<&str> = names.iter().map(|name| layout::tag_of(name)).collect();
+        let tags: BTreeSet<&str> = names.iter().map(|name| chunked::tag_of(name)).collect();
         let named = |header: layout::Header| header.weights.map(|table| table.tag);
         let Some((in_force, abandoned)) =
             self.abandoned_of(zk, tags.iter().map(|t| (*t).to_owned()).collect(), named).await
@@ -225,7 +226,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let abandoned: BTreeSet<String> = abandoned.into_iter().collect();
         let (mut chunks, mut indexes) = (Vec::new(), Vec::new());
         for name in names {
-            if abandoned.contains(layout::tag_of(&name)) && !kept.contains(&name) {
+            if abandoned.contains(chunked::tag_of(&name)) && !kept.contains(&name) {
                 match name.contains('-') {
                     true => chunks.push(self.paths.table_chunk(&name)),
                     false => indexes.push(self.paths.table(&name)),

@@ -5,13 +5,11 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::record::{self, Index, MAX_CHUNKS, Record, chunk_name};
+use super::record::{self, Index, Record};
 use crate::Item;
+use crate::chunked::{CHUNK_BYTES, MAX_CHUNKS, chunk_name, cuts_before};
 use crate::error::shown;
-use crate::item_set::{TABLE_CHUNK_BYTES, cuts_before};
 
-/// The most bytes of one chunk (a log chunk is one change: a larger change is folded into a new base instead).
-pub(crate) const CHUNK_BYTES: usize = TABLE_CHUNK_BYTES;
 /// About how many lines a base chunk holds (where they are cut depends on the items only, see
 /// [`cuts_before`]): some 100 chunks of 10-20 KB at 100,000 items.
 pub(crate) const BASE_LINES: usize = 1024;

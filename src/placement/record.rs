@@ -1,10 +1,10 @@
 //! The record's format: its index, its chunks' lines, and the assignment they add up to.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::Item;
+use crate::chunked;
 use crate::error::shown;
 use crate::hash::{FNV_OFFSET, GOLDEN_GAMMA, finish, fnv1a};
 use crate::item_set::layout::{Kind, parse_name};
@@ -12,8 +12,6 @@ use crate::sabotage::{Sabotage, breaks};
 
 /// The first line of the index. v2: the digest names the items with their owners (v1 named the owners only).
 pub(crate) const MAGIC: &str = "zk-partitioner placement v2";
-/// The most chunks an index may name, in all.
-pub(crate) const MAX_CHUNKS: usize = 4096;
 
 /// The record's index: what it is for, and the names of its chunks (children of `<path>/placement`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,22 +71,11 @@ impl Index {
         let base = chunk_names(field("base")?);
         let log = chunk_names(field("log")?);
         let index = Index { inputs, digest, items, names, base, log };
-        let all: Vec<&String> = index.chunks().collect();
-        let distinct: BTreeSet<&&String> = all.iter().collect();
-        if all.len() > MAX_CHUNKS || distinct.len() != all.len() {
-            return Err(format!(
-                "its index names {} chunks ({} distinct): at most {MAX_CHUNKS}, each once, are allowed",
-                all.len(),
-                distinct.len()
-            ));
-        }
+        chunked::check_names(index.chunks(), 0)?;
         if index.names.is_empty() && index.items > 0 {
             return Err("its index names no member for its items".into());
         }
-        match all.iter().find(|name| !is_chunk_name(name)) {
-            Some(bad) => Err(format!("its index names a chunk {}, not <tag>-<k>", shown(bad))),
-            None => Ok(index),
-        }
+        Ok(index)
     }
 
     /// Every chunk it names: names, base, then log.
@@ -99,19 +86,6 @@ impl Index {
 
 fn chunk_names(text: &str) -> Vec<String> {
     text.split(' ').filter(|name| !name.is_empty()).map(str::to_owned).collect()
-}
-
-/// `<tag>-<k>`: a chunk written by the record of tag `tag` (16 hex digits), its `k`-th.
-pub(crate) fn chunk_name(tag: &str, k: usize) -> String {
-    format!("{tag}-{k}")
-}
-
-fn is_chunk_name(name: &str) -> bool {
-    name.split_once('-').is_some_and(|(tag, k)| {
-        tag.len() == 16
-            && tag.bytes().all(|b| b.is_ascii_hexdigit())
-            && k.parse::<usize>().is_ok_and(|n| n.to_string() == k)
-    })
 }
 
 /// An assignment with what it was computed from: a record as assembled from its index and chunks, or a member's

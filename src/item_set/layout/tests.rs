@@ -1,6 +1,7 @@
 //! The layout's parsing and interpretation of reads, on hand-made reads.
 
 use super::*;
+use crate::chunked::{MAX_CHUNKS, chunk_name, tag_of};
 
 fn header(state: State) -> Header {
     Header {
