@@ -37,7 +37,7 @@ impl Core {
     /// When the next read of our items' lineage is due, if one is.
     pub(super) fn closed_read_due(&self) -> Option<Instant> {
         let due = self.lineage && self.closed.due && self.closed.read.is_none() && !self.shown.listed.is_empty();
-        due.then(|| self.closed.sent_at.map_or(self.now, |at| at + self.cfg.time_boundary))
+        due.then(|| self.closed.sent_at.map_or(self.now, |at| at + self.delays().closed_reread()))
     }
 
     /// Reads the lineage of the listed items, once due.

@@ -6,18 +6,18 @@
 //!
 //! Every member sees a change at about the same moment, so without more they would all start allocating in the same
 //! millisecond: a burst of every member's requests at once. In a large party each wait is lengthened by a random
-//! jitter below a tenth of the boundary (at most [`MAX_JITTER`]), drawn per change from the member's own random seed.
+//! jitter below a tenth of the boundary (at most [`MAX_JITTER`](super::timers::MAX_JITTER)), drawn per change from the member's own random seed.
 //! A small party's burst is a few windows of requests, which the server absorbs in about a millisecond, so there the
 //! jitter would only be latency added to every allocation: none up to [`QUIET_PARTY`] members, the full spread from
 //! [`FULL_PARTY`], in proportion between.
 
 use std::time::{Duration, Instant};
 
-/// The longest jitter added to a wait.
-pub(crate) const MAX_JITTER: Duration = Duration::from_millis(250);
+use super::timers::Delays;
+
 /// Up to this many members, no jitter.
 pub(crate) const QUIET_PARTY: usize = 8;
-/// From this many members, the full jitter (a tenth of the boundary, at most [`MAX_JITTER`]).
+/// From this many members, the full jitter (a tenth of the boundary, at most [`MAX_JITTER`](super::timers::MAX_JITTER)).
 pub(crate) const FULL_PARTY: usize = 48;
 
 /// The party sizes up to which members wait without a jitter (`quiet`) and from which they jitter fully (`full`).
@@ -49,7 +49,7 @@ impl Default for JitterParties {
 /// in.
 #[derive(Debug, Clone)]
 pub(crate) struct Debounce {
-    boundary: Duration,
+    delays: Delays,
     last_change: Instant,
     /// This wait's jitter.
     jitter: Duration,
@@ -64,9 +64,9 @@ pub(crate) struct Debounce {
 
 impl Debounce {
     /// A debounce that starts waiting at `now`; `seed` makes this member's jitter its own.
-    pub fn new(boundary: Duration, parties: JitterParties, now: Instant, seed: u64) -> Self {
+    pub fn new(delays: Delays, parties: JitterParties, now: Instant, seed: u64) -> Self {
         let mut debounce = Debounce {
-            boundary,
+            delays,
             last_change: now,
             jitter: Duration::ZERO,
             short: false,
@@ -107,8 +107,8 @@ impl Debounce {
     /// set change ([`set_changed`](Debounce::set_changed)).
     pub fn ready_at(&self) -> Instant {
         match self.short {
-            true => self.last_change + self.boundary / 4,
-            false => self.last_change + self.boundary + self.jitter,
+            true => self.last_change + self.delays.set_change_wait(),
+            false => self.last_change + self.delays.quiet_period() + self.jitter,
         }
     }
 
@@ -120,14 +120,14 @@ impl Debounce {
     /// When the current quiet period will have lasted a quarter of `boundary`: time to call
     /// [`PartitionFn::prepare`](crate::PartitionFn::prepare).
     pub fn prepare_at(&self) -> Instant {
-        self.last_change + self.boundary / 4
+        self.last_change + self.delays.prepare_after()
     }
 
     fn draw_jitter(&mut self) {
         self.random ^= self.random >> 12;
         self.random ^= self.random << 25;
         self.random ^= self.random >> 27;
-        let full = (self.boundary / 10).min(MAX_JITTER).as_micros() as u64;
+        let full = self.delays.max_jitter().as_micros() as u64;
         let (share, of) = self.parties.share(self.party);
         let spread = full * share / of;
         let draw = self.random.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
@@ -143,12 +143,13 @@ impl Debounce {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decision::timers::MAX_JITTER;
 
     #[test]
     fn a_set_change_waits_a_quarter_and_never_shortens_a_party_wait() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut debounce = Debounce::new(ms(100), JitterParties::default(), t0, 7);
+        let mut debounce = Debounce::new(Delays::new(ms(100)), JitterParties::default(), t0, 7);
         // The first wait (the start) is a full one: a set change within it leaves it alone.
         debounce.set_changed(t0 + ms(50));
         assert_eq!(debounce.ready_at(), t0 + ms(100) + debounce.jitter);
@@ -166,7 +167,7 @@ mod tests {
     fn every_change_restarts_the_wait() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut debounce = Debounce::new(ms(100), JitterParties::default(), t0, 7);
+        let mut debounce = Debounce::new(Delays::new(ms(100)), JitterParties::default(), t0, 7);
         debounce.changed(t0 + ms(1), 100);
         let jitter = debounce.jitter;
         assert!(jitter < ms(10), "jitter below a tenth of the boundary");
@@ -186,7 +187,8 @@ mod tests {
         let t0 = Instant::now();
         let mut jitters: Vec<Duration> = (0..members as u64)
             .map(|seed| {
-                let mut debounce = Debounce::new(boundary, JitterParties::default(), t0, seed * 0x9e37_79b9);
+                let mut debounce =
+                    Debounce::new(Delays::new(boundary), JitterParties::default(), t0, seed * 0x9e37_79b9);
                 debounce.changed(t0 + Duration::from_millis(1), members);
                 debounce.jitter
             })
@@ -213,14 +215,14 @@ mod tests {
     fn a_lone_member_or_a_small_party_waits_the_boundary_alone() {
         let t0 = Instant::now();
         assert_eq!(
-            Debounce::new(Duration::from_secs(2), JitterParties::default(), t0, 7).ready_at(),
+            Debounce::new(Delays::new(Duration::from_secs(2)), JitterParties::default(), t0, 7).ready_at(),
             t0 + Duration::from_secs(2)
         );
         for members in [1, 2, 5, QUIET_PARTY] {
             assert!(jitters(Duration::from_secs(2), members).iter().all(|j| j.is_zero()), "{members} members");
         }
         // The simulation's small parties can be timed as a large one's members are.
-        let always = Debounce::new(Duration::from_secs(2), JitterParties::ALWAYS, t0, 7);
+        let always = Debounce::new(Delays::new(Duration::from_secs(2)), JitterParties::ALWAYS, t0, 7);
         assert!(always.jitter > Duration::ZERO && always.jitter < Duration::from_millis(200));
     }
 }

@@ -535,8 +535,8 @@ impl Core {
             return None;
         }
         let idle = self.locks.in_flight == 0 && self.locks.queued.is_empty() && self.locks.need_dirs.is_empty();
-        let quiet = idle.then(|| self.locks.work_at + self.cfg.time_boundary);
-        let capped = self.locks.unwatched_since.map(|since| since + self.cfg.time_boundary * 2);
+        let quiet = idle.then(|| self.locks.work_at + self.delays().held_watch_quiet());
+        let capped = self.locks.unwatched_since.map(|since| since + self.delays().held_watch_latest());
         let capped = if breaks(Sabotage::HeldWatchOnlyWhenQuiet) { None } else { capped };
         [quiet, capped].into_iter().flatten().min()
     }

@@ -292,7 +292,8 @@ impl Core {
         let weights = std::mem::take(&mut cfg.weights);
         let catalogue = Catalogue::new(std::mem::take(&mut cfg.items), cfg.shared_set, weights);
         // The jitter's seed: the random bits the contender prefixes are made from.
-        let debounce = Debounce::new(cfg.time_boundary, cfg.jitter_parties, now, (nonce >> 64) as u64 ^ nonce as u64);
+        let delays = timers::Delays::new(cfg.time_boundary);
+        let debounce = Debounce::new(delays, cfg.jitter_parties, now, (nonce >> 64) as u64 ^ nonce as u64);
         let window = Window::new(cfg.batch.small.min(cfg.batch.large), cfg.window);
         let (dirs_exist, keeps_placement) = (cfg.lock_dirs_exist, cfg.partition_fn.keeps_placement());
         let mut core = Core {

@@ -71,18 +71,13 @@ impl Core {
         // releases), a quarter of it under Incremental (a shorter wait there also leaves less time for members to
         // decide on different versions, whose answers differ for items near a load bound).
         let set_change = reason == Reason::ItemSetChanged;
-        let incremental = self.cfg.rebalance == crate::Rebalance::Incremental;
         if !set_change {
             self.debounce.changed(self.now, self.latest_party.len());
         } else if self.target.is_some() && !self.target_outdated {
-            // Under Incremental nobody stops what they keep: a quarter of `time_boundary` batches the stream.
-            match incremental {
-                true => self.debounce.set_changed(self.now),
-                false => self.debounce.changed(self.now, self.latest_party.len()),
-            }
+            self.debounce_set_change();
         }
         self.locks.want_is_target = false;
-        if set_change && incremental && self.target.is_some() {
+        if set_change && self.keeps_target_through_set_changes() && self.target.is_some() {
             return self.outdate_target();
         }
         self.target_outdated = false;
@@ -213,7 +208,7 @@ impl Core {
             // a `time_boundary` from now, so that a lost read does not leave the report standing after it caught up.
             Err(ReqError::Transient | ReqError::NoNode) => {
                 if !self.catching_up.is_empty() && !self.timers.is_armed(Timer::Announcements) {
-                    self.timers.set(Timer::Announcements, Some(self.now + self.cfg.time_boundary));
+                    self.timers.set(Timer::Announcements, Some(self.now + self.delays().announcements_reread()));
                 }
             }
             Err(ReqError::Fatal(cause)) => self.fail(cause),
@@ -221,10 +216,10 @@ impl Core {
     }
 
     /// How long a member may announce another version of the shared set, or another assignment, before that is a
-    /// disagreement: the time it needs to follow a change (its quiet period, its worker's release, the allocation)
-    /// with room to spare. Shorter, and every routine change would be reported; it is a report, not a decision.
+    /// disagreement ([`Delays::catch_up`](super::timers::Delays::catch_up)). Shorter, and every routine change would
+    /// be reported; it is a report, not a decision.
     pub(super) fn catch_up(&self) -> Duration {
-        self.cfg.time_boundary * 2 + Duration::from_secs(2)
+        self.delays().catch_up()
     }
 
     /// Compares every member's announcement with ours, and publishes at once when the disagreements change (they
@@ -282,7 +277,7 @@ impl Core {
             .map(|(_, since)| (*since + catch_up).max(now))
             .filter(|&at| at > now || self.announcements.values().any(|read| read.read_at < self.announced_at))
             .min()
-            .or(reported.then(|| now + self.cfg.time_boundary));
+            .or(reported.then(|| now + self.delays().announcements_reread()));
         if let Some(at) = due
             && self.timers.get(Timer::Announcements).is_none_or(|armed| armed > at)
         {

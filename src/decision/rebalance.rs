@@ -16,6 +16,25 @@ impl Core {
         }
     }
 
+    /// The set changed under a stable party, with the target in force: Eager restarts the quiet period (everyone
+    /// releases on the new episode); under Incremental nobody stops what they keep, and a quarter of `time_boundary`
+    /// batches the stream of versions.
+    pub(super) fn debounce_set_change(&mut self) {
+        match self.cfg.rebalance {
+            Rebalance::Eager => self.debounce.changed(self.now, self.latest_party.len()),
+            Rebalance::Incremental => self.debounce.set_changed(self.now),
+        }
+    }
+
+    /// Whether a set change under a stable party keeps the target in force (less the items that left the set) until
+    /// the quiet period ends: Incremental's way; Eager starts a new episode.
+    pub(super) fn keeps_target_through_set_changes(&self) -> bool {
+        match self.cfg.rebalance {
+            Rebalance::Eager => false,
+            Rebalance::Incremental => true,
+        }
+    }
+
     /// The party or the set changed, and the assignment in force was the party's: a new episode.
     pub(super) fn on_new_episode(&mut self, reason: Reason) {
         match (self.cfg.rebalance, self.shown.state) {

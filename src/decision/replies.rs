@@ -124,7 +124,7 @@ impl Core {
                 match result.map_err(classify) {
                     Ok(()) => self.set_fresh = false,
                     Err(ReqError::Fatal(Cause::SessionEnded(end))) => self.fail(Cause::SessionEnded(end)),
-                    Err(_) => self.timers.set(Timer::Recovery, Some(self.now + self.cfg.time_boundary)),
+                    Err(_) => self.timers.set(Timer::Recovery, Some(self.now + self.delays().recovery_retry())),
                 }
             }
             (Pending::RemoveDirs, Reply::DirsRemoved) => {}

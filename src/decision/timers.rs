@@ -1,10 +1,80 @@
 //! The core's timers, in one table: what each is for and when it is due. The driver sleeps until the earliest
 //! ([`Core::poll_timeout`]); [`Core::handle_timeout`] fires what is due. Some timers are stored (armed and cleared
-//! by the transitions that own them); the others are read from the state they belong to.
+//! by the transitions that own them); the others are read from the state they belong to. Every delay derived from
+//! `time_boundary` is here too ([`Delays`]), so that what a change of `time_boundary` changes is read in one place.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Core;
+
+/// The longest jitter a large party adds to a quiet period (see `debounce`).
+pub(crate) const MAX_JITTER: Duration = Duration::from_millis(250);
+
+/// Every delay the core derives from `time_boundary`, named for what it waits for: the one place they are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Delays {
+    time_boundary: Duration,
+}
+
+impl Delays {
+    pub fn new(time_boundary: Duration) -> Self {
+        Delays { time_boundary }
+    }
+
+    /// How long the party must go without a change to count as stable (kazoo's `time_boundary`), before jitter.
+    pub fn quiet_period(self) -> Duration {
+        self.time_boundary
+    }
+
+    /// The quiet period after a change of the shared set alone, under Incremental: it only batches a stream of
+    /// versions (see `Debounce::set_changed`).
+    pub fn set_change_wait(self) -> Duration {
+        self.time_boundary / 4
+    }
+
+    /// How far into a quiet period the partition function may work ahead ([`Timer::Prepare`]).
+    pub fn prepare_after(self) -> Duration {
+        self.time_boundary / 4
+    }
+
+    /// The longest jitter a large party adds to a quiet period: a tenth of it, at most [`MAX_JITTER`].
+    pub fn max_jitter(self) -> Duration {
+        (self.time_boundary / 10).min(MAX_JITTER)
+    }
+
+    /// Between two reads of the other members' announcements while one is reported on another version, and after a
+    /// failed read while one is catching up ([`Timer::Announcements`]).
+    pub fn announcements_reread(self) -> Duration {
+        self.time_boundary
+    }
+
+    /// How long a member may announce another version of the shared set, or another assignment, before that is a
+    /// disagreement: the time it needs to follow a change (its quiet period, its worker's release, the allocation)
+    /// with room to spare.
+    pub fn catch_up(self) -> Duration {
+        self.time_boundary * 2 + Duration::from_secs(2)
+    }
+
+    /// Before a failed recovery of the shared set is tried again ([`Timer::Recovery`]).
+    pub fn recovery_retry(self) -> Duration {
+        self.time_boundary
+    }
+
+    /// Between two reads of our items' lineage ([`Timer::ClosedRead`]).
+    pub fn closed_reread(self) -> Duration {
+        self.time_boundary
+    }
+
+    /// How long the lock work must be quiet before held locks' watches are asked for ([`Timer::HeldWatches`]).
+    pub fn held_watch_quiet(self) -> Duration {
+        self.time_boundary
+    }
+
+    /// How long after a lock is taken its watch is asked for at the latest, quiet or not.
+    pub fn held_watch_latest(self) -> Duration {
+        self.time_boundary * 2
+    }
+}
 
 /// Every reason the core wakes up by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +161,11 @@ impl Timers {
 }
 
 impl Core {
+    /// The delays derived from `time_boundary`.
+    pub(super) fn delays(&self) -> Delays {
+        Delays::new(self.cfg.time_boundary)
+    }
+
     /// When `timer` is next due, if it is armed.
     fn due_at(&self, timer: Timer) -> Option<Instant> {
         // A timer read from the state that has passed is not due again: the next event decides (a deadline in the
