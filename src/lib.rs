@@ -108,24 +108,10 @@
 //!
 //! # A map of the source
 //!
-//! For a newcomer, one concept per module (the README's "How it is built" says more):
-//!
-//! - `decision/`: every decision, without I/O: a sans-IO `Core` fed events and the time, answering with actions. Its
-//!   module docs give the whole behaviour as one table; one file per concern (locks, party, shared set, suspension,
-//!   rebalance, what is published, the end, timers).
-//! - `driver/`: the one background task per partitioner: performs the core's actions (`requests`), publishes
-//!   snapshots (`publish`), turns a panic into `Failure` (`supervise`). It decides nothing.
-//! - `layout`: the znode layout as pure rules (paths, lock names, member names); `party` and `locks` put it on the
-//!   wire.
-//! - `builder` ([`Builder`]: validate, then start through `startup`), `partitioner` (the [`SetPartitioner`]
-//!   handle), `snapshot` ([`Snapshot`] and its one writer).
-//! - `item_set/` ([`ItemSet`]: the shared set, its weights and its atomic updates), `partition_fn` ([`PartitionFn`],
-//!   and `weighted`: [`WeightedRendezvous`]), `weight` ([`Weight`], capacities, [`Load`]), `agreement` (what members
-//!   announce), [`describe`](mod@describe) (who owns what, from outside), `checkpoint`, [`metrics`].
-//! - `connect` (opening a session, and saying why it cannot be opened), `zookeeper` (the client as a trait the
-//!   simulation implements too), `error`, `names`, `item`, `acl`, `policy`, `tls`.
-//! - Test code: `sim/` (the deterministic simulation of the very code above), `sabotage` (its one hook for breaking
-//!   a rule on purpose), `testing` (feature `testing`: a kit for your own integration tests).
+//! `ARCHITECTURE.md`, in the repository, is the one map: where each concern lives (one concept per module: the
+//! sans-IO decision core in `decision/`, the loop body both the task and the simulation run in `driver::step`, the
+//! wire, the shared set, the partition functions, the test kit), what may depend on what, and how the rules are
+//! checked (`tests/architecture.rs`).
 //!
 //! # States
 //!

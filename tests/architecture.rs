@@ -6,7 +6,10 @@
 //!   aside; every name after `crate::` or `super::` resolves to a module, a re-export or an item of the crate root
 //!   (one that does not is reported: the check could not see a cycle through it), and a fixture shows the check
 //!   finding cycles of two and three modules and an import of nothing;
-//! - kazoo's lock-name rule (`__lock__`) is written once, in `src/layout.rs`.
+//! - kazoo's lock-name rule (`__lock__`) is written once, in `src/layout.rs`, and each rule ARCHITECTURE.md gives one
+//!   home is written there alone (the loop body, the update loop, the chunked record, the rendezvous prefix, the
+//!   delays derived from `time_boundary`, the match on `Rebalance`);
+//! - ARCHITECTURE.md, the one map of the source, names every module under `src/` (tests aside), and no other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -414,21 +417,46 @@ fn sibling_under(from: &str, to: &str) -> Option<String> {
 
 #[test]
 fn the_lock_name_rule_is_written_once() {
+    assert_eq!(files_containing("__lock__"), ["layout.rs"], "kazoo's `__lock__` rule outside layout.rs");
+}
+
+/// The library files (test-only modules and test code aside) whose code contains `needle`.
+fn files_containing(needle: &str) -> Vec<String> {
     let loaded = load();
     let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
     let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
     let test_only = test_only_modules(&modules, &raw);
-    let writers: Vec<String> = modules
+    modules
         .into_iter()
         .filter(|module| !test_only.iter().any(|t| module.path == *t || module.path.starts_with(&format!("{t}::"))))
-        .filter(|module| module.code.contains("__lock__"))
-        .map(|module| module.file.display().to_string())
-        .collect();
-    assert_eq!(
-        writers,
-        [src_dir().join("layout.rs").display().to_string()],
-        "kazoo's `__lock__` rule outside layout.rs"
-    );
+        .filter(|module| module.code.contains(needle))
+        .map(|module| module.file.strip_prefix(src_dir()).expect("under src").display().to_string())
+        .collect()
+}
+
+#[test]
+fn each_rule_with_one_home_is_written_there_alone() {
+    for (needle, home, rule) in [
+        ("fn session_event", "driver/publish.rs", "the core's view of a session state"),
+        (
+            "release_acks.insert(",
+            "driver/step.rs",
+            "a command becomes the core's event and an ack in waiting (the loop body)",
+        ),
+        ("Arc::make_mut(&mut self.lock_dirs)", "driver/step.rs", "the lock directories grow (the loop body)"),
+        ("const MAX_ATTEMPTS", "item_set/attempts.rs", "the optimistic update loop's attempts"),
+        ("MAX_BACKOFF", "item_set/attempts.rs", "the optimistic update loop's back-off"),
+        ("const MAX_CHUNKS", "chunked.rs", "the chunked record's limit"),
+        ("fn chunk_name(", "chunked.rs", "the chunked record's names"),
+        ("fn cuts_before", "chunked.rs", "the chunked record's content-defined cuts"),
+        ("struct Prefix", "partition_fn/prefix.rs", "the rendezvous rankings' remembered list"),
+        ("time_boundary /", "decision/timers.rs", "a delay derived from time_boundary"),
+        ("time_boundary *", "decision/timers.rs", "a delay derived from time_boundary"),
+        ("Rebalance::Incremental =>", "decision/rebalance.rs", "what tells the modes apart"),
+        ("== Rebalance::", "decision/rebalance.rs", "what tells the modes apart"),
+    ] {
+        assert_eq!(files_containing(needle), [home], "{rule} ({needle:?}) is written outside {home}");
+    }
 }
 
 #[test]
@@ -486,4 +514,31 @@ fn the_import_check_reports_cycles_of_any_length_and_what_it_cannot_resolve() {
     // then
     assert_eq!(report.cycles, ["a -> b -> c -> a", "e -> f -> e", "x::p -> x::q -> x::p"], "{report:?}");
     assert_eq!(report.unresolved, ["d.rs names `nowhere::Gone`"], "{report:?}");
+}
+
+/// The modules ARCHITECTURE.md lists: every line of its "## The modules" section that starts with a module in
+/// backquotes (`- \`decision::locks\`: …`).
+fn modules_in_the_map() -> BTreeSet<String> {
+    let map = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md"))
+        .expect("read ARCHITECTURE.md");
+    let section = map.split("\n## The modules\n").nth(1).expect("ARCHITECTURE.md has a section '## The modules'");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("- `")?.split_once('`').map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_architecture_map_names_every_module_and_no_other() {
+    let modules: BTreeSet<String> = load()
+        .into_iter()
+        .map(|(module, _)| if module.path.is_empty() { "lib".to_owned() } else { module.path })
+        .filter(|path| !path.split("::").any(|part| part == "tests"))
+        .collect();
+    let listed = modules_in_the_map();
+    let missing: Vec<&String> = modules.difference(&listed).collect();
+    let stale: Vec<&String> = listed.difference(&modules).collect();
+    assert!(missing.is_empty(), "modules ARCHITECTURE.md does not list (add a line each): {missing:?}");
+    assert!(stale.is_empty(), "ARCHITECTURE.md lists modules that do not exist: {stale:?}");
 }
