@@ -6,7 +6,8 @@
 //!
 //! Every member sees a change at about the same moment, so without more they would all start allocating in the same
 //! millisecond: a burst of every member's requests at once. In a large party each wait is lengthened by a random
-//! jitter below a tenth of the boundary (at most [`MAX_JITTER`](super::timers::MAX_JITTER)), drawn per change from the member's own random seed.
+//! jitter below a tenth of the boundary (at most [`MAX_JITTER`](super::timers::MAX_JITTER)), drawn per change from
+//! the member's own random seed.
 //! A small party's burst is a few windows of requests, which the server absorbs in about a millisecond, so there the
 //! jitter would only be latency added to every allocation: none up to [`QUIET_PARTY`] members, the full spread from
 //! [`FULL_PARTY`], in proportion between.
@@ -17,7 +18,8 @@ use super::timers::Delays;
 
 /// Up to this many members, no jitter.
 pub(crate) const QUIET_PARTY: usize = 8;
-/// From this many members, the full jitter (a tenth of the boundary, at most [`MAX_JITTER`](super::timers::MAX_JITTER)).
+/// From this many members, the full jitter (a tenth of the boundary, at most
+/// [`MAX_JITTER`](super::timers::MAX_JITTER)).
 pub(crate) const FULL_PARTY: usize = 48;
 
 /// The party sizes up to which members wait without a jitter (`quiet`) and from which they jitter fully (`full`).
