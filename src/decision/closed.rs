@@ -63,8 +63,8 @@ impl Core {
             Ok(closed) => {
                 let mut changed = false;
                 for (item, closed) in items.into_iter().zip(closed) {
-                    let token = self.locks.entries.get(&item).map(|lock| lock.token);
-                    match token.filter(|_| closed && self.locks.held.contains(&item)) {
+                    let token = self.locks.get(item).map(|lock| lock.token);
+                    match token.filter(|_| closed && self.locks.held().contains(&item)) {
                         Some(token) => changed |= self.closed.items.insert(item, token) != Some(token),
                         // Not closed: if it was known closed, the name is another item's now.
                         None if !closed => changed |= self.closed.items.remove(&item).is_some(),
@@ -86,11 +86,10 @@ impl Core {
     pub(super) fn closed_among(&mut self, listed: &BTreeSet<usize>) -> BTreeSet<usize> {
         let (locks, catalogue) = (&self.locks, &self.catalogue);
         let same_ownership = |item: &usize, token: &i64| {
-            breaks(Sabotage::ClosedOutlivesOwnership)
-                || locks.entries.get(item).is_some_and(|lock| lock.token == *token)
+            breaks(Sabotage::ClosedOutlivesOwnership) || locks.get(*item).is_some_and(|lock| lock.token == *token)
         };
         self.closed.items.retain(|item, token| {
-            locks.held.contains(item) && catalogue.contains(*item) && same_ownership(item, token)
+            locks.held().contains(item) && catalogue.contains(*item) && same_ownership(item, token)
         });
         self.closed.items.keys().filter(|item| listed.contains(item)).copied().collect()
     }

@@ -39,12 +39,7 @@ impl Core {
             self.set_want(BTreeSet::new());
         } else {
             // The session is gone and every node with it: nothing to delete.
-            self.locks.want.clear();
-            self.locks.entries.clear();
-            self.locks.held.clear();
-            self.locks.queued.clear();
-            self.locks.need_dirs.clear();
-            self.locks.delayed.clear();
+            self.locks.forget_all();
         }
     }
 

@@ -68,48 +68,48 @@ pub(super) enum Next {
 
 /// Every lock this member has or wants, and the indexes kept beside them.
 pub(super) struct LockTable {
-    pub entries: BTreeMap<usize, Lock>,
+    entries: BTreeMap<usize, Lock>,
     /// The items whose lock we hold (a subset of `entries`).
-    pub held: BTreeSet<usize>,
+    held: BTreeSet<usize>,
     /// The items whose lock we want; the rest of `entries` is released.
-    pub want: BTreeSet<usize>,
+    want: BTreeSet<usize>,
     /// Unwanted locks were left in place because a create was in flight: release them once the reply comes.
-    pub unwanted_left: bool,
+    unwanted_left: bool,
     /// `want` changed since the missing locks were last added (checked only then: `want` can be large).
-    pub want_grew: bool,
+    want_grew: bool,
     /// `want` is known to equal `target` (neither changed since they were compared).
-    pub want_is_target: bool,
+    want_is_target: bool,
     /// Items waiting for a create (their directory known).
-    pub queued: BTreeSet<usize>,
+    queued: BTreeSet<usize>,
     /// Whether each item's lock directory is taken to exist. It is assumed, not listed: directories outlive
     /// their locks, so after a party's first allocation they all exist, and listing `<path>/locks` would send
     /// every member 100,000 names. A create that finds its directory missing (`NoNode`) makes it and retries. On a
     /// fresh path (no directory at all when the member was built) none is assumed: they are made first.
-    pub dirs_known: Vec<bool>,
+    dirs_known: Vec<bool>,
     /// The path had no lock directory when the member was built, and the member has not been `Acquired` since:
     /// directories are made before creates. Once acquired, every directory is assumed again (the other members
     /// made theirs meanwhile; a create's `NoNode` tells of one that is missing): left on, an eager rebalance would
     /// make every relocked item's directory again (measured: 100,000 `mkdir`s in a 100-member join).
-    pub fresh_path: bool,
+    fresh_path: bool,
     /// Items waiting for their directory to be made.
-    pub need_dirs: BTreeSet<usize>,
+    need_dirs: BTreeSet<usize>,
     /// Items whose lost request is retried at a time (by time).
-    pub delayed: BTreeSet<(Instant, usize)>,
+    delayed: BTreeSet<(Instant, usize)>,
     /// Lock operations in flight (each item of a `Pending::Locks` counts one), kept within `window`.
-    pub in_flight: usize,
+    in_flight: usize,
     /// When a lock request was last sent or answered: held-lock watches wait for `time_boundary` without one.
-    pub work_at: Instant,
+    work_at: Instant,
     /// Held locks whose watch is not asked for yet (item → our node).
-    pub unwatched: BTreeMap<usize, String>,
+    unwatched: BTreeMap<usize, String>,
     /// When the oldest lock in `unwatched` was taken: its watch is asked for `2 × time_boundary` later at the latest.
-    pub unwatched_since: Option<Instant>,
+    unwatched_since: Option<Instant>,
     /// The in-flight window, adapted to the server's latency ([`congestion`](super::congestion)).
-    pub window: Window,
+    window: Window,
     /// Releases in flight, with the `release_set()` calls each answers.
-    pub releases: HashMap<ReqId, Vec<AckId>>,
+    releases: HashMap<ReqId, Vec<AckId>>,
     /// Random bits from the driver, so contender prefixes are ours alone yet the core stays deterministic.
-    pub nonce: u128,
-    pub prefixes_issued: u128,
+    nonce: u128,
+    prefixes_issued: u128,
 }
 
 impl LockTable {
@@ -135,6 +135,123 @@ impl LockTable {
             nonce,
             prefixes_issued: 0,
         }
+    }
+
+    /// Item `item`'s lock, if we have or want it.
+    pub fn get(&self, item: usize) -> Option<&Lock> {
+        self.entries.get(&item)
+    }
+
+    pub fn contains(&self, item: usize) -> bool {
+        self.entries.contains_key(&item)
+    }
+
+    /// The items whose lock we hold.
+    pub fn held(&self) -> &BTreeSet<usize> {
+        &self.held
+    }
+
+    /// The items whose lock we want.
+    pub fn want(&self) -> &BTreeSet<usize> {
+        &self.want
+    }
+
+    /// Whether `want` is known to equal the target (neither changed since they were compared).
+    pub fn want_is_target(&self) -> bool {
+        self.want_is_target
+    }
+
+    /// Says whether `want` is known to equal the target: `false` whenever either may have changed.
+    pub fn set_want_is_target(&mut self, known: bool) {
+        self.want_is_target = known;
+    }
+
+    /// The catalogue grew to `items` items: their directories are not assumed to exist.
+    pub fn grow_dirs(&mut self, items: usize) {
+        self.dirs_known.resize(items, false);
+    }
+
+    /// Item `item`'s directory may be gone (its item left the set).
+    pub fn forget_dir(&mut self, item: usize) {
+        if let Some(known) = self.dirs_known.get_mut(item) {
+            *known = false;
+        }
+    }
+
+    /// Whether item `item`'s directory is taken to exist.
+    #[cfg(test)]
+    pub fn dir_known(&self, item: usize) -> bool {
+        self.dirs_known.get(item).copied().unwrap_or(false)
+    }
+
+    /// The member reached `Acquired`: on a fresh path, the party's first allocation made the directories of every
+    /// share, so from now on every directory is assumed (see `fresh_path`).
+    pub fn acquired(&mut self) {
+        if std::mem::take(&mut self.fresh_path) {
+            self.dirs_known.fill(true);
+        }
+    }
+
+    /// The session is gone and every node with it: nothing to release or delete, and nothing wanted.
+    pub fn forget_all(&mut self) {
+        self.want.clear();
+        self.entries.clear();
+        self.held.clear();
+        self.queued.clear();
+        self.need_dirs.clear();
+        self.delayed.clear();
+    }
+
+    /// The earliest retry of a lost request: when, and for which item.
+    pub fn next_retry(&self) -> Option<(Instant, usize)> {
+        self.delayed.first().copied()
+    }
+
+    /// Takes every retry due at `now`, earliest first.
+    pub fn take_due_retries(&mut self, now: Instant) -> Vec<usize> {
+        let mut due = Vec::new();
+        while let Some(&(at, item)) = self.delayed.first() {
+            if at > now {
+                break;
+            }
+            self.delayed.pop_first();
+            due.push(item);
+        }
+        due
+    }
+
+    /// A lock request `id` for `count` items was sent at `now`.
+    pub fn sent(&mut self, id: ReqId, count: usize, now: Instant) {
+        self.in_flight += count;
+        self.window.sent(id, now);
+        self.work_at = now;
+    }
+
+    /// Request `id`'s reply came at `now`: news about the server's latency, for `ops` lock operations (0: not a lock
+    /// request), `failed` or not, even when the reply is no longer wanted.
+    pub fn timed(&mut self, id: ReqId, ops: usize, failed: bool, now: Instant) {
+        self.window.replied(id, ops, failed, now);
+    }
+
+    /// A lock request for `count` items was answered at `now`.
+    pub fn answered(&mut self, count: usize, now: Instant) {
+        self.in_flight -= count;
+        self.work_at = now;
+    }
+
+    /// The connection was lost: the window starts small again.
+    pub fn restart_window(&mut self) {
+        self.window.restart();
+    }
+
+    /// Whether a release is in flight.
+    pub fn releasing(&self) -> bool {
+        !self.releases.is_empty()
+    }
+
+    /// The `release_set()` calls release `id` answers.
+    pub fn take_release_acks(&mut self, id: ReqId) -> Vec<AckId> {
+        self.releases.remove(&id).unwrap_or_default()
     }
 }
 

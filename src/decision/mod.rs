@@ -401,17 +401,10 @@ impl Core {
             let limit = self.cfg.max_allocation_time.unwrap_or_default();
             self.fail(Cause::AllocationTimeout(limit));
         }
-        let mut due = Vec::new();
-        while let Some(&(at, item)) = self.locks.delayed.first() {
-            if at > now {
-                break;
-            }
-            self.locks.delayed.pop_first();
-            due.push(item);
-        }
+        let due = self.locks.take_due_retries(now);
         let (mut lists, mut dirs) = (Vec::new(), Vec::new());
         for item in due {
-            match self.locks.entries.get(&item).map(|lock| lock.step) {
+            match self.locks.get(item).map(|lock| lock.step) {
                 Some(Step::Delayed(_, Retry::List)) => lists.push(item),
                 Some(Step::Delayed(_, Retry::MakeDir)) => dirs.push(item),
                 _ => {}
@@ -471,9 +464,7 @@ impl Core {
         self.next_id += 1;
         let id = self.next_id;
         if let Pending::Locks(items) = &pending {
-            self.locks.in_flight += items.len();
-            self.locks.window.sent(id, self.now);
-            self.locks.work_at = self.now;
+            self.locks.sent(id, items.len(), self.now);
         }
         self.requests.insert(id, pending);
         self.actions.push_back(Action::Request(id, op));

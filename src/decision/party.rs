@@ -53,7 +53,7 @@ impl Core {
         self.target = Some(target);
         self.target_changed();
         self.target_outdated = false;
-        self.locks.want_is_target = false;
+        self.locks.set_want_is_target(false);
         self.note_set_in_force();
         self.announce();
         Ok(())
@@ -76,7 +76,7 @@ impl Core {
         } else if self.target.is_some() && !self.target_outdated {
             self.debounce_set_change();
         }
-        self.locks.want_is_target = false;
+        self.locks.set_want_is_target(false);
         if set_change && self.keeps_target_through_set_changes() && self.target.is_some() {
             return self.outdate_target();
         }

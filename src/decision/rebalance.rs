@@ -55,7 +55,7 @@ impl Core {
             Rebalance::Eager => {
                 self.owed = Some(Owed::All);
                 self.stop_allocation_clock();
-                let mut revoked = self.locks.held.clone();
+                let mut revoked = self.locks.held().clone();
                 revoked.insert(item);
                 self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
             }
@@ -144,7 +144,7 @@ impl Core {
                 // Keep the revoked items until the worker says it stopped them; let go of unlisted items not ours.
                 let keep: BTreeSet<usize> = self
                     .locks
-                    .held
+                    .held()
                     .iter()
                     .filter(|item| target.contains(item) || revoked.contains(item))
                     .copied()
@@ -153,10 +153,10 @@ impl Core {
             }
             Some(Owed::All) => self.want_held(),
             None => {
-                if !self.locks.want_is_target && self.locks.want != *target {
+                if !self.locks.want_is_target() && self.locks.want() != target {
                     self.set_want(target.clone());
                 }
-                self.locks.want_is_target = true;
+                self.locks.set_want_is_target(true);
                 if !self.acquired_if_complete() && self.shown.state != PartitionState::Allocating {
                     let listed = self.shown.listed.clone();
                     self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::TakingGained);
@@ -170,16 +170,16 @@ impl Core {
     pub(super) fn acquired_if_complete(&mut self) -> bool {
         // Not while suspended: a reply can overtake the client's news that the connection is back.
         let complete = self.connected
-            && self.locks.held.len() == self.locks.want.len()
+            && self.locks.held().len() == self.locks.want().len()
             && self.released_all_unwanted()
             && self.want_is_held();
         let unchanged = self.shown.state == PartitionState::Acquired
-            && self.shown.listed == self.locks.held
+            && self.shown.listed == *self.locks.held()
             && self.shown.members == self.members
             && self.shown.set == self.set_in_force;
         if complete && !unchanged {
             self.stop_allocation_clock();
-            let held = self.locks.held.clone();
+            let held = self.locks.held().clone();
             self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::AllAcquired);
         }
         complete

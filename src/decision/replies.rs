@@ -12,13 +12,12 @@ impl Core {
             Some(Pending::Locks(items)) => items.len(),
             _ => 0,
         };
-        self.locks.window.replied(id, ops, reply.failed(), self.now);
+        self.locks.timed(id, ops, reply.failed(), self.now);
         let Some(pending) = self.requests.remove(&id) else {
             return; // abandoned
         };
         if let Pending::Locks(items) = &pending {
-            self.locks.in_flight -= items.len();
-            self.locks.work_at = self.now;
+            self.locks.answered(items.len(), self.now);
         }
         let classify = Failed::classify;
         match (pending, reply) {
@@ -68,7 +67,7 @@ impl Core {
             }
             (Pending::Watch(item), Reply::Changed(result)) => self.on_changed(id, item, result.map_err(classify)),
             (Pending::Release(gone), Reply::Released(result)) => {
-                let acks = self.locks.releases.remove(&id).unwrap_or_default();
+                let acks = self.locks.take_release_acks(id);
                 match result {
                     Ok(()) => {
                         self.release_acks.extend(acks);

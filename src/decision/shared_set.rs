@@ -48,9 +48,9 @@ impl Core {
                 }
                 // Compared by items: a child created by hand changes the set, not the version.
                 let (change, reweighed) = self.catalogue.replace(committed.items, committed.version, committed.weights);
-                self.locks.dirs_known.resize(self.catalogue.len(), false);
+                self.locks.grow_dirs(self.catalogue.len());
                 if !change.is_empty() || reweighed {
-                    self.locks.want_is_target = false;
+                    self.locks.set_want_is_target(false);
                     self.on_inputs_changed(Reason::ItemSetChanged);
                 } else if self.set_in_force.generation == self.catalogue.generation()
                     && self.set_in_force.version.is_some()
@@ -111,8 +111,7 @@ impl Core {
         let change = self.catalogue.change_since(&self.assigned_set);
         self.assigned_set = self.catalogue.set().to_vec();
         let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
-        let free: Vec<usize> =
-            change.removed.iter().copied().filter(|item| !self.locks.entries.contains_key(item)).collect();
+        let free: Vec<usize> = change.removed.iter().copied().filter(|item| !self.locks.contains(*item)).collect();
         if first && !free.is_empty() {
             self.remove_dirs(free);
         }
@@ -142,7 +141,7 @@ impl Core {
 
     pub(super) fn remove_dirs(&mut self, items: Vec<usize>) {
         for &item in &items {
-            self.locks.dirs_known[item] = false;
+            self.locks.forget_dir(item);
         }
         self.request(Op::RemoveDirs(items), Pending::RemoveDirs);
     }

@@ -26,12 +26,8 @@ impl Core {
         if !self.connected || suspension.verifying.is_some() {
             return;
         }
-        let nodes: Vec<(usize, String)> = self
-            .locks
-            .held
-            .iter()
-            .filter_map(|&item| Some((item, self.locks.entries.get(&item)?.node.clone()?)))
-            .collect();
+        let nodes: Vec<(usize, String)> =
+            self.locks.held().iter().filter_map(|&item| Some((item, self.locks.get(item)?.node.clone()?))).collect();
         let id = self.request(Op::Verify(nodes), Pending::Verify);
         if let Some(suspension) = &mut self.suspension {
             suspension.verifying = Some(id);
@@ -39,7 +35,7 @@ impl Core {
     }
 
     pub(super) fn on_suspended(&mut self) {
-        self.locks.window.restart();
+        self.locks.restart_window();
         let was_connected = std::mem::replace(&mut self.connected, false);
         if self.ending.is_some() || !was_connected {
             return;
@@ -61,7 +57,7 @@ impl Core {
 
     /// The connection was suspended: nobody may rely on our locks until the session's fate is known.
     pub(super) fn react_to_suspension(&mut self) {
-        if breaks(Sabotage::UnnoticedSuspensionDuringRelease) && !self.locks.releases.is_empty() {
+        if breaks(Sabotage::UnnoticedSuspensionDuringRelease) && self.locks.releasing() {
             return;
         }
         let processing = !self.shown.listed.is_empty();
@@ -93,7 +89,7 @@ impl Core {
                         self.requests.remove(&id);
                     }
                 }
-                let revoked = self.locks.held.clone();
+                let revoked = self.locks.held().clone();
                 self.show(PartitionState::Release, BTreeSet::new(), revoked, true, None, Reason::ConnectionSuspended);
             }
         }
@@ -105,11 +101,11 @@ impl Core {
         let mut acks = std::mem::take(&mut self.suspended_acks).into_iter();
         if ours && breaks(Sabotage::ResumeAbandonsRebalance) {
             self.owed = None;
-            self.target = Some(self.locks.held.clone());
+            self.target = Some(self.locks.held().clone());
             self.target_changed();
             self.target_outdated = false;
-            self.locks.want_is_target = false;
-            let held = self.locks.held.clone();
+            self.locks.set_want_is_target(false);
+            let held = self.locks.held().clone();
             self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::SessionSurvived);
             for ack in acks {
                 self.actions.push_back(Action::Ack(ack, Ok(())));
@@ -120,7 +116,7 @@ impl Core {
             // Same session, same nodes: nobody else can hold our items. Resume where we were.
             self.owed = suspension.owed_before;
             let before = suspension.before;
-            let listed: BTreeSet<usize> = before.listed.intersection(&self.locks.held).copied().collect();
+            let listed: BTreeSet<usize> = before.listed.intersection(self.locks.held()).copied().collect();
             self.show(before.state, listed, before.revoked, false, None, Reason::SessionSurvived);
             if self.owed.is_none() {
                 // The worker's release_set() answered the suspension's Release alone: nothing to give up.

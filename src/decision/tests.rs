@@ -505,11 +505,11 @@ fn once_acquired_a_fresh_path_assumes_every_directory_again() {
     s.wait(SETTLED);
     let (id, Op::MakeDirs(ours)) = s.request("directories", |op| matches!(op, Op::MakeDirs(_))) else { unreachable!() };
     assert_eq!(ours.len(), 5, "our half of the items (stride), directories first");
-    assert!(!s.core.locks.dirs_known.iter().all(|&known| known), "the other half is not assumed yet");
+    assert!(!(0..s.core.item_count()).all(|item| s.core.locks.dir_known(item)), "the other half is not assumed yet");
     s.send(Event::Reply(id, Reply::DirsMade(Ok(()))));
     s.grant_locks();
     assert_eq!(s.last_state(), PartitionState::Acquired);
-    assert!(s.core.locks.dirs_known.iter().all(|&known| known), "acquired: every directory is assumed");
+    assert!((0..s.core.item_count()).all(|item| s.core.locks.dir_known(item)), "acquired: every directory is assumed");
 }
 
 /// Held-lock watches wait until the lock work has been quiet for `time_boundary`: a rebalance's watches must not

@@ -179,7 +179,7 @@ impl Core {
                 ahead(settling.then(|| self.debounce.ready_at()))
             }
             Timer::Prepare => ahead(self.prepare_due()),
-            Timer::LockRetry => self.locks.delayed.first().map(|&(at, _)| at),
+            Timer::LockRetry => self.locks.next_retry().map(|(at, _)| at),
             Timer::HeldWatches => ahead(self.held_watches_due()),
             Timer::ClosedRead => ahead(self.closed_read_due()),
         }

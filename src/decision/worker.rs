@@ -41,7 +41,7 @@ impl Core {
         self.owed = Some(Owed::All);
         // Waiting for the worker is not allocating: the clock starts again at release_set().
         self.stop_allocation_clock();
-        let revoked = self.locks.held.clone();
+        let revoked = self.locks.held().clone();
         self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
     }
 
@@ -60,7 +60,7 @@ impl Core {
                 // Incremental: the worker stopped exactly these. Keep the rest listed.
                 let listed = self.shown.listed.clone();
                 self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::RevokedReleased);
-                let want = self.locks.want.iter().filter(|item| !revoked.contains(item)).copied().collect();
+                let want = self.locks.want().iter().filter(|item| !revoked.contains(item)).copied().collect();
                 self.set_want(want);
                 self.start_allocation_clock();
             }
@@ -79,7 +79,7 @@ impl Core {
                 self.target = None;
                 self.target_changed();
                 self.target_outdated = false;
-                self.locks.want_is_target = false;
+                self.locks.set_want_is_target(false);
                 self.debounce.changed(self.now, self.latest_party.len());
                 self.start_allocation_clock();
             }
@@ -113,16 +113,15 @@ impl Core {
         cause: Option<Cause>,
         reason: Reason,
     ) {
-        debug_assert!(listed.is_subset(&self.locks.held), "listing an item whose lock is not held");
-        if state == PartitionState::Acquired && std::mem::take(&mut self.locks.fresh_path) {
-            // The party's first allocation made the directories of every share: from now on, assume them all.
-            self.locks.dirs_known.fill(true);
+        debug_assert!(listed.is_subset(self.locks.held()), "listing an item whose lock is not held");
+        if state == PartitionState::Acquired {
+            self.locks.acquired();
         }
         if listed.difference(&self.shown.listed).next().is_some() {
             self.items_may_have_closed();
         }
         let closed = self.closed_among(&listed);
-        let tokens = listed.iter().map(|item| self.locks.entries.get(item).map_or(0, |lock| lock.token)).collect();
+        let tokens = listed.iter().map(|item| self.locks.get(*item).map_or(0, |lock| lock.token)).collect();
         let shown = Shown {
             state,
             closed,
@@ -153,11 +152,11 @@ impl Core {
         let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
         let items = listed
             .iter()
-            .map(|&item| (item, FencingToken::new(self.locks.entries.get(&item).map_or(0, |lock| lock.token))))
+            .map(|&item| (item, FencingToken::new(self.locks.get(item).map_or(0, |lock| lock.token))))
             .collect();
         let nodes = listed
             .iter()
-            .map(|item| self.locks.entries.get(item).and_then(|lock| lock.node.clone()).unwrap_or_default())
+            .map(|item| self.locks.get(*item).and_then(|lock| lock.node.clone()).unwrap_or_default())
             .collect();
         self.actions.push_back(Action::Publish(Box::new(Publication {
             transition,
