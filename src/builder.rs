@@ -502,7 +502,7 @@ impl Builder {
             capacity,
             acls: self.acls.unwrap_or_default(),
             window: DEFAULT_WINDOW,
-            batch: crate::locks::LOCK_BATCH,
+            batch: crate::lock_requests::LOCK_BATCH,
             jitter_parties: crate::decision::JitterParties::default(),
             set_chunk: crate::item_set::CHUNK_OPS,
         };

@@ -208,7 +208,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
-mod agreement;
+mod announcement;
 mod builder;
 mod checkpoint;
 mod chunked;
@@ -222,12 +222,12 @@ mod hash;
 mod item;
 mod item_set;
 mod layout;
-mod locks;
+mod lock_requests;
+mod membership;
 pub mod metrics;
 mod names;
 mod partition_fn;
 mod partitioner;
-mod party;
 mod placement;
 mod policy;
 #[cfg(any(test, feature = "testing"))]

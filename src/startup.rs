@@ -12,7 +12,7 @@ use tracing::Instrument;
 use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::checkpoint::Checkpoints;
 use crate::decision::{Core, CoreConfig};
 use crate::driver::publish::Publisher;
@@ -22,7 +22,7 @@ use crate::error::retry_transient;
 use crate::handle::Handle;
 use crate::item_set::{SharedItems, SharedSet};
 use crate::layout::Paths;
-use crate::party::{self, Membership, Naming};
+use crate::membership::{self, Membership, Naming};
 use crate::session::SessionRef;
 use crate::zookeeper::ZooKeeper;
 use crate::{Error, Item, ItemSet, PartitionFn, Rebalance, SessionPolicy, SetPartitioner, Snapshot};
@@ -66,7 +66,7 @@ pub(crate) struct Started {
 }
 
 /// Starts a member on `zk`. `join_name` is its party node's name (under static membership) or the start of it (see
-/// [`party::fresh_node_name`]), chosen by the caller so that it can find and delete the node if this is cancelled;
+/// [`membership::fresh_node_name`]), chosen by the caller so that it can find and delete the node if this is cancelled;
 /// `nonce` seeds the member's contender prefixes and jitter.
 pub(crate) async fn start<Z: ZooKeeper>(
     zk: &Z,
@@ -88,8 +88,8 @@ pub(crate) async fn start<Z: ZooKeeper>(
         Some(set) if settings.items.is_empty() => Some(nonempty(set, set.read().await?)?),
         _ => None,
     };
-    party::ensure_base(zk, &paths).await?;
-    let lock_dirs_exist = crate::locks::any_dir(zk, &paths).await?;
+    membership::ensure_base(zk, &paths).await?;
+    let lock_dirs_exist = crate::lock_requests::any_dir(zk, &paths).await?;
     let (items, weights, set, set_version) = if let Some(set) = set {
         let read = match followed {
             Some(read) => read,
@@ -110,7 +110,7 @@ pub(crate) async fn start<Z: ZooKeeper>(
     } else {
         Naming::Sequential
     };
-    let membership = party::join(zk, &paths, &settings.identifier, &node_data, join_name, naming).await?;
+    let membership = membership::join(zk, &paths, &settings.identifier, &node_data, join_name, naming).await?;
     let core = Core::new(
         CoreConfig {
             items,
@@ -153,7 +153,7 @@ pub(crate) async fn launch(
     paths.acls = settings.acls.clone();
     // The start of our party node's name (its whole name under static membership): ours alone, so a guard can find
     // and delete the node if this future is dropped before the member's task owns it.
-    let join_name = party::fresh_node_name(&client, &settings.identifier, settings.static_membership);
+    let join_name = membership::fresh_node_name(&client, &settings.identifier, settings.static_membership);
     let guard =
         JoinGuard { client: client.clone(), party: paths.party.clone(), prefix: join_name.clone(), armed: true };
     let session = client.state_watcher();
@@ -204,7 +204,7 @@ impl Drop for JoinGuard {
             let Ok(children) = retry_transient(&client, || client.list_children(&party)).await else { return };
             for child in children.into_iter().filter(|child| child.starts_with(&prefix)) {
                 let membership = Membership::from_node(child);
-                if let Err(err) = party::leave(&client, &Paths::from_party(&party), &membership).await {
+                if let Err(err) = membership::leave(&client, &Paths::from_party(&party), &membership).await {
                     tracing::warn!(%err, "could not remove the party node of a cancelled build()");
                 }
             }

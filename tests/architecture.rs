@@ -9,6 +9,8 @@
 //! - kazoo's lock-name rule (`__lock__`) is written once, in `src/layout.rs`, and each rule ARCHITECTURE.md gives one
 //!   home is written there alone (the loop body, the update loop, the chunked record, the rendezvous prefix, the
 //!   delays derived from `time_boundary`, the match on `Rebalance`);
+//! - no two files under `src/` have the same name, but `mod.rs`, `lib.rs`, `tests.rs` and the files of a `tests/`
+//!   folder (named for what they test);
 //! - ARCHITECTURE.md, the one map of the source, names every module under `src/` (tests aside), and no other.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -457,6 +459,24 @@ fn each_rule_with_one_home_is_written_there_alone() {
     ] {
         assert_eq!(files_containing(needle), [home], "{rule} ({needle:?}) is written outside {home}");
     }
+}
+
+#[test]
+fn no_two_files_have_the_same_name() {
+    let mut files = Vec::new();
+    self::files(&src_dir(), &mut files);
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(src_dir()).expect("under src");
+        let name = rel.file_name().expect("a file").to_string_lossy().into_owned();
+        let in_tests = rel.parent().is_some_and(|dir| dir.ends_with("tests"));
+        if !["mod.rs", "lib.rs", "tests.rs"].contains(&name.as_str()) && !in_tests {
+            by_name.entry(name).or_default().push(rel.display().to_string());
+        }
+    }
+    let repeated: Vec<&Vec<String>> = by_name.values().filter(|files| files.len() > 1).collect();
+    assert!(files.len() > 50, "read {} files under src/", files.len());
+    assert!(repeated.is_empty(), "file names used twice (a name should say which concern it holds): {repeated:?}");
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::Core;
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::{Item, PartitionState};
 
 impl Core {

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use super::congestion::Window;
+use super::window::Window;
 use super::{AckId, Action, Core, Op, OurNode, Pending, ReqError, ReqId};
 use crate::layout::{self, Position, position, sequence};
 use crate::sabotage::{Sabotage, breaks};
@@ -103,7 +103,7 @@ pub(super) struct LockTable {
     unwatched: BTreeMap<usize, String>,
     /// When the oldest lock in `unwatched` was taken: its watch is asked for `2 × time_boundary` later at the latest.
     unwatched_since: Option<Instant>,
-    /// The in-flight window, adapted to the server's latency ([`congestion`](super::congestion)).
+    /// The in-flight window, adapted to the server's latency ([`window`](super::window)).
     window: Window,
     /// Releases in flight, with the `release_set()` calls each answers.
     releases: HashMap<ReqId, Vec<AckId>>,

@@ -73,15 +73,14 @@
 //! - [`rebalance`]: the only place that tells Eager from Incremental;
 //! - [`suspension`]: the session rows;
 //! - [`locks`]: the lock table, which reports held, lost and released back to the core;
-//! - [`worker`]: what is published ([`Core::show`], the one place the published state changes) and `release_set()`;
+//! - [`publication`]: what is published ([`Core::show`], the one place the published state changes) and `release_set()`;
 //! - [`ending`]: failure and finish; [`timers`]: every timer, in one table;
-//! - [`catalogue`], [`congestion`], [`debounce`]: the item indexes, the in-flight window, the quiet period.
+//! - [`catalogue`], [`window`], [`debounce`]: the item indexes, the in-flight window, the quiet period.
 //!
 //! Tests break one rule on purpose through a single hook ([`crate::sabotage`]), never by branches of their own.
 
 mod catalogue;
 mod closed;
-mod congestion;
 mod debounce;
 mod ending;
 #[cfg(test)]
@@ -90,34 +89,35 @@ mod locks;
 mod party;
 mod placement;
 mod protocol;
+mod publication;
 mod rebalance;
 mod replies;
 mod shared_set;
 mod suspension;
 mod timers;
-mod worker;
+mod window;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use catalogue::Catalogue;
-pub(crate) use congestion::Batch;
-use congestion::Window;
 use debounce::Debounce;
 pub(crate) use debounce::JitterParties;
 use ending::Ending;
 use locks::{LockTable, Retry, Step};
+use publication::{Owed, Shown};
 use suspension::Suspension;
 use timers::{Timer, Timers};
-use worker::{Owed, Shown};
+pub(crate) use window::Batch;
+use window::Window;
 
 pub(crate) use protocol::{
     AckId, Action, Cause, Code, Event, Failed, Op, OurNode, PartyRead, Publication, Reason, Reply, ReqError, ReqId,
     SessionEnd, SetInForce,
 };
 
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::item_set::layout::Unfinished;
 use crate::{Disagreement, Item, Load, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
 
@@ -150,7 +150,7 @@ pub(crate) struct CoreConfig {
     pub session_policy: SessionPolicy,
     pub rebalance: Rebalance,
     /// At most this many lock operations in flight (waits on a watch do not count); the window adapts to the
-    /// server's latency below it ([`congestion`]).
+    /// server's latency below it ([`window`]).
     pub window: usize,
     /// Operations per `multi` request, by the set's size.
     pub batch: Batch,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::timers::Timer;
 use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError};
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::layout;
 use crate::partition_fn::guarded;
 use crate::placement::record::Record;

@@ -126,7 +126,7 @@ impl Core {
     pub(super) fn announce(&mut self) {
         let mut next = self.cfg.agreement;
         if let Some(version) = self.set_in_force.version {
-            next.set = crate::agreement::SetSource::Shared(Some(version));
+            next.set = crate::announcement::SetSource::Shared(Some(version));
         }
         next.placement = self.placement_digest();
         if next != self.cfg.agreement {

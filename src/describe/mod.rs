@@ -16,12 +16,12 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::error::retry_transient;
 use crate::item_set::layout::Kind;
 use crate::layout::{self, Paths};
 use crate::layout::{contenders_in_order, sequence};
-use crate::locks::READ_BATCH;
+use crate::lock_requests::READ_BATCH;
 use crate::names::check_base_path;
 use crate::placement::record::Record;
 use crate::placement::store;

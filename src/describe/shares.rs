@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{ItemInfo, MemberInfo, OutsideShare, item_of_name};
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::partition_fn::guarded;
 use crate::placement::record::{Record, content_digest, digest, inputs_digest};
 use crate::{Error, Item, Load, PartitionFn, Weight, Weighted, Weights};

@@ -189,7 +189,7 @@ fn a_sticky_partys_shares_come_from_its_placement_record() {
     let sticky = WeightedRendezvous::default().sticky();
     let options = DescribeOptions::new().items(&items).partition_func(&sticky);
     // The members' inputs: the fixed set as they were given it, the function, the party and its capacities.
-    let function = crate::agreement::Agreement::new(Some(&items), None, &sticky, items.first()).function;
+    let function = crate::announcement::Agreement::new(Some(&items), None, &sticky, items.first()).function;
     let content = crate::placement::record::content_digest(&items, &crate::Weights::uniform(items.len()));
     let digest = crate::placement::record::inputs_digest(content, function, &names, &[3, 1, 2, 3]);
     let record = |inputs: u64| Record::computed(inputs, &names, items.clone().into(), &RECORDED).expect("a record");

@@ -18,14 +18,14 @@ use zookeeper_client::{Client, SessionState, StateWatcher};
 
 use crate::decision::{Core, Reply, ReqId};
 use crate::handle::Command;
-use crate::party::Membership;
+use crate::membership::Membership;
 use crate::zookeeper::WatchEvent;
 
+pub(crate) mod input_watches;
 pub(crate) mod publish;
 pub(crate) mod requests;
 pub(crate) mod step;
 mod supervise;
-pub(crate) mod watches;
 
 use publish::Publisher;
 use requests::{Context, Done};

@@ -16,8 +16,8 @@ use crate::item_set::cache::SetCache;
 use crate::item_set::layout::{Header, RawRead, SetPaths};
 use crate::item_set::{SharedSet, read_bridged, read_raw_cached};
 use crate::layout::{self, Paths};
-use crate::locks::{self, NodeRef};
-use crate::party::{self, Membership};
+use crate::lock_requests::{self, NodeRef};
+use crate::membership::{self, Membership};
 use crate::placement::store as placement;
 use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
@@ -212,15 +212,15 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::Join(data) => {
             // `<path>/party` may be gone too (an operator removed it).
-            let joined = match party::ensure_base(&zk, paths).await {
+            let joined = match membership::ensure_base(&zk, paths).await {
                 Ok(()) => {
-                    let name = party::fresh_node_name(&zk, &ctx.identifier, ctx.static_membership);
+                    let name = membership::fresh_node_name(&zk, &ctx.identifier, ctx.static_membership);
                     let naming = if ctx.static_membership {
-                        party::Naming::Static { wait: None }
+                        membership::Naming::Static { wait: None }
                     } else {
-                        party::Naming::Sequential
+                        membership::Naming::Sequential
                     };
-                    party::join(&zk, paths, &ctx.identifier, &data, &name, naming).await
+                    membership::join(&zk, paths, &ctx.identifier, &data, &name, naming).await
                 }
                 Err(err) => Err(err),
             };
@@ -241,13 +241,13 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::MakeDirs(items) => {
             let dirs: Vec<String> = items.into_iter().map(dir).collect();
-            let result = locks::make_dirs(&zk, &dirs, &paths.acls).await;
+            let result = lock_requests::make_dirs(&zk, &dirs, &paths.acls).await;
             Done::reply_to(id, Reply::DirsMade(result.map_err(|err| Failed::of("mkdir", &paths.locks, err))))
         }
         Op::Create { contenders, data } => {
             let prefixes: Vec<String> =
                 contenders.into_iter().map(|(item, prefix)| format!("{}/{prefix}", dir(item))).collect();
-            let result = locks::create_contenders(&zk, &prefixes, data.as_bytes(), &paths.acls).await;
+            let result = lock_requests::create_contenders(&zk, &prefixes, data.as_bytes(), &paths.acls).await;
             let result = result.map_err(|(err, index)| {
                 // Named by the operation that failed (a protected directory among open ones, say).
                 let failed = index.and_then(|index| prefixes.get(index)).or(prefixes.first());
@@ -257,24 +257,24 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::List(items) => {
             // With a shared set, each item's lineage node is read along: a finished item is never held again.
-            let dirs: Vec<locks::DirRead> = items
+            let dirs: Vec<lock_requests::DirRead> = items
                 .into_iter()
                 .map(|(item, node)| {
                     let dir = dir(item);
                     let node = node.map(|node| format!("{dir}/{node}"));
                     let name = dir.rsplit('/').next().unwrap_or_default();
                     let lineage = ctx.set.as_ref().map(|set| set.lineage_node(name));
-                    locks::DirRead { dir, node, lineage }
+                    lock_requests::DirRead { dir, node, lineage }
                 })
                 .collect();
-            let result = match locks::list_dirs(&zk, &dirs).await {
+            let result = match lock_requests::list_dirs(&zk, &dirs).await {
                 Ok(listings) => Ok(listings
                     .into_iter()
                     .zip(&dirs)
                     .map(|(listing, read)| {
                         listing.map_err(|err| match err {
-                            locks::ListError::Zk(err) => Failed::of("get_children", &read.dir, err),
-                            locks::ListError::Finished => Failed::finished(&read.dir),
+                            lock_requests::ListError::Zk(err) => Failed::of("get_children", &read.dir, err),
+                            lock_requests::ListError::Finished => Failed::finished(&read.dir),
                         })
                     })
                     .collect()),
@@ -293,7 +293,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::Watch { item, node } => {
             let path = format!("{}/{node}", dir(item));
-            let result = locks::wait_for_predecessor(&zk, &path).await;
+            let result = lock_requests::wait_for_predecessor(&zk, &path).await;
             Done::reply_to(id, Reply::Changed(result.map_err(|err| Failed::of("get_data", &path, err))))
         }
         Op::Release { nodes, keep, window } => {
@@ -302,16 +302,16 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let kept: HashSet<String> =
                 keep.into_iter().map(|(item, prefix)| format!("{}/{prefix}", dir(item))).collect();
             let count = nodes.len();
-            let mut result = locks::release_all(&zk, nodes, window).await;
+            let mut result = lock_requests::release_all(&zk, nodes, window).await;
             if result.is_ok() {
-                result = locks::sweep_orphans(&zk, &paths.locks, &kept).await.map(drop);
+                result = lock_requests::sweep_orphans(&zk, &paths.locks, &kept).await.map(drop);
             }
             tracing::debug!(count, ok = result.is_ok(), "locks released");
             Done::reply_to(id, Reply::Released(result.map_err(Failed::from_error)))
         }
         Op::Verify(nodes) => {
             let nodes: Vec<String> = nodes.into_iter().map(|(item, node)| format!("{}/{node}", dir(item))).collect();
-            let result = locks::still_ours(&zk, &paths.locks, &nodes).await;
+            let result = lock_requests::still_ours(&zk, &paths.locks, &nodes).await;
             Done::reply_to(id, Reply::Verified(result.map_err(Failed::from_error)))
         }
         Op::ReadSet => {
@@ -342,7 +342,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let result = match &ctx.set {
                 Some(set) => {
                     let lease = set.lease(&tag);
-                    locks::wait_for(&zk, &lease).await.map_err(|err| Failed::of("get_data", &lease, err))
+                    lock_requests::wait_for(&zk, &lease).await.map_err(|err| Failed::of("get_data", &lease, err))
                 }
                 None => Ok(()),
             };
@@ -350,13 +350,13 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::RemoveDirs(items) => {
             let dirs: Vec<String> = items.into_iter().map(dir).collect();
-            let removed = locks::remove_empty_dirs(&zk, &dirs).await;
+            let removed = lock_requests::remove_empty_dirs(&zk, &dirs).await;
             tracing::debug!(removed, asked = dirs.len(), "lock directories of removed items");
             Done::reply_to(id, Reply::DirsRemoved)
         }
         Op::WatchHeld { item, node } => {
             let path = format!("{}/{node}", dir(item));
-            let result = locks::wait_gone(&zk, &path, &ctx.held_watch_registrations).await;
+            let result = lock_requests::wait_gone(&zk, &path, &ctx.held_watch_registrations).await;
             Done::reply_to(id, Reply::HeldGone(result.map_err(|err| Failed::of("get_data", &path, err))))
         }
         Op::ReadPlacement { expect, kind } => {
@@ -372,7 +372,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             Done::reply_to(id, Reply::PlacementWritten(result.map_err(|err| Failed::of("write", node, err))))
         }
         Op::Leave => {
-            if let Err(err) = party::leave(&zk, paths, &own).await {
+            if let Err(err) = membership::leave(&zk, paths, &own).await {
                 tracing::warn!(%err, "could not leave the party");
             }
             Done::reply_to(id, Reply::Left)

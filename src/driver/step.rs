@@ -11,13 +11,13 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use zookeeper_client::SessionState;
 
+use super::input_watches::InputWatches;
 use super::publish::{self, Publisher};
 use super::requests::{self, Context, Done};
-use super::watches::InputWatches;
 use crate::Error;
 use crate::decision::{AckId, Action, Core, Event, Op, Publication, ReqId};
 use crate::handle::Command;
-use crate::party::Membership;
+use crate::membership::Membership;
 use crate::zookeeper::ZooKeeper;
 
 /// How a loop runs the requests the core asks for. Each request's [`Done`] must come back through [`Step::reply`],

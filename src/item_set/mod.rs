@@ -32,7 +32,7 @@
 //!
 //! # Where things are
 //!
-//! [`handle`]: the public [`ItemSet`]. [`read`]: reading the set ([`SharedItems`], [`read_raw`]). [`create`] and
+//! [`api`]: the public [`ItemSet`]. [`read`]: reading the set ([`SharedItems`], [`read_raw`]). [`create`] and
 //! [`update`]: a writer's first version of the set and its changes. [`apply`]: applying a committed change.
 //! [`recovery`]: an update found under way, and what stopped writers left behind. [`weights`] and [`table`]: weight
 //! tables and their shared chunks. [`writes`] and [`chunks`]: the requests they all send. [`layout`]: the format of
@@ -41,13 +41,13 @@
 
 pub(crate) mod layout;
 
+mod api;
 mod apply;
 mod attempts;
 pub(crate) mod cache;
 mod chunks;
 mod create;
 pub(crate) mod delta;
-mod handle;
 mod lineage;
 mod read;
 mod recovery;
@@ -56,8 +56,8 @@ mod update;
 mod weights;
 mod writes;
 
+pub use api::ItemSet;
 pub(crate) use chunks::CHUNK_OPS;
-pub use handle::ItemSet;
 pub(crate) use lineage::{Finisher, closed, finished};
 pub use lineage::{ItemLineage, Lineage, LineageStatus};
 #[cfg(test)]

@@ -268,7 +268,7 @@ pub(crate) fn inputs_digest(content: u64, function: Option<u64>, members: &[Stri
 /// (`weights`, in the same order), and the dimensions' names. Two members with the same items and weights compute the
 /// same, whatever version of the shared set each read them at.
 pub(crate) fn content_digest(items: &[Item], weights: &crate::Weights) -> u64 {
-    let mut hash = crate::agreement::set_digest(items);
+    let mut hash = crate::announcement::set_digest(items);
     for dimension in weights.dimensions() {
         hash = fnv1a(hash, dimension.as_bytes());
         hash = fnv1a(hash, &[0]);

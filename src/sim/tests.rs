@@ -412,7 +412,7 @@ fn a_lock_node_of_our_own_session_ahead_of_ours_is_deleted_not_waited_for() {
             net.zk.create(session, ahead, b"", super::zk::Mode::Ephemeral).expect("our late node");
         }
         let zk = SimClient::new(net.clone(), session);
-        let mut wait = Box::pin(crate::locks::wait_for_predecessor(&zk, ahead));
+        let mut wait = Box::pin(crate::lock_requests::wait_for_predecessor(&zk, ahead));
         let mut cx = Context::from_waker(Waker::noop());
         let mut outcome = None;
         for _ in 0..1_000 {

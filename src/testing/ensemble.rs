@@ -9,7 +9,7 @@ use testcontainers::{ContainerAsync, GenericImage};
 
 use super::docker::{HostPort, Spec, base_env, docker_name, log_tail, start_container};
 use super::image::ensure_image;
-use super::server::probe_session;
+use super::standalone::probe_session;
 use super::{Cluster, server_mode, timing, wait_for};
 
 /// How long the ensemble may take to serve after its containers started, and a restarted server to rejoin.

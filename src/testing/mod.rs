@@ -83,7 +83,7 @@ mod ensemble;
 mod image;
 mod proxy;
 mod safety;
-mod server;
+mod standalone;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -106,7 +106,7 @@ pub use safety::{
     Claim, FaultWindow, Holder, SafetyChecker, check_claims, check_converged, check_exclusive, check_stable,
     read_holders, sole_holder,
 };
-pub use server::{OwnedServer, ServerHandle, probe_session, server};
+pub use standalone::{OwnedServer, ServerHandle, probe_session, server};
 
 /// How often [`wait_until`] and [`wait_for`] re-check their condition.
 pub const POLL: Duration = Duration::from_millis(20);

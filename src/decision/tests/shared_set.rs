@@ -161,7 +161,7 @@ fn a_member_announces_each_version_of_the_shared_set_it_follows() {
     let (_, Op::Announce(data)) = s.request("announcement", |op| matches!(op, Op::Announce(_))) else { unreachable!() };
     assert_eq!(
         Agreement::from_node_data(data.as_bytes()).map(|a| a.set),
-        Some(crate::agreement::SetSource::Shared(Some(2)))
+        Some(crate::announcement::SetSource::Shared(Some(2)))
     );
     assert!(data.starts_with("a\n"), "the identifier first, as kazoo writes it: {data:?}");
 }
@@ -235,7 +235,7 @@ fn a_stream_of_set_changes_waits_a_quarter_of_time_boundary_after_the_first_at_m
         let mut versions = Vec::new();
         while let Some(at) = s.seen.iter().position(|a| matches!(a, Action::Request(_, Op::Announce(_)))) {
             let Action::Request(_, Op::Announce(data)) = s.seen.remove(at) else { unreachable!() };
-            if let Some(Agreement { set: crate::agreement::SetSource::Shared(Some(version)), .. }) =
+            if let Some(Agreement { set: crate::announcement::SetSource::Shared(Some(version)), .. }) =
                 Agreement::from_node_data(data.as_bytes())
             {
                 versions.push(version);

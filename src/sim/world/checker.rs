@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PARTY, PATH, World};
-use crate::agreement::Agreement;
+use crate::announcement::Agreement;
 use crate::item_set::layout::{self, Chunk, Header, RawRead, SetView, State, Table};
 use crate::sim::Plan;
 use crate::sim::net::{self, ActorId, lock};

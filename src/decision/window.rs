@@ -26,7 +26,7 @@ const GROWTH: usize = 100;
 
 /// Lock operations per `multi` request: `small` while the set has at most `small_set` items, `large` above. A `multi`
 /// is one request and one transaction, so fewer, larger ones cost the server less per lock; but ZooKeeper keeps its
-/// last 500 write transactions in memory whole (see [`crate::locks::WRITE_BATCH`]), which bounds the large batch
+/// last 500 write transactions in memory whole (see [`crate::lock_requests::WRITE_BATCH`]), which bounds the large batch
 /// where a rebalance writes hundreds of thousands of lock nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Batch {
