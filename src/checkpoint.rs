@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client::Client;
 
-use crate::error::retry_transient;
-use crate::error::{is_transient, session_end};
 use crate::item_set::{Finisher, SharedSet};
 use crate::layout::Paths;
+use crate::retry::retry_transient;
+use crate::retry::{is_transient, session_end};
 use crate::session::SessionRef;
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};

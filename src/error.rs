@@ -1,10 +1,8 @@
 //! The crate's error type.
 
-use std::time::Duration;
-
 use zookeeper_client::SessionState;
 
-use crate::zookeeper::{ZkError, ZooKeeper};
+use crate::retry::session_end;
 
 /// Everything that can go wrong in this crate.
 ///
@@ -338,45 +336,6 @@ pub(crate) fn shown_path(text: &str) -> String {
 /// The first `max` characters of `text`, if it has more.
 fn cut(text: &str, max: usize) -> Option<&str> {
     text.char_indices().nth(max).map(|(end, _)| &text[..end])
-}
-
-/// The session state a client error implies, when the error means the session is over.
-pub(crate) fn session_end(err: &zookeeper_client::Error) -> Option<SessionState> {
-    use zookeeper_client::Error as E;
-    match err {
-        E::SessionExpired | E::SessionMoved => Some(SessionState::Expired),
-        E::ClientClosed => Some(SessionState::Closed),
-        E::AuthFailed => Some(SessionState::AuthFailed),
-        _ => None,
-    }
-}
-
-/// Whether a failed request may have been lost with the connection, so that retrying (after checking what the server
-/// did) is the right reaction. `Custom` carries the client's I/O errors and connection timeouts.
-pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
-    use zookeeper_client::Error as E;
-    matches!(err, E::ConnectionLoss | E::Custom(_) | E::Throttled | E::Timeout | E::NoHosts)
-}
-
-/// Runs a request until it gives an answer that is not a lost connection. The client queues requests while it
-/// reconnects and fails them for good once the session ends, so this loop ends with the session at the latest.
-pub(crate) async fn retry_transient<Z, T, F, Fut>(zk: &Z, mut request: F) -> Result<T, ZkError>
-where
-    Z: ZooKeeper,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, ZkError>>,
-{
-    let mut delay = Duration::from_millis(10);
-    loop {
-        match request().await {
-            Err(err) if is_transient(&err) => {
-                tracing::warn!(error = %err, ?delay, "retrying a request lost with the connection");
-                zk.sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-            other => return other,
-        }
-    }
 }
 
 /// The text of a panic's payload.

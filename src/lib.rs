@@ -230,6 +230,7 @@ mod partition_fn;
 mod partitioner;
 mod placement;
 mod policy;
+mod retry;
 #[cfg(any(test, feature = "testing"))]
 mod rng;
 mod sabotage;

@@ -12,9 +12,9 @@ use futures::StreamExt;
 
 use crate::Error;
 use crate::acl::NodeAcls;
-use crate::error::retry_transient;
-use crate::error::{is_transient, session_end};
 use crate::layout::sequence;
+use crate::retry::retry_transient;
+use crate::retry::{is_transient, session_end};
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, Written, ZkError, ZooKeeper};
 
 /// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set
@@ -174,7 +174,7 @@ pub(crate) async fn wait_for_predecessor<Z: ZooKeeper>(zk: &Z, path: &str) -> Re
                 node = path,
                 "deleting a lock node of our own session ahead of ours (a create that landed late)"
             );
-            match crate::error::retry_transient(zk, || zk.delete(path, None)).await {
+            match crate::retry::retry_transient(zk, || zk.delete(path, None)).await {
                 Ok(()) | Err(ZkError::NoNode) => Ok(()),
                 Err(err) => Err(err),
             }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Error;
-use crate::error::{is_transient, retry_transient};
 use crate::layout::{Paths, member_name, name_of_own_node, node_prefix, static_node};
+use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, Stat, ZkError, ZooKeeper};
 
 /// This member's node in the party.

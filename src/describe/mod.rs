@@ -17,7 +17,6 @@ use futures::StreamExt;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
 use crate::announcement::Agreement;
-use crate::error::retry_transient;
 use crate::item_set::layout::Kind;
 use crate::layout::{self, Paths};
 use crate::layout::{contenders_in_order, sequence};
@@ -25,6 +24,7 @@ use crate::lock_requests::READ_BATCH;
 use crate::names::check_base_path;
 use crate::placement::record::Record;
 use crate::placement::store;
+use crate::retry::retry_transient;
 use crate::{Error, FencingToken, Item, ItemSet, Lineage, Load, PartitionFn, SharedItems, Weight};
 
 mod shares;

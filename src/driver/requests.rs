@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use crate::Error;
 use crate::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
-use crate::error::retry_transient;
 use crate::item_set::cache::SetCache;
 use crate::item_set::layout::{Header, RawRead, SetPaths};
 use crate::item_set::{SharedSet, read_bridged, read_raw_cached};
@@ -19,6 +18,7 @@ use crate::layout::{self, Paths};
 use crate::lock_requests::{self, NodeRef};
 use crate::membership::{self, Membership};
 use crate::placement::store as placement;
+use crate::retry::retry_transient;
 use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 

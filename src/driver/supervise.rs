@@ -6,8 +6,8 @@ use zookeeper_client::Client;
 
 use super::Driver;
 use super::publish::Publisher;
-use crate::error::retry_transient;
 use crate::layout::Paths;
+use crate::retry::retry_transient;
 use crate::session::SessionRelease;
 use crate::zookeeper::ZooKeeper;
 

@@ -5,7 +5,7 @@
 use super::cache::SetCache;
 use super::layout::{self, Chunk, Committed, Header, RawRead, SetPaths, SetView, State, Table};
 use super::{MAX_ATTEMPTS, SharedSet};
-use crate::error::retry_transient;
+use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,7 @@ use super::layout::{Header, SetView, State, Unfinished};
 use super::read::read_raw;
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::Error;
-use crate::error::retry_transient;
+use crate::retry::retry_transient;
 use crate::zookeeper::{MultiError, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
 
 /// How long an update waits for another writer's update under way (while that writer's lease lives) before giving up.

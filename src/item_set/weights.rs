@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::layout::{self, Committed, State, TableRef};
 use super::{Attempts, Retry, SharedItems, SharedSet, table};
 use crate::chunked;
-use crate::error::retry_transient;
+use crate::retry::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
 
@@ -180,7 +180,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     async fn write(&self, zk: &Z, ops: &[WriteOp<'_>]) -> Result<(), Result<Retry, Error>> {
         match zk.multi_write(ops).await {
             Ok(_) => Ok(()),
-            Err(err) if crate::error::is_transient(&err.error) => Err(Ok(Retry::Moved)),
+            Err(err) if crate::retry::is_transient(&err.error) => Err(Ok(Retry::Moved)),
             Err(err) if matches!(err.error, ZkError::NodeExists | ZkError::NoNode) => Err(Ok(Retry::Moved)),
             Err(err) => Err(Err(self.zk_error("multi create", err.error))),
         }

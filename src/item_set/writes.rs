@@ -6,7 +6,7 @@
 use super::chunks::{chunks, paths_of};
 use super::{Retry, SharedSet};
 use crate::Error;
-use crate::error::{is_transient, retry_transient, session_end};
+use crate::retry::{is_transient, retry_transient, session_end};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 
 impl<Z: ZooKeeper> SharedSet<Z> {

@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::entry::Entry;
-use crate::error::retry_transient;
 use crate::item::{check_kind_of_set, validate_items};
 use crate::item_set::layout::{self, Committed, State, TableRef};
 use crate::item_set::{Attempts, Retry, SharedItems, SharedSet};
+use crate::retry::retry_transient;
 use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
 

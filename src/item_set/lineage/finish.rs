@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use super::entry::{Entry, Finished};
 use super::parent_finished;
-use crate::error::{is_transient, session_end};
 use crate::item_set::layout::{self, State};
 use crate::item_set::{Attempts, SharedSet};
+use crate::retry::{is_transient, session_end};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 

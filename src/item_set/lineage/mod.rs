@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout;
 use super::{Attempts, SharedSet};
-use crate::error::retry_transient;
+use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
 pub(crate) use change::LineageChange;
@@ -227,7 +227,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     },
                     ReadResult::Failed(ZkError::NoNode) => None,
                     // A read of the multi lost with the connection: the caller reads everything again.
-                    ReadResult::Failed(err) if crate::error::is_transient(&err) => return Ok(None),
+                    ReadResult::Failed(err) if crate::retry::is_transient(&err) => return Ok(None),
                     ReadResult::Failed(err) => return Err(self.zk_error("get_data", err)),
                     _ => return Ok(None),
                 };

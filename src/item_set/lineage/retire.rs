@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::entry::Entry;
-use crate::error::retry_transient;
 use crate::item_set::layout::{self, State};
 use crate::item_set::{Attempts, Retry, SharedSet};
+use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 
