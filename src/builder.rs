@@ -70,6 +70,9 @@ impl Builder {
     /// The function deciding which items each member owns; default [`KazooStride`], kazoo's own. Every member of a
     /// party must use the same one.
     ///
+    /// The method keeps kazoo's parameter name (`SetPartitioner(..., partition_func=...)`), so that a kazoo user finds
+    /// it; everywhere else the crate calls it the partition function, [`PartitionFn`].
+    ///
     /// # Examples
     /// ```no_run
     /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {

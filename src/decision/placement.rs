@@ -14,8 +14,8 @@ use std::sync::Arc;
 use super::{Cause, Core, Op, Pending, Reason, ReqError};
 use crate::item_set::layout::Kind;
 use crate::partition_fn::guarded;
+use crate::placement::record::{Found, Read, Write};
 use crate::placement::record::{Record, inputs_digest};
-use crate::placement::store::{Found, Read, Write};
 use crate::sabotage::{Sabotage, breaks};
 use crate::{Item, PartitionState, Weighted};
 

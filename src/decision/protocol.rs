@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::item_set::layout::{Kind, RawRead, Unfinished};
-use crate::placement::store as placement;
+use crate::placement::record as placement;
 use crate::{Disagreement, Error, FencingToken, PartitionState};
 
 /// Identifies a request the core asked for; its [`Reply`] comes back with the same id.

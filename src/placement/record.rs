@@ -88,6 +88,40 @@ fn chunk_names(text: &str) -> Vec<String> {
     text.split(' ').filter(|name| !name.is_empty()).map(str::to_owned).collect()
 }
 
+/// A read of the record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Read {
+    /// The index node's data version; `None`: no node.
+    pub version: Option<i32>,
+    pub found: Found,
+}
+
+/// What the read found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No record: no node, or one with no index yet.
+    Nothing,
+    /// A record whose digest is the one the reader expected (its own latest assignment's), computed from `inputs`:
+    /// its chunks were not read.
+    Expected {
+        inputs: u64,
+    },
+    Record(Arc<Record>),
+    /// A chunk the index named went while it was read: the record moved on (its watch fires), read it again.
+    Torn,
+    /// Not a record this crate can use: why.
+    Unreadable(String),
+}
+
+/// A record to write: a member's assignment ([`Record::computed`]) over the record read at `version` (`None`: no
+/// node), its items of `kind`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Write {
+    pub version: Option<i32>,
+    pub assignment: Arc<Record>,
+    pub kind: Kind,
+}
+
 /// An assignment with what it was computed from: a record as assembled from its index and chunks, or a member's
 /// own latest assignment (which is the record in force when their digests agree).
 #[derive(Clone, Debug, PartialEq, Eq)]

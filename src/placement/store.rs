@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::plan::{self, InForce};
-use super::record::{Index, Record};
+use super::record::{Found, Index, Read, Record, Write};
 use crate::acl::NodeAcls;
 use crate::item_set::layout::Kind;
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
@@ -22,31 +22,6 @@ const CHUNKS_PER_MULTI: usize = 8;
 
 /// The chunks a member has read, by name: only those the latest index named are kept (a chunk never changes).
 pub(crate) type ChunkCache = Mutex<HashMap<String, Arc<[u8]>>>;
-
-/// A read of the record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Read {
-    /// The index node's data version; `None`: no node.
-    pub version: Option<i32>,
-    pub found: Found,
-}
-
-/// What the read found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Found {
-    /// No record: no node, or one with no index yet.
-    Nothing,
-    /// A record whose digest is the one the reader expected (its own latest assignment's), computed from `inputs`:
-    /// its chunks were not read.
-    Expected {
-        inputs: u64,
-    },
-    Record(Arc<Record>),
-    /// A chunk the index named went while it was read: the record moved on (its watch fires), read it again.
-    Torn,
-    /// Not a record this crate can use: why.
-    Unreadable(String),
-}
 
 /// Reads the record at `node` (items of `kind`), its chunks only if its digest is not `expect`, with the one watch
 /// that tells of its next change: a data watch on the index, or an existence watch while there is none. One watch,
@@ -157,15 +132,6 @@ async fn fetch<Z: ZooKeeper>(
     }
     *lock(cache) = chunks.clone();
     Ok(Some(chunks))
-}
-
-/// A record to write: a member's assignment ([`Record::computed`]) over the record read at `version` (`None`: no
-/// node), its items of `kind`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Write {
-    pub version: Option<i32>,
-    pub assignment: Arc<Record>,
-    pub kind: Kind,
 }
 
 /// Writes `write` at `node`: `Ok(false)` when the record moved on since `write.version` was read (someone else

@@ -4,7 +4,7 @@
 use super::*;
 use crate::WeightedRendezvous;
 use crate::placement::record::Record;
-use crate::placement::store::{Found, Read};
+use crate::placement::record::{Found, Read};
 
 const ITEMS: usize = 12;
 
