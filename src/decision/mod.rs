@@ -119,7 +119,7 @@ pub(crate) use protocol::{
 
 use crate::announcement::Agreement;
 use crate::item_set::layout::Unfinished;
-use crate::{Disagreement, Item, Load, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
+use crate::{Item, Load, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
 
 /// Everything the core decides from, fixed at build time.
 pub(crate) struct CoreConfig {
@@ -224,23 +224,8 @@ pub(crate) struct Core {
     listed_in_target: bool,
     /// Our load under that share (weights against capacity).
     load: Option<Arc<Load>>,
-    /// Members announcing another set or function (as of the latest party read).
-    disagreements: Arc<[Disagreement]>,
-    /// The children of `<path>/party` as last read (member nodes and others).
-    party_nodes: Vec<String>,
-    /// What each party node announces, by node name, once read (`None`: nothing this crate understands, e.g. a
-    /// kazoo member), and when it was read. A node's data changes only when its member follows another version of
-    /// the shared set, or (a sticky function) takes another assignment.
-    announcements: BTreeMap<String, party::Announcement>,
-    /// Members announcing a difference a member has while it follows a change (another version of the shared set,
-    /// another assignment): by node, the write that announced it (its zxid), and since when we have seen it differ
-    /// from ours. Reported once a read made `catch_up` after that still shows it.
-    catching_up: BTreeMap<String, (i64, Instant)>,
-    /// When our own announcement last changed: a read of another's from before it compared theirs with a line we no
-    /// longer announce, so it reports nothing until read again.
-    announced_at: Instant,
-    /// An announcement read in flight.
-    announcements_read: Option<ReqId>,
+    /// What the other members announce, and the disagreements it shows (owned by `party`).
+    announcements: party::Announcements,
 
     // The items.
     catalogue: Catalogue,
@@ -313,12 +298,7 @@ impl Core {
             target_outdated: false,
             listed_in_target: false,
             load: None,
-            disagreements: Arc::from([]),
-            party_nodes: Vec::new(),
-            announcements: BTreeMap::new(),
-            catching_up: BTreeMap::new(),
-            announced_at: now,
-            announcements_read: None,
+            announcements: party::Announcements::new(now),
             set_recovery: None,
             unfinished: None,
             lineage: false,

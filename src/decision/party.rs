@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::timers::Timer;
-use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError};
+use super::{Cause, Core, Op, PartyRead, Pending, Reason, ReqError, ReqId};
 use crate::announcement::Agreement;
 use crate::layout;
 use crate::partition_fn::guarded;
@@ -22,6 +22,51 @@ pub(super) struct Announcement {
     pub agreement: Option<Agreement>,
     pub written: i64,
     pub read_at: Instant,
+}
+
+/// What the other members announce, and what we make of it. Its state is this module's: other concerns ask for the
+/// disagreements, and say when our own announcement changed.
+pub(super) struct Announcements {
+    /// The children of `<path>/party` as last read (member nodes and others).
+    nodes: Vec<String>,
+    /// What each party node announces, by node name, once read (`None`: nothing this crate understands, e.g. a
+    /// kazoo member), and when it was read. A node's data changes only when its member follows another version of
+    /// the shared set, or (a sticky function) takes another assignment.
+    by_node: BTreeMap<String, Announcement>,
+    /// Members announcing a difference a member has while it follows a change (another version of the shared set,
+    /// another assignment): by node, the write that announced it (its zxid), and since when we have seen it differ
+    /// from ours. Reported once a read made `catch_up` after that still shows it.
+    catching_up: BTreeMap<String, (i64, Instant)>,
+    /// When our own announcement last changed: a read of another's from before it compared theirs with a line we no
+    /// longer announce, so it reports nothing until read again.
+    announced_at: Instant,
+    /// An announcement read in flight.
+    read: Option<ReqId>,
+    /// Members announcing another set or function (as of the latest party read).
+    disagreements: Arc<[Disagreement]>,
+}
+
+impl Announcements {
+    pub fn new(now: Instant) -> Self {
+        Announcements {
+            nodes: Vec::new(),
+            by_node: BTreeMap::new(),
+            catching_up: BTreeMap::new(),
+            announced_at: now,
+            read: None,
+            disagreements: Arc::from([]),
+        }
+    }
+
+    /// Members announcing another set or function, as last found.
+    pub fn disagreements(&self) -> &Arc<[Disagreement]> {
+        &self.disagreements
+    }
+
+    /// Our own announcement changed at `now`.
+    pub fn ours_changed(&mut self, now: Instant) {
+        self.announced_at = now;
+    }
 }
 
 /// A whole assignment, as a function that keeps the placement computed it.
@@ -115,8 +160,8 @@ impl Core {
                 self.latest_party = members;
                 self.party_fresh = true;
                 self.delete_stray_nodes(&children);
-                self.party_nodes = children;
-                self.announcements.retain(|node, _| self.party_nodes.contains(node));
+                self.announcements.nodes = children;
+                self.announcements.by_node.retain(|node, _| self.announcements.nodes.contains(node));
                 self.note_agreements();
                 self.read_announcements(false);
                 // We may be the first member now: the set's unfinished update is ours to see to.
@@ -128,7 +173,7 @@ impl Core {
             Err(ReqError::NoNode) => {
                 // `<path>/party` itself was deleted, and our node with it: an empty party, so we join again.
                 self.latest_party.clear();
-                self.party_nodes.clear();
+                self.announcements.nodes.clear();
                 self.in_party = false;
                 self.party_fresh = true;
                 self.debounce.changed(self.now, self.latest_party.len());
@@ -154,25 +199,26 @@ impl Core {
 
     /// Reads the announcements of the other members' nodes: those not read yet, or (`all`) every one.
     pub(super) fn read_announcements(&mut self, all: bool) {
-        if self.announcements_read.is_some() || self.ending.is_some() {
+        if self.announcements.read.is_some() || self.ending.is_some() {
             return;
         }
         let nodes: Vec<String> = self
-            .party_nodes
+            .announcements
+            .nodes
             .iter()
             .filter(|node| **node != self.cfg.party_node && layout::member_name(node).is_some())
-            .filter(|node| all || !self.announcements.contains_key(*node))
+            .filter(|node| all || !self.announcements.by_node.contains_key(*node))
             .cloned()
             .collect();
         if !nodes.is_empty() {
             let op = Op::ReadAnnouncements(nodes.clone());
-            self.announcements_read = Some(self.request(op, Pending::Announcements(nodes)));
+            self.announcements.read = Some(self.request(op, Pending::Announcements(nodes)));
         }
     }
 
     /// Reads every other member's announcement again once due (and none is being read: then after that read).
     pub(super) fn read_announcements_if_due(&mut self) {
-        if self.timers.is_due(Timer::Announcements, self.now) && self.announcements_read.is_none() {
+        if self.timers.is_due(Timer::Announcements, self.now) && self.announcements.read.is_none() {
             self.timers.clear(Timer::Announcements);
             self.read_announcements(true);
         }
@@ -183,22 +229,22 @@ impl Core {
         nodes: Vec<String>,
         result: Result<Vec<Option<super::protocol::NodeData>>, ReqError>,
     ) {
-        self.announcements_read = None;
+        self.announcements.read = None;
         self.read_announcements_if_due();
         match result {
             Ok(data) => {
                 for (node, data) in nodes.into_iter().zip(data) {
                     match data {
-                        Some((data, written)) if self.party_nodes.contains(&node) => {
+                        Some((data, written)) if self.announcements.nodes.contains(&node) => {
                             let read = Announcement {
                                 agreement: Agreement::from_node_data(&data),
                                 written,
                                 read_at: self.now,
                             };
-                            self.announcements.insert(node, read);
+                            self.announcements.by_node.insert(node, read);
                         }
                         _ => {
-                            self.announcements.remove(&node);
+                            self.announcements.by_node.remove(&node);
                         }
                     }
                 }
@@ -207,7 +253,7 @@ impl Core {
             // Read again at the next party change, or when due; while a member is reported catching up, due again
             // a `time_boundary` from now, so that a lost read does not leave the report standing after it caught up.
             Err(ReqError::Transient | ReqError::NoNode) => {
-                if !self.catching_up.is_empty() && !self.timers.is_armed(Timer::Announcements) {
+                if !self.announcements.catching_up.is_empty() && !self.timers.is_armed(Timer::Announcements) {
                     self.timers.set(Timer::Announcements, Some(self.now + self.delays().announcements_reread()));
                 }
             }
@@ -233,7 +279,7 @@ impl Core {
         let (now, catch_up) = (self.now, self.catch_up());
         let mut catching_up = BTreeMap::new();
         let mut found = Vec::new();
-        for (node, Announcement { agreement: theirs, written, read_at }) in &self.announcements {
+        for (node, Announcement { agreement: theirs, written, read_at }) in &self.announcements.by_node {
             let Some(member) = layout::member_name(node) else { continue };
             if *member == *self.me {
                 continue;
@@ -254,28 +300,32 @@ impl Core {
             if kind.catching_up() && !breaks(Sabotage::CatchingUpReported) {
                 // Since we first saw this very write of theirs differ from ours (a node written again, even back to
                 // an earlier line, is another difference).
-                let since = match self.catching_up.get(node) {
+                let since = match self.announcements.catching_up.get(node) {
                     Some((seen, since)) if seen == written => *since,
                     _ => now,
                 };
                 catching_up.insert(node.clone(), (*written, since));
                 // Read before our own announcement changed: they may have moved as we did (read again first).
-                if *read_at < since + catch_up || *read_at < self.announced_at {
+                if *read_at < since + catch_up || *read_at < self.announcements.announced_at {
                     continue;
                 }
             }
             let disagreement = Disagreement { member: member.to_owned(), kind, ours: ours.to_string(), theirs };
             found.push(disagreement);
         }
-        self.catching_up = catching_up;
+        self.announcements.catching_up = catching_up;
         // The next read: once the earliest difference has lasted `catch_up` (read then, it is reported if it still
         // shows), or a `time_boundary` from now while one is reported (so that the report ends once it catches up).
         let reported = found.iter().any(|d| d.kind.catching_up());
         let due = self
+            .announcements
             .catching_up
             .values()
             .map(|(_, since)| (*since + catch_up).max(now))
-            .filter(|&at| at > now || self.announcements.values().any(|read| read.read_at < self.announced_at))
+            .filter(|&at| {
+                at > now
+                    || self.announcements.by_node.values().any(|read| read.read_at < self.announcements.announced_at)
+            })
             .min()
             .or(reported.then(|| now + self.delays().announcements_reread()));
         if let Some(at) = due
@@ -284,8 +334,8 @@ impl Core {
             self.timers.set(Timer::Announcements, Some(at));
         }
         let found: Arc<[Disagreement]> = found.into();
-        if found != self.disagreements {
-            self.disagreements = found;
+        if found != self.announcements.disagreements {
+            self.announcements.disagreements = found;
             self.republish(Reason::Disagreement);
         }
     }
@@ -319,7 +369,7 @@ impl Core {
             return Some(vec![1; self.latest_party.len()]);
         }
         let nodes: HashMap<&str, &String> =
-            self.party_nodes.iter().filter_map(|node| Some((layout::member_name(node)?, node))).collect();
+            self.announcements.nodes.iter().filter_map(|node| Some((layout::member_name(node)?, node))).collect();
         self.latest_party
             .iter()
             .map(|member| {
@@ -327,7 +377,7 @@ impl Core {
                     return Some(self.cfg.agreement.capacity);
                 }
                 let node = nodes.get(member.as_str())?;
-                Some(self.announcements.get(*node)?.agreement.map_or(1, |theirs| theirs.capacity))
+                Some(self.announcements.by_node.get(*node)?.agreement.map_or(1, |theirs| theirs.capacity))
             })
             .collect()
     }

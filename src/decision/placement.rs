@@ -221,7 +221,7 @@ impl Core {
             && self.shown.state == PartitionState::Acquired
             && !self.target_due()
             && *self.members == *self.latest_party
-            && self.disagreements.is_empty()
+            && self.announcements.disagreements().is_empty()
             && p.in_force.as_deref().map(identity) != Some(identity(own))
             && p.written != Some(identity(own));
         if !due {

@@ -131,7 +131,7 @@ impl Core {
             suspended,
             members: self.members.clone(),
             set: self.set_in_force.clone(),
-            disagreements: self.disagreements.clone(),
+            disagreements: self.announcements.disagreements().clone(),
             load: self.load.clone(),
         };
         if shown == self.shown && cause.is_none() {
@@ -169,7 +169,7 @@ impl Core {
             cause,
             suspended,
             set: self.set_in_force.clone(),
-            disagreements: self.disagreements.clone(),
+            disagreements: self.announcements.disagreements().clone(),
             load: self.load.clone(),
             closed: self.catalogue.in_item_order(shown.closed.iter().copied()),
             reason,

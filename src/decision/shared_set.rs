@@ -131,7 +131,7 @@ impl Core {
         next.placement = self.placement_digest();
         if next != self.cfg.agreement {
             self.cfg.agreement = next;
-            self.announced_at = self.now;
+            self.announcements.ours_changed(self.now);
             let data = self.cfg.agreement.node_data(&self.cfg.identifier);
             self.request(Op::Announce(data), Pending::Announce);
             // Our disagreements are against our own announcement: compare again (the others follow in their time).
