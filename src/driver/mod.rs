@@ -31,8 +31,8 @@ use publish::Publisher;
 use requests::{Context, Done};
 use step::{Requests, Step};
 #[cfg(test)]
-pub(crate) use supervise::delete_our_nodes;
-pub(crate) use supervise::supervise; // the simulation's panic clean-up
+pub(crate) use supervise::delete_our_nodes; // the simulation's panic clean-up
+pub(crate) use supervise::supervise;
 
 /// A watch of the real client.
 type Watch = BoxFuture<'static, WatchEvent>;
