@@ -14,8 +14,7 @@ use zookeeper_client::Client;
 
 use crate::item_set::{Finisher, SharedSet};
 use crate::layout::Paths;
-use crate::retry::retry_transient;
-use crate::retry::{is_transient, session_end};
+use crate::retry::{is_transient, retry_transient, session_end};
 use crate::session::SessionRef;
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};

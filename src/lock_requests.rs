@@ -13,8 +13,7 @@ use futures::StreamExt;
 use crate::Error;
 use crate::acl::NodeAcls;
 use crate::layout::sequence;
-use crate::retry::retry_transient;
-use crate::retry::{is_transient, session_end};
+use crate::retry::{is_transient, retry_transient, session_end};
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, Written, ZkError, ZooKeeper};
 
 /// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set

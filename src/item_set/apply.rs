@@ -8,8 +8,7 @@ use super::layout::{Header, State};
 use super::read::read_raw;
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::Error;
-use crate::retry::is_transient;
-use crate::retry::retry_transient;
+use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 
 impl<Z: ZooKeeper> SharedSet<Z> {

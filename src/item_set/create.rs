@@ -8,8 +8,7 @@ use super::layout::{self, Header, Kind, SetView, State};
 use super::read::read_raw;
 use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
 use crate::item::validate_items;
-use crate::retry::is_transient;
-use crate::retry::retry_transient;
+use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 

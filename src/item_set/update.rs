@@ -8,8 +8,7 @@ use super::chunks::{chunks, fits_one_request, paths_of};
 use super::layout::{self, Committed, Kind, State, TableRef};
 use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
 use crate::item::{check_kind_of_set, validate_items};
-use crate::retry::is_transient;
-use crate::retry::retry_transient;
+use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
 
