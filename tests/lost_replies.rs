@@ -147,9 +147,9 @@ async fn create_if_missing_knows_it_created_the_set_after_a_lost_reply() {
 }
 
 /// A retired name used again is a new item, and its first owner finds no checkpoint of the old one's, even when the
-/// retirement's reply was lost. Before, a retirement whose commit landed unseen returned `Ok` with nothing retired, and
-/// the checkpoint (deleted after the commit, only when the reply came) stayed: the new item's first owner loaded the
-/// old item's progress.
+/// retirement's reply was lost and 20 other updates landed before it was resolved. Before, a retirement whose commit
+/// landed unseen returned `Ok` with nothing retired, and the checkpoint (deleted after the commit, only when the reply
+/// came) stayed: the new item's first owner loaded the old item's progress.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retirement_whose_reply_is_lost_takes_the_checkpoint_with_it() {
     use common::members::{auto_release, build_member};
@@ -188,6 +188,10 @@ async fn a_retirement_whose_reply_is_lost_takes_the_checkpoint_with_it() {
         if proxy.is_cut() { Ok(()) } else { Err("not yet".to_owned()) }
     })
     .await;
+    // Meanwhile another admin makes 20 acknowledged updates: the retirement's token leaves the header's log.
+    let version = admin.read().await.expect("read").version;
+    others_update(&format!("{}{}", ctx.endpoint, ctx.namespace)).await;
+    assert_eq!(admin.read().await.expect("read").version, version + OTHERS as u64, "the others' updates landed");
     proxy.heal();
     let retired = tokio::time::timeout(deadline, retirement).await.expect("retire returns").expect("no panic");
     assert_eq!(retired.expect("retire"), [item("s0")], "as a received reply says");

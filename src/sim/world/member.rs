@@ -128,16 +128,17 @@ impl World {
                 (net.instant(), net.has_states(session))
             };
             let timer = m.step.core().poll_timeout().is_some_and(|at| at <= instant);
-            let fired = |m: &mut Member, input| m.step.watches().has_fired(input);
+            let watches = m.step.watches();
+            let fired = [Input::Party, Input::Set, Input::Placement].map(|input| watches.has_fired(input));
             let sources = [
                 states,
                 !m.done.is_empty(),
-                fired(m, Input::Party),
-                fired(m, Input::Set),
+                fired[0],
+                fired[1],
                 !m.commands.is_empty(),
                 timer,
                 // Last: runs without a placement record draw exactly as before it existed.
-                fired(m, Input::Placement),
+                fired[2],
             ];
             let ready: Vec<usize> = (0..sources.len()).filter(|&s| sources[s]).collect();
             if ready.is_empty() {
