@@ -8,10 +8,10 @@ use std::time::Duration;
 use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
-use crate::item::validate_items;
-use crate::names::{check_base_path, check_identifier};
 use crate::startup::{self, Settings};
 use crate::{Error, Item, KazooStride, PartitionFn, Rebalance, SessionPolicy, SetPartitioner};
+use proto::item::validate_items;
+use proto::names::{check_base_path, check_identifier};
 
 /// kazoo's default `time_boundary`.
 const DEFAULT_TIME_BOUNDARY: Duration = Duration::from_secs(30);
@@ -481,7 +481,7 @@ impl Builder {
             (None, _) => default_identity_wait(&self.client),
         };
         check_duration("time_boundary", self.time_boundary)?;
-        let capacity = crate::weight::check_capacity(self.capacity)?;
+        let capacity = proto::weight::check_capacity(self.capacity)?;
         check_duration("max_reaction_time", self.max_reaction_time)?;
         if let Some(limit) = self.max_allocation_time {
             check_duration("max_allocation_time", limit)?;
@@ -506,7 +506,7 @@ impl Builder {
             acls: self.acls.unwrap_or_default(),
             window: DEFAULT_WINDOW,
             batch: crate::lock_requests::LOCK_BATCH,
-            jitter_parties: crate::decision::JitterParties::default(),
+            jitter_parties: proto::decision::JitterParties::default(),
             set_chunk: crate::item_set::CHUNK_OPS,
         };
         Ok((self.client, settings))

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use zookeeper_client::Client;
 
 use crate::item_set::{Finisher, SharedSet};
-use crate::layout::Paths;
+use crate::paths::Paths;
 use crate::retry::{is_transient, retry_transient, session_end};
 use crate::session::SessionRef;
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};

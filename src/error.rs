@@ -2,6 +2,8 @@
 
 use zookeeper_client::SessionState;
 
+use proto::error::{InputError, shown, shown_path};
+
 use crate::retry::session_end;
 
 /// Everything that can go wrong in this crate.
@@ -311,40 +313,17 @@ fn permission_for(op: &str) -> &'static str {
     }
 }
 
-/// How many characters of a name (item, identifier) an error message shows.
-const SHOWN_NAME: usize = 64;
-/// How many characters of a path or connect string an error message shows.
-const SHOWN_PATH: usize = 128;
-
-/// `text` for an error message: quoted and escaped as Rust writes strings, and cut after 64 characters with its
-/// length in bytes (`"aaaa…" (2000 bytes)`), so a mistaken 2,000-byte item does not flood the log.
-pub(crate) fn shown(text: &str) -> String {
-    match cut(text, SHOWN_NAME) {
-        None => format!("{text:?}"),
-        Some(head) => format!("{head:?}… ({} bytes)", text.len()),
+impl From<InputError> for Error {
+    fn from(error: InputError) -> Self {
+        match error {
+            InputError::InvalidConfig { field, reason } => Error::InvalidConfig { field, reason },
+            InputError::InvalidItem { item, reason } => Error::InvalidItem { item, reason },
+            InputError::InvalidWeight { weight, reason } => Error::InvalidWeight { weight, reason },
+            InputError::InvalidCapacity { capacity, max } => Error::InvalidCapacity { capacity, max },
+            // `InputError` is non-exhaustive: a variant added to the protocol but not yet here is still reported.
+            other => Error::Internal { reason: other.to_string() },
+        }
     }
-}
-
-/// A path or connect string for an error message: as is, cut after 128 characters with its length in bytes.
-pub(crate) fn shown_path(text: &str) -> String {
-    match cut(text, SHOWN_PATH) {
-        None => text.to_string(),
-        Some(head) => format!("{head}… ({} bytes)", text.len()),
-    }
-}
-
-/// The first `max` characters of `text`, if it has more.
-fn cut(text: &str, max: usize) -> Option<&str> {
-    text.char_indices().nth(max).map(|(end, _)| &text[..end])
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string payload".into())
 }
 
 #[cfg(test)]
@@ -357,8 +336,6 @@ mod tests {
         let err = Error::InvalidItem { item: long.clone(), reason: "is 2000 bytes long".into() };
         let message = err.to_string();
         assert_eq!(message, format!("invalid item \"{}\"… (2000 bytes): is 2000 bytes long", "x".repeat(64)));
-        assert_eq!(shown("queue-1"), "\"queue-1\"");
-        assert_eq!(shown(&"é".repeat(65)), format!("\"{}\"… (130 bytes)", "é".repeat(64)));
         let path = format!("/p/locks/{long}");
         let err = Error::zk("create", path.as_str(), zookeeper_client::Error::NoNode);
         assert!(err.to_string().ends_with("… (2009 bytes): node not exists"), "{err}");

@@ -108,10 +108,12 @@
 //!
 //! # A map of the source
 //!
-//! `ARCHITECTURE.md`, in the repository, is the one map: where each concern lives (one concept per module: the
-//! sans-IO decision core in `decision/`, the loop body both the task and the simulation run in `driver::step`, the
-//! wire, the shared set, the partition functions, the test kit), what may depend on what, and how the rules are
-//! checked (`tests/architecture.rs`).
+//! This crate runs a protocol that has a crate of its own, [`zk-partitioner-proto`](https://docs.rs/zk-partitioner-proto):
+//! the sans-IO decision core, the znode formats and the partition functions, with no runtime or client. The types of
+//! it you name (`Item`, `Weight`, `PartitionFn`, `PartitionState`...) are re-exported here. `ARCHITECTURE.md`, in the
+//! repository, is the one map: where each concern lives (one concept per module: the decision core, the loop body
+//! both the task and the simulation run in `driver::step`, the wire, the shared set, the partition functions, the
+//! test kit), what may depend on what, and how the rules are checked (`tests/architecture.rs`).
 //!
 //! # States
 //!
@@ -208,32 +210,21 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
-mod announcement;
 mod builder;
 mod checkpoint;
-mod chunked;
 mod connect;
-mod decision;
 pub mod describe;
 mod driver;
 mod error;
 mod handle;
-mod hash;
-mod item;
 mod item_set;
-mod layout;
 mod lock_requests;
 mod membership;
 pub mod metrics;
-mod names;
-mod partition_fn;
 mod partitioner;
+mod paths;
 mod placement;
-mod policy;
 mod retry;
-#[cfg(any(test, feature = "testing"))]
-mod rng;
-mod sabotage;
 mod session;
 #[cfg(test)]
 mod sim;
@@ -244,7 +235,6 @@ mod startup;
 pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
-mod weight;
 mod zookeeper;
 
 pub use builder::Builder;
@@ -268,19 +258,18 @@ pub type Orphan = describe::Orphan;
 #[deprecated(note = "use zk_partitioner::describe::OutsideShare")]
 pub type OutsideShare = describe::OutsideShare;
 pub use error::Error;
-pub use item::{Item, check_items};
 pub use item_set::{ItemLineage, ItemSet, Lineage, LineageStatus, SharedItems};
-pub use names::{check_identifier, check_path};
-pub use partition_fn::{KazooStride, PartitionFn, Rendezvous, Weighted, WeightedRendezvous};
 pub use partitioner::SetPartitioner;
-pub use policy::{Rebalance, SessionPolicy};
-pub use snapshot::{Disagreement, DisagreementKind, FencingToken, PartitionState, Snapshot};
+// The protocol's types a user names, from the crate this one is built on.
+pub use proto::{
+    DEFAULT_DIMENSION, DimensionLoad, Disagreement, DisagreementKind, FencingToken, InputError, Item, KazooStride,
+    Load, MAX_CAPACITY, MAX_DIMENSIONS, MAX_WEIGHT, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy,
+    Weight, Weighted, WeightedRendezvous, Weights, capacity_limit, check_identifier, check_items, check_path,
+};
+pub use snapshot::Snapshot;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{tls_options, tls_options_with_identity};
-pub use weight::{
-    DEFAULT_DIMENSION, DimensionLoad, Load, MAX_CAPACITY, MAX_DIMENSIONS, MAX_WEIGHT, Weight, Weights, capacity_limit,
-};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;

@@ -12,9 +12,9 @@ use futures::StreamExt;
 
 use crate::Error;
 use crate::acl::NodeAcls;
-use crate::layout::sequence;
 use crate::retry::{is_transient, retry_transient, session_end};
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, Written, ZkError, ZooKeeper};
+use proto::layout::sequence;
 
 /// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set
 /// ([`LOCK_BATCH`]): one transaction for 100 locks saves 99 round trips. Not more: ZooKeeper keeps its last 500 write
@@ -30,8 +30,8 @@ pub(crate) const WRITE_BATCH: usize = 100;
 /// memory stays below the 100,000-item case's: at 500 per `multi` the last 500 transactions can hold 250,000 operations
 /// (about 70 MB, by the 100,000-item measurement above: 500 per `multi` kept about 55 MB more than 100), beside a data
 /// tree a quarter of the 100,000-item one, where that case holds 161-181 MB after a collection.
-pub(crate) const LOCK_BATCH: crate::decision::Batch =
-    crate::decision::Batch { small: 500, small_set: 25_000, large: WRITE_BATCH };
+pub(crate) const LOCK_BATCH: proto::decision::Batch =
+    proto::decision::Batch { small: 500, small_set: 25_000, large: WRITE_BATCH };
 
 /// Read operations per read `multi`: reads leave nothing behind on the server, and each is small, so 500 stay far
 /// below ZooKeeper's 1 MB packet limit (`jute.maxbuffer`).
@@ -77,7 +77,7 @@ pub(crate) async fn create_contenders<Z: ZooKeeper>(
 
 /// Whether `<path>/locks` has any child: `false` on a fresh path, whose lock directories are then made before the
 /// first creates (one `multi` per batch) instead of after a create failed with `NoNode` for each batch.
-pub(crate) async fn any_dir<Z: ZooKeeper>(zk: &Z, paths: &crate::layout::Paths) -> Result<bool, Error> {
+pub(crate) async fn any_dir<Z: ZooKeeper>(zk: &Z, paths: &crate::paths::Paths) -> Result<bool, Error> {
     let stat = retry_transient(zk, || zk.check_stat(&paths.locks))
         .await
         .map_err(|e| Error::zk("exists", paths.locks.as_str(), e))?;
@@ -164,7 +164,7 @@ pub(crate) async fn list_dirs<Z: ZooKeeper>(zk: &Z, dirs: &[DirRead]) -> Result<
 /// waiting for ourselves; the core never asks to wait for a node it tracks.
 pub(crate) async fn wait_for_predecessor<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<(), ZkError> {
     #[cfg(test)]
-    let sabotaged = crate::sabotage::breaks(crate::sabotage::Sabotage::OwnPredecessorWaited);
+    let sabotaged = proto::sabotage::breaks(proto::sabotage::Sabotage::OwnPredecessorWaited);
     #[cfg(not(test))]
     let sabotaged = false;
     match zk.get_and_watch_data(path).await {

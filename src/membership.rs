@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Error;
-use crate::layout::{Paths, member_name, name_of_own_node, node_prefix, static_node};
+use crate::paths::Paths;
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, Stat, ZkError, ZooKeeper};
+use proto::layout::{member_name, name_of_own_node, node_prefix, static_node};
 
 /// This member's node in the party.
 #[derive(Clone, Debug)]

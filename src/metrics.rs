@@ -58,9 +58,9 @@ use std::time::{Instant, SystemTime};
 
 use zookeeper_client::SessionState;
 
-use crate::decision::Reason;
-use crate::layout::Paths;
+use crate::paths::Paths;
 use crate::{Item, Load, PartitionState};
+use proto::decision::Reason;
 
 /// Counter: the member stopped being `ACQUIRED`. Labels `path`, `cause` (one of [`CAUSES`]).
 pub const REBALANCES: &str = "zk_partitioner_rebalances_total";

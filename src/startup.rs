@@ -12,20 +12,20 @@ use tracing::Instrument;
 use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
-use crate::announcement::Agreement;
 use crate::checkpoint::Checkpoints;
-use crate::decision::{Core, CoreConfig};
 use crate::driver::publish::Publisher;
 use crate::driver::requests::Context;
 use crate::driver::{self, Driver};
 use crate::handle::Handle;
 use crate::item_set::{SharedItems, SharedSet};
-use crate::layout::Paths;
 use crate::membership::{self, Membership, Naming};
+use crate::paths::Paths;
 use crate::retry::retry_transient;
 use crate::session::SessionRef;
 use crate::zookeeper::ZooKeeper;
 use crate::{Error, Item, ItemSet, PartitionFn, Rebalance, SessionPolicy, SetPartitioner, Snapshot};
+use proto::announcement::Agreement;
+use proto::decision::{Core, CoreConfig};
 
 /// A member's validated configuration.
 pub(crate) struct Settings {
@@ -50,9 +50,9 @@ pub(crate) struct Settings {
     pub acls: NodeAcls,
     /// Lock operations in flight at most, and per `multi`.
     pub window: usize,
-    pub batch: crate::decision::Batch,
-    /// The party sizes from which the debounce's jitter starts and is full ([`crate::decision::JitterParties`]).
-    pub jitter_parties: crate::decision::JitterParties,
+    pub batch: proto::decision::Batch,
+    /// The party sizes from which the debounce's jitter starts and is full ([`proto::decision::JitterParties`]).
+    pub jitter_parties: proto::decision::JitterParties,
     /// Operations per `multi` of the shared set's updates (see [`SharedSet::with_chunk`]).
     pub set_chunk: usize,
 }

@@ -6,7 +6,7 @@
 //!   aside; every name after `crate::` or `super::` resolves to a module, a re-export or an item of the crate root
 //!   (one that does not is reported: the check could not see a cycle through it), and a fixture shows the check
 //!   finding cycles of two and three modules and an import of nothing;
-//! - kazoo's lock-name rule (`__lock__`) is written once, in `src/layout.rs`, and each rule ARCHITECTURE.md gives one
+//! - kazoo's lock-name rule (`__lock__`) is written once, in `crates/proto/src/layout.rs`, and each rule ARCHITECTURE.md gives one
 //!   home is written there alone (the loop body, the update loop, the chunked record, the rendezvous prefix, the
 //!   delays derived from `time_boundary`, the match on `Rebalance`);
 //! - no two files under `src/` have the same name, but `mod.rs`, `lib.rs`, `tests.rs` and the files of a `tests/`
@@ -16,7 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// One source file: its module path (`decision::locks`; the crate root is ``) and its text, test-only code removed.
+/// One source file: its module path (`driver::step`, `proto::decision::locks`; the crate root is ``) and its text,
+/// test-only code removed.
 struct Module {
     file: PathBuf,
     path: String,
@@ -24,8 +25,17 @@ struct Module {
     code: String,
 }
 
-fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The crates whose sources the checks read: the module path's first part for each (`proto::decision`), and its
+/// `src/`.
+const CRATES: [(&str, &str); 2] = [("", "src"), ("proto", "crates/proto/src")];
+
+fn src_dir(krate: &str) -> PathBuf {
+    let (_, dir) = CRATES.iter().find(|(name, _)| *name == krate).expect("a known crate");
+    repo().join(dir)
 }
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -39,11 +49,15 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn module_path(file: &Path) -> String {
-    let rel = file.strip_prefix(src_dir()).expect("under src").with_extension("");
+/// `file`'s module path: as its crate names it, or (`prefixed`) starting with the crate's name.
+fn module_path(krate: &str, file: &Path, prefixed: bool) -> String {
+    let rel = file.strip_prefix(src_dir(krate)).expect("under src").with_extension("");
     let mut parts: Vec<String> = rel.iter().map(|part| part.to_string_lossy().into_owned()).collect();
     if parts.last().is_some_and(|last| last == "mod" || last == "lib") {
         parts.pop();
+    }
+    if prefixed && !krate.is_empty() {
+        parts.insert(0, krate.to_owned());
     }
     parts.join("::")
 }
@@ -178,16 +192,23 @@ fn tree<'a>(base: &str, text: &'a str, found: &mut Vec<String>) -> &'a str {
     }
 }
 
+/// Every source file of every crate.
 fn load() -> Vec<(Module, String)> {
+    CRATES.iter().flat_map(|(krate, _)| load_crate(krate, true)).collect()
+}
+
+/// The source files of one crate; `prefixed`: module paths start with the crate's name (`proto::decision`), else
+/// they are as the crate itself names them (`decision`).
+fn load_crate(krate: &str, prefixed: bool) -> Vec<(Module, String)> {
     let mut paths = Vec::new();
-    files(&src_dir(), &mut paths);
+    files(&src_dir(krate), &mut paths);
     paths.sort();
     paths
         .into_iter()
         .map(|file| {
             let raw = std::fs::read_to_string(&file).expect("read source");
-            let module =
-                Module { path: module_path(&file), lines: raw.lines().count(), code: library_code(&raw), file };
+            let path = module_path(krate, &file, prefixed);
+            let module = Module { path, lines: raw.lines().count(), code: library_code(&raw), file };
             (module, raw)
         })
         .collect()
@@ -198,7 +219,7 @@ fn no_file_is_too_long_to_read() {
     let mut too_long = Vec::new();
     for (module, _) in load() {
         let limit = match module.path.as_str() {
-            "decision" => 600,
+            "proto::decision" => 600,
             "driver" => 250,
             _ => 800,
         };
@@ -393,16 +414,19 @@ fn cycle_through<'a>(edges: &'a BTreeMap<String, BTreeSet<String>>, members: &BT
 
 #[test]
 fn no_module_imports_one_that_imports_it() {
-    let loaded = load();
-    let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
-    let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
-    let report = check_imports(&modules, &raw);
-    assert!(
-        report.unresolved.is_empty(),
-        "imports the check cannot resolve (it would not see a cycle through them):\n{}",
-        report.unresolved.join("\n")
-    );
-    assert!(report.cycles.is_empty(), "modules importing each other:\n{}", report.cycles.join("\n"));
+    // Within each crate: between crates, cargo refuses a cycle.
+    for (krate, _) in CRATES {
+        let loaded = load_crate(krate, false);
+        let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
+        let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
+        let report = check_imports(&modules, &raw);
+        assert!(
+            report.unresolved.is_empty(),
+            "imports the check cannot resolve in {krate:?} (it would not see a cycle through them):\n{}",
+            report.unresolved.join("\n")
+        );
+        assert!(report.cycles.is_empty(), "modules importing each other:\n{}", report.cycles.join("\n"));
+    }
 }
 
 fn top(path: &str) -> &str {
@@ -419,64 +443,91 @@ fn sibling_under(from: &str, to: &str) -> Option<String> {
 
 #[test]
 fn the_lock_name_rule_is_written_once() {
-    assert_eq!(files_containing("__lock__"), ["layout.rs"], "kazoo's `__lock__` rule outside layout.rs");
+    assert_eq!(
+        files_containing("__lock__"),
+        ["crates/proto/src/layout.rs"],
+        "kazoo's `__lock__` rule outside layout.rs"
+    );
 }
 
-/// The library files (test-only modules and test code aside) whose code contains `needle`.
+/// The library files of every crate (test-only modules and test code aside) whose code contains `needle`, relative to
+/// the repository.
 fn files_containing(needle: &str) -> Vec<String> {
-    let loaded = load();
-    let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
-    let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
-    let test_only = test_only_modules(&modules, &raw);
-    modules
-        .into_iter()
-        .filter(|module| !test_only.iter().any(|t| module.path == *t || module.path.starts_with(&format!("{t}::"))))
-        .filter(|module| module.code.contains(needle))
-        .map(|module| module.file.strip_prefix(src_dir()).expect("under src").display().to_string())
-        .collect()
+    let mut found = Vec::new();
+    for (krate, _) in CRATES {
+        let loaded = load_crate(krate, false);
+        let raw: BTreeMap<String, String> = loaded.iter().map(|(m, raw)| (m.path.clone(), raw.clone())).collect();
+        let modules: Vec<Module> = loaded.into_iter().map(|(module, _)| module).collect();
+        let test_only = test_only_modules(&modules, &raw);
+        found.extend(
+            modules
+                .into_iter()
+                .filter(|m| !test_only.iter().any(|t| m.path == *t || m.path.starts_with(&format!("{t}::"))))
+                .filter(|module| module.code.contains(needle))
+                .map(|module| module.file.strip_prefix(repo()).expect("in the repository").display().to_string()),
+        );
+    }
+    found
 }
 
 #[test]
 fn each_rule_with_one_home_is_written_there_alone() {
     for (needle, home, rule) in [
-        ("fn session_event", "driver/publish.rs", "the core's view of a session state"),
+        ("fn session_event", "src/driver/publish.rs", "the core's view of a session state"),
         (
             "release_acks.insert(",
-            "driver/step.rs",
+            "src/driver/step.rs",
             "a command becomes the core's event and an ack in waiting (the loop body)",
         ),
-        ("Arc::make_mut(&mut self.lock_dirs)", "driver/step.rs", "the lock directories grow (the loop body)"),
-        ("const MAX_ATTEMPTS", "item_set/attempts.rs", "the optimistic update loop's attempts"),
-        ("MAX_BACKOFF", "item_set/attempts.rs", "the optimistic update loop's back-off"),
-        ("const MAX_CHUNKS", "chunked.rs", "the chunked record's limit"),
-        ("fn chunk_name(", "chunked.rs", "the chunked record's names"),
-        ("fn cuts_before", "chunked.rs", "the chunked record's content-defined cuts"),
-        ("struct Prefix", "partition_fn/prefix.rs", "the rendezvous rankings' remembered list"),
-        ("time_boundary /", "decision/timers.rs", "a delay derived from time_boundary"),
-        ("time_boundary *", "decision/timers.rs", "a delay derived from time_boundary"),
-        ("Rebalance::Incremental =>", "decision/rebalance.rs", "what tells the modes apart"),
-        ("== Rebalance::", "decision/rebalance.rs", "what tells the modes apart"),
+        ("Arc::make_mut(&mut self.lock_dirs)", "src/driver/step.rs", "the lock directories grow (the loop body)"),
+        ("const MAX_ATTEMPTS", "src/item_set/attempts.rs", "the optimistic update loop's attempts"),
+        ("MAX_BACKOFF", "src/item_set/attempts.rs", "the optimistic update loop's back-off"),
+        ("const MAX_CHUNKS", "crates/proto/src/chunked.rs", "the chunked record's limit"),
+        ("fn chunk_name(", "crates/proto/src/chunked.rs", "the chunked record's names"),
+        ("fn cuts_before", "crates/proto/src/chunked.rs", "the chunked record's content-defined cuts"),
+        ("struct Prefix", "crates/proto/src/partition_fn/prefix.rs", "the rendezvous rankings' remembered list"),
+        ("time_boundary /", "crates/proto/src/decision/timers.rs", "a delay derived from time_boundary"),
+        ("time_boundary *", "crates/proto/src/decision/timers.rs", "a delay derived from time_boundary"),
+        ("Rebalance::Incremental =>", "crates/proto/src/decision/rebalance.rs", "what tells the modes apart"),
+        ("== Rebalance::", "crates/proto/src/decision/rebalance.rs", "what tells the modes apart"),
     ] {
         assert_eq!(files_containing(needle), [home], "{rule} ({needle:?}) is written outside {home}");
     }
 }
 
 #[test]
-fn no_two_files_have_the_same_name() {
-    let mut files = Vec::new();
-    self::files(&src_dir(), &mut files);
-    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for file in &files {
-        let rel = file.strip_prefix(src_dir()).expect("under src");
-        let name = rel.file_name().expect("a file").to_string_lossy().into_owned();
-        let in_tests = rel.parent().is_some_and(|dir| dir.ends_with("tests"));
-        if !["mod.rs", "lib.rs", "tests.rs"].contains(&name.as_str()) && !in_tests {
-            by_name.entry(name).or_default().push(rel.display().to_string());
+fn no_two_files_of_a_crate_have_the_same_name() {
+    for (krate, _) in CRATES {
+        let mut files = Vec::new();
+        self::files(&src_dir(krate), &mut files);
+        let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for file in &files {
+            let rel = file.strip_prefix(src_dir(krate)).expect("under src");
+            let name = rel.file_name().expect("a file").to_string_lossy().into_owned();
+            let in_tests = rel.parent().is_some_and(|dir| dir.ends_with("tests"));
+            if !["mod.rs", "lib.rs", "tests.rs"].contains(&name.as_str()) && !in_tests {
+                by_name.entry(name).or_default().push(rel.display().to_string());
+            }
         }
+        let repeated: Vec<&Vec<String>> = by_name.values().filter(|files| files.len() > 1).collect();
+        assert!(files.len() > 20, "read {} files under {krate:?}'s src/", files.len());
+        assert!(repeated.is_empty(), "file names used twice (a name should say which concern it holds): {repeated:?}");
     }
-    let repeated: Vec<&Vec<String>> = by_name.values().filter(|files| files.len() > 1).collect();
-    assert!(files.len() > 50, "read {} files under src/", files.len());
-    assert!(repeated.is_empty(), "file names used twice (a name should say which concern it holds): {repeated:?}");
+}
+
+/// The protocol's `[dependencies]`: what it may depend on is fixed (no runtime, client or futures). CI also checks the
+/// whole normal dependency tree (`cargo tree -p zk-partitioner-proto -e normal`).
+#[test]
+fn the_protocol_depends_on_nothing_async() {
+    let manifest = std::fs::read_to_string(repo().join("crates/proto/Cargo.toml")).expect("read the manifest");
+    let section = manifest.split("\n[dependencies]\n").nth(1).expect("a [dependencies] section");
+    let section = section.split("\n[").next().unwrap_or(section);
+    let names: Vec<&str> = section
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#') && line.contains('='))
+        .filter_map(|line| line.split('=').next().map(str::trim))
+        .collect();
+    assert_eq!(names, ["thiserror", "tracing"], "the protocol's dependencies");
 }
 
 #[test]
@@ -489,7 +540,8 @@ fn the_checks_see_what_they_should() {
     let code = library_code("fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\nfn b() {}\n");
     assert!(!code.contains("crate::x") && code.contains("fn b"), "{code}");
     let loaded = load();
-    assert!(loaded.iter().any(|(m, _)| m.path == "decision::locks"), "the module paths are read");
+    assert!(loaded.iter().any(|(m, _)| m.path == "proto::decision::locks"), "the module paths are read");
+    assert!(loaded.iter().any(|(m, _)| m.path == "driver::step"), "the module paths are read");
 }
 
 /// Modules made of text, as [`load`] makes them of files: `(module path, source)`, the crate root's path being ``.
@@ -554,6 +606,7 @@ fn the_architecture_map_names_every_module_and_no_other() {
     let modules: BTreeSet<String> = load()
         .into_iter()
         .map(|(module, _)| if module.path.is_empty() { "lib".to_owned() } else { module.path })
+        .map(|path| if path == "proto" { "proto::lib".to_owned() } else { path })
         .filter(|path| !path.split("::").any(|part| part == "tests"))
         .collect();
     let listed = modules_in_the_map();

@@ -81,7 +81,7 @@ fn owners(workers: &[&Worker]) -> BTreeMap<Item, String> {
 }
 
 /// The assignment the record in ZooKeeper says, read with the observer's own session: the names, the base and the
-/// log, applied in order (the format in `src/placement/record.rs`). Empty while there is no record (or the node is still
+/// log, applied in order (the format in `crates/proto/src/placement/record.rs`). Empty while there is no record (or the node is still
 /// empty, before its first index), or while it names a chunk that does not exist.
 async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
     let node = format!("{PATH}/placement");

@@ -13,8 +13,8 @@ use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, 
 use common::{Ctx, timing, wait_until};
 use zk_partitioner::testing::wait_snapshot;
 use zk_partitioner::{
-    DisagreementKind, Error, FencingToken, Item, ItemSet, PartitionState, Rebalance, SetPartitioner, SharedItems,
-    Weight, WeightedRendezvous, capacity_limit,
+    DisagreementKind, Error, FencingToken, InputError, Item, ItemSet, PartitionState, Rebalance, SetPartitioner,
+    SharedItems, Weight, WeightedRendezvous, capacity_limit,
 };
 
 const PATH: &str = "/partitioner";
@@ -178,7 +178,7 @@ async fn weights_change_atomically_and_bad_input_is_refused() {
     let refused = admin.set_weights([(1, Weight::new(2)), (5000, Weight::new(3))]).await;
     assert!(matches!(&refused, Err(Error::InvalidItem { item, .. }) if item == "5000"), "{refused:?}");
     assert_eq!(admin.read().await.expect("read").version, created.version);
-    assert!(matches!("-3".parse::<Weight>(), Err(Error::InvalidWeight { .. })));
+    assert!(matches!("-3".parse::<Weight>(), Err(InputError::InvalidWeight { .. })));
     let built = SetPartitioner::builder(client.clone(), PATH, Vec::<Item>::new()).shared_item_set(true).capacity(0);
     assert!(matches!(built.build().await, Err(Error::InvalidCapacity { capacity: 0, .. })));
 

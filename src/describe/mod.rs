@@ -16,16 +16,17 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use zookeeper_client::{Client, MultiReadResult, Stat};
 
-use crate::announcement::Agreement;
-use crate::item_set::layout::Kind;
-use crate::layout::{self, Paths};
-use crate::layout::{contenders_in_order, sequence};
 use crate::lock_requests::READ_BATCH;
-use crate::names::check_base_path;
-use crate::placement::record::Record;
+use crate::paths::Paths;
 use crate::placement::store;
 use crate::retry::retry_transient;
 use crate::{Error, FencingToken, Item, ItemSet, Lineage, Load, PartitionFn, SharedItems, Weight};
+use proto::announcement::Agreement;
+use proto::layout;
+use proto::layout::{contenders_in_order, sequence};
+use proto::names::check_base_path;
+use proto::placement::record::Record;
+use proto::set_layout::Kind;
 
 mod shares;
 use shares::Inputs;

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{ItemInfo, MemberInfo, OutsideShare, item_of_name};
-use crate::announcement::Agreement;
-use crate::partition_fn::guarded;
-use crate::placement::record::{Record, content_digest, digest, inputs_digest};
 use crate::{Error, Item, Load, PartitionFn, Weight, Weighted, Weights};
+use proto::announcement::Agreement;
+use proto::partition_fn::guarded;
+use proto::placement::record::{Record, content_digest, digest, inputs_digest};
 
 /// Each member's share, by name: positions in the set, ascending.
 pub(super) type Shares = BTreeMap<String, Vec<usize>>;

@@ -167,7 +167,7 @@ fn item_names_that_are_not_canonical_integers_are_strings() {
 #[test]
 fn a_sticky_partys_shares_come_from_its_placement_record() {
     use crate::WeightedRendezvous;
-    use crate::placement::record::Record;
+    use proto::placement::record::Record;
 
     const RECORDED: [usize; 27] = [0, 0, 3, 1, 0, 0, 3, 2, 1, 0, 0, 3, 0, 1, 0, 2, 1, 0, 3, 0, 3, 3, 3, 3, 2, 3, 3];
     let items: Vec<Item> = (0..27).map(Item::from).collect();
@@ -189,9 +189,9 @@ fn a_sticky_partys_shares_come_from_its_placement_record() {
     let sticky = WeightedRendezvous::default().sticky();
     let options = DescribeOptions::new().items(&items).partition_func(&sticky);
     // The members' inputs: the fixed set as they were given it, the function, the party and its capacities.
-    let function = crate::announcement::Agreement::new(Some(&items), None, &sticky, items.first()).function;
-    let content = crate::placement::record::content_digest(&items, &crate::Weights::uniform(items.len()));
-    let digest = crate::placement::record::inputs_digest(content, function, &names, &[3, 1, 2, 3]);
+    let function = proto::announcement::Agreement::new(Some(&items), None, &sticky, items.first()).function;
+    let content = proto::placement::record::content_digest(&items, &crate::Weights::uniform(items.len()));
+    let digest = proto::placement::record::inputs_digest(content, function, &names, &[3, 1, 2, 3]);
     let record = |inputs: u64| Record::computed(inputs, &names, items.clone().into(), &RECORDED).expect("a record");
 
     let d = assemble("/p", members().collect(), vec![], dirs(), &options, None, Some(record(digest))).unwrap();

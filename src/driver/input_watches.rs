@@ -9,8 +9,8 @@ use std::task::Poll;
 use zookeeper_client::SessionState;
 
 use super::requests::Done;
-use crate::decision::Event;
 use crate::zookeeper::WatchEvent;
+use proto::decision::Event;
 
 /// One of the core's inputs that a read watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

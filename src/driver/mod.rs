@@ -16,10 +16,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState, StateWatcher};
 
-use crate::decision::{Core, Reply, ReqId};
 use crate::handle::Command;
 use crate::membership::Membership;
 use crate::zookeeper::WatchEvent;
+use proto::decision::{Core, Reply, ReqId};
 
 pub(crate) mod input_watches;
 pub(crate) mod publish;

@@ -9,11 +9,11 @@ use std::time::Instant;
 use tokio::sync::watch;
 use zookeeper_client::SessionState;
 
-use crate::decision::{Cause, Core, Event, Publication, SessionEnd, SetInForce};
-use crate::layout::Paths;
 use crate::metrics::DriverMetrics;
+use crate::paths::Paths;
 use crate::snapshot::{SetChange, Transition};
 use crate::{Error, Snapshot};
+use proto::decision::{Cause, Core, Event, Publication, SessionEnd, SetInForce};
 
 pub(crate) struct Publisher {
     sender: Arc<watch::Sender<Snapshot>>,
@@ -155,7 +155,11 @@ pub(crate) fn error_of(cause: Cause) -> Error {
     match cause {
         Cause::Finished => Error::Finished,
         Cause::SessionEnded(end) => Error::SessionLost { state: session_state(end) },
-        Cause::Refused(error) => error,
+        // The request path wraps every refusal as an `Error` (`requests::failed`); anything else would be a bug,
+        // reported as one rather than lost.
+        Cause::Refused(detail) => {
+            detail.downcast_ref::<Error>().cloned().unwrap_or_else(|| Error::Internal { reason: detail.to_string() })
+        }
         Cause::PartitionFn(reason) => Error::PartitionFn { reason },
         Cause::AllocationTimeout(limit) => Error::AllocationTimeout(limit),
         Cause::Internal(reason) => Error::Internal { reason },

@@ -10,17 +10,19 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
-use crate::item_set::cache::SetCache;
-use crate::item_set::layout::{Header, RawRead, SetPaths};
 use crate::item_set::{SharedSet, read_bridged, read_raw_cached};
-use crate::layout::{self, Paths};
 use crate::lock_requests::{self, NodeRef};
 use crate::membership::{self, Membership};
+use crate::paths::Paths;
 use crate::placement::store as placement;
 use crate::retry::retry_transient;
 use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
+use proto::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
+use proto::error::Detail;
+use proto::layout;
+use proto::set_layout::cache::SetCache;
+use proto::set_layout::{Header, RawRead, SetPaths};
 
 /// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED` (the
 /// core asks for them once its lock work has been quiet for `time_boundary`), yet each is a request of its own: a
@@ -89,60 +91,56 @@ impl<W> Done<W> {
     }
 }
 
-impl Code {
-    /// The client's error, as the core's code.
-    pub(crate) fn of(err: &ZkError) -> Code {
-        match err {
-            ZkError::NoNode => Code::NoNode,
-            ZkError::NodeExists => Code::NodeExists,
-            ZkError::BadVersion => Code::BadVersion,
-            ZkError::NotEmpty => Code::NotEmpty,
-            ZkError::NoAuth => Code::NoAuth,
-            ZkError::ConnectionLoss => Code::ConnectionLoss,
-            ZkError::Custom(_) => Code::Io,
-            ZkError::Throttled => Code::Throttled,
-            ZkError::Timeout => Code::Timeout,
-            ZkError::NoHosts => Code::NoHosts,
-            ZkError::SessionExpired => Code::SessionExpired,
-            ZkError::SessionMoved => Code::SessionMoved,
-            ZkError::ClientClosed => Code::ClientClosed,
-            ZkError::AuthFailed => Code::AuthFailed,
-            ZkError::Unimplemented => Code::Unimplemented,
-            _ => Code::Other,
-        }
+/// The client's error, as the core's code.
+pub(crate) fn code_of(err: &ZkError) -> Code {
+    match err {
+        ZkError::NoNode => Code::NoNode,
+        ZkError::NodeExists => Code::NodeExists,
+        ZkError::BadVersion => Code::BadVersion,
+        ZkError::NotEmpty => Code::NotEmpty,
+        ZkError::NoAuth => Code::NoAuth,
+        ZkError::ConnectionLoss => Code::ConnectionLoss,
+        ZkError::Custom(_) => Code::Io,
+        ZkError::Throttled => Code::Throttled,
+        ZkError::Timeout => Code::Timeout,
+        ZkError::NoHosts => Code::NoHosts,
+        ZkError::SessionExpired => Code::SessionExpired,
+        ZkError::SessionMoved => Code::SessionMoved,
+        ZkError::ClientClosed => Code::ClientClosed,
+        ZkError::AuthFailed => Code::AuthFailed,
+        ZkError::Unimplemented => Code::Unimplemented,
+        _ => Code::Other,
     }
 }
 
-impl Failed {
-    /// A request `op` on `path` that failed with `err`.
-    pub(crate) fn of(op: &'static str, path: &str, err: ZkError) -> Failed {
-        Failed { code: Code::of(&err), error: Error::zk(op, path, err) }
-    }
+/// A request `op` on `path` that failed with `err`.
+pub(crate) fn failed(op: &'static str, path: &str, err: ZkError) -> Failed {
+    Failed { code: code_of(&err), error: Detail::new(Error::zk(op, path, err)) }
+}
 
-    /// A lock directory's listing that found its item finished ([`Code::Finished`]).
-    pub(crate) fn finished(dir: &str) -> Failed {
-        let item = dir.rsplit('/').next().unwrap_or_default().to_owned();
-        Failed {
-            code: Code::Finished,
-            error: Error::InvalidItem { item, reason: "was finished: its lock is not held again".into() },
-        }
+/// A lock directory's listing that found its item finished ([`Code::Finished`]).
+pub(crate) fn finished_listing(dir: &str) -> Failed {
+    let item = dir.rsplit('/').next().unwrap_or_default().to_owned();
+    Failed {
+        code: Code::Finished,
+        error: Detail::new(Error::InvalidItem { item, reason: "was finished: its lock is not held again".into() }),
     }
+}
 
-    /// An operation of several requests that failed with `error` (the requests' errors already wrapped).
-    pub(crate) fn from_error(error: Error) -> Failed {
-        use zookeeper_client::SessionState;
-        let code = match &error {
-            Error::ZooKeeper { source, .. } => Code::of(source),
-            Error::SessionLost { state: SessionState::Closed } => Code::ClientClosed,
-            Error::SessionLost { state: SessionState::AuthFailed } => Code::AuthFailed,
-            Error::SessionLost { .. } => Code::SessionExpired,
-            Error::PermissionDenied { .. } => Code::NoAuth,
-            Error::IdentifierInUse { .. } => Code::IdentifierInUse,
-            Error::ChrootMissing { .. } => Code::NoNode,
-            _ => Code::Other,
-        };
-        Failed { code, error }
-    }
+/// An operation of several requests that failed with `error` (the requests' errors already wrapped).
+pub(crate) fn failed_from(error: Error) -> Failed {
+    use zookeeper_client::SessionState;
+    let code = match &error {
+        Error::ZooKeeper { source, .. } => code_of(source),
+        Error::SessionLost { state: SessionState::Closed } => Code::ClientClosed,
+        Error::SessionLost { state: SessionState::AuthFailed } => Code::AuthFailed,
+        Error::SessionLost { .. } => Code::SessionExpired,
+        Error::PermissionDenied { .. } => Code::NoAuth,
+        Error::IdentifierInUse { .. } => Code::IdentifierInUse,
+        Error::ChrootMissing { .. } => Code::NoNode,
+        _ => Code::Other,
+    };
+    Failed { code, error: Detail::new(error) }
 }
 
 /// Performs `op` (request `id`) on the session `zk`. `lock_dirs` names each item's lock directory by the core's
@@ -168,7 +166,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 let reply = Reply::Party(Ok(PartyRead { children }));
                 Done { id, reply, party_watch: Some(watch), set_watch: None, placement_watch: None, joined: None }
             }
-            Err(err) => Done::reply_to(id, Reply::Party(Err(Failed::of("get_children", &paths.party, err)))),
+            Err(err) => Done::reply_to(id, Reply::Party(Err(failed("get_children", &paths.party, err)))),
         },
         Op::ReadAnnouncements(nodes) => {
             let paths: Vec<String> = nodes.iter().map(|node| format!("{}/{node}", ctx.paths.party)).collect();
@@ -181,7 +179,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                         _ => None,
                     })
                     .collect()),
-                Err(err) => Err(Failed::of("multi get_data", &ctx.paths.party, err)),
+                Err(err) => Err(failed("multi get_data", &ctx.paths.party, err)),
             };
             Done::reply_to(id, Reply::Announcements(result))
         }
@@ -191,7 +189,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let result = match result {
                 // Our node is gone (the core finds out from the party, and joins again with the new data).
                 Ok(_) | Err(ZkError::NoNode) => Ok(()),
-                Err(err) => Err(Failed::of("set_data", &node, err)),
+                Err(err) => Err(failed("set_data", &node, err)),
             };
             Done::reply_to(id, Reply::Announced(result))
         }
@@ -205,7 +203,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 );
                 match retry_transient(&zk, || zk.delete(&path, None)).await {
                     Ok(()) | Err(ZkError::NoNode) => {}
-                    Err(err) => result = Err(Failed::of("delete", &path, err)),
+                    Err(err) => result = Err(failed("delete", &path, err)),
                 }
             }
             Done::reply_to(id, Reply::StraysDeleted(result))
@@ -236,13 +234,13 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                         joined: Some(membership),
                     }
                 }
-                Err(err) => Done::reply_to(id, Reply::Joined(Err(Failed::from_error(err)))),
+                Err(err) => Done::reply_to(id, Reply::Joined(Err(failed_from(err)))),
             }
         }
         Op::MakeDirs(items) => {
             let dirs: Vec<String> = items.into_iter().map(dir).collect();
             let result = lock_requests::make_dirs(&zk, &dirs, &paths.acls).await;
-            Done::reply_to(id, Reply::DirsMade(result.map_err(|err| Failed::of("mkdir", &paths.locks, err))))
+            Done::reply_to(id, Reply::DirsMade(result.map_err(|err| failed("mkdir", &paths.locks, err))))
         }
         Op::Create { contenders, data } => {
             let prefixes: Vec<String> =
@@ -250,8 +248,8 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let result = lock_requests::create_contenders(&zk, &prefixes, data.as_bytes(), &paths.acls).await;
             let result = result.map_err(|(err, index)| {
                 // Named by the operation that failed (a protected directory among open ones, say).
-                let failed = index.and_then(|index| prefixes.get(index)).or(prefixes.first());
-                Failed::of("create", failed.map_or("", String::as_str), err)
+                let prefix = index.and_then(|index| prefixes.get(index)).or(prefixes.first());
+                failed("create", prefix.map_or("", String::as_str), err)
             });
             Done::reply_to(id, Reply::Created(result))
         }
@@ -273,12 +271,12 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                     .zip(&dirs)
                     .map(|(listing, read)| {
                         listing.map_err(|err| match err {
-                            lock_requests::ListError::Zk(err) => Failed::of("get_children", &read.dir, err),
-                            lock_requests::ListError::Finished => Failed::finished(&read.dir),
+                            lock_requests::ListError::Zk(err) => failed("get_children", &read.dir, err),
+                            lock_requests::ListError::Finished => finished_listing(&read.dir),
                         })
                     })
                     .collect()),
-                Err(err) => Err(Failed::of("multi get_children", &paths.locks, err)),
+                Err(err) => Err(failed("multi get_children", &paths.locks, err)),
             };
             Done::reply_to(id, Reply::Listed(result))
         }
@@ -289,12 +287,12 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let nodes: Vec<String> =
                 items.iter().map(|&item| set.lineage_node(dir(item).rsplit('/').next().unwrap_or_default())).collect();
             let result = crate::item_set::closed(&zk, &nodes).await;
-            Done::reply_to(id, Reply::Closed(result.map_err(|err| Failed::of("multi get_data", &set.lineage, err))))
+            Done::reply_to(id, Reply::Closed(result.map_err(|err| failed("multi get_data", &set.lineage, err))))
         }
         Op::Watch { item, node } => {
             let path = format!("{}/{node}", dir(item));
             let result = lock_requests::wait_for_predecessor(&zk, &path).await;
-            Done::reply_to(id, Reply::Changed(result.map_err(|err| Failed::of("get_data", &path, err))))
+            Done::reply_to(id, Reply::Changed(result.map_err(|err| failed("get_data", &path, err))))
         }
         Op::Release { nodes, keep, window } => {
             let nodes: Vec<NodeRef> =
@@ -307,20 +305,23 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                 result = lock_requests::sweep_orphans(&zk, &paths.locks, &kept).await.map(drop);
             }
             tracing::debug!(count, ok = result.is_ok(), "locks released");
-            Done::reply_to(id, Reply::Released(result.map_err(Failed::from_error)))
+            Done::reply_to(id, Reply::Released(result.map_err(failed_from)))
         }
         Op::Verify(nodes) => {
             let nodes: Vec<String> = nodes.into_iter().map(|(item, node)| format!("{}/{node}", dir(item))).collect();
             let result = lock_requests::still_ours(&zk, &paths.locks, &nodes).await;
-            Done::reply_to(id, Reply::Verified(result.map_err(Failed::from_error)))
+            Done::reply_to(id, Reply::Verified(result.map_err(failed_from)))
         }
         Op::ReadSet => {
             let Some(set) = &ctx.set else {
-                let failed = Failed { code: Code::Other, error: Error::Internal { reason: "no shared set".into() } };
+                let failed = Failed {
+                    code: Code::Other,
+                    error: Detail::new(Error::Internal { reason: "no shared set".into() }),
+                };
                 return Done::reply_to(id, Reply::Set(Err(failed)));
             };
             let (result, set_watch) = read_set(&zk, set, &ctx.set_cache, paths).await;
-            let reply = Reply::Set(result.map_err(|err| Failed::of("read", &set.node, err)));
+            let reply = Reply::Set(result.map_err(|err| failed("read", &set.node, err)));
             Done { id, reply, party_watch: None, set_watch, placement_watch: None, joined: None }
         }
         Op::RecoverSet(unfinished) => {
@@ -332,7 +333,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                     if let Err(err) = &recovered {
                         tracing::warn!(%err, %unfinished, "could not finish or undo the shared set's update; trying again later");
                     }
-                    recovered.map_err(Failed::from_error)
+                    recovered.map_err(failed_from)
                 }
                 None => Ok(()),
             };
@@ -342,7 +343,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             let result = match &ctx.set {
                 Some(set) => {
                     let lease = set.lease(&tag);
-                    lock_requests::wait_for(&zk, &lease).await.map_err(|err| Failed::of("get_data", &lease, err))
+                    lock_requests::wait_for(&zk, &lease).await.map_err(|err| failed("get_data", &lease, err))
                 }
                 None => Ok(()),
             };
@@ -357,19 +358,19 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         Op::WatchHeld { item, node } => {
             let path = format!("{}/{node}", dir(item));
             let result = lock_requests::wait_gone(&zk, &path, &ctx.held_watch_registrations).await;
-            Done::reply_to(id, Reply::HeldGone(result.map_err(|err| Failed::of("get_data", &path, err))))
+            Done::reply_to(id, Reply::HeldGone(result.map_err(|err| failed("get_data", &path, err))))
         }
         Op::ReadPlacement { expect, kind } => {
             let node = &paths.placement;
             let (result, placement_watch) = placement::read(&zk, node, expect, kind, &ctx.placement_cache).await;
-            let reply = Reply::Placement(result.map_err(|err| Failed::of("read", node, err)));
+            let reply = Reply::Placement(result.map_err(|err| failed("read", node, err)));
             Done { id, reply, party_watch: None, set_watch: None, placement_watch, joined: None }
         }
         Op::WritePlacement(write) => {
             let node = &paths.placement;
             let result = placement::write(&zk, node, &paths.acls, &write, &ctx.placement_cache).await;
             tracing::debug!(?result, items = write.assignment.items.len(), "placement record written");
-            Done::reply_to(id, Reply::PlacementWritten(result.map_err(|err| Failed::of("write", node, err))))
+            Done::reply_to(id, Reply::PlacementWritten(result.map_err(|err| failed("write", node, err))))
         }
         Op::Leave => {
             if let Err(err) = membership::leave(&zk, paths, &own).await {

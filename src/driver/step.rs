@@ -15,10 +15,10 @@ use super::input_watches::InputWatches;
 use super::publish::{self, Publisher};
 use super::requests::{self, Context, Done};
 use crate::Error;
-use crate::decision::{AckId, Action, Core, Event, Op, Publication, ReqId};
 use crate::handle::Command;
 use crate::membership::Membership;
 use crate::zookeeper::ZooKeeper;
+use proto::decision::{AckId, Action, Core, Event, Op, Publication, ReqId};
 
 /// How a loop runs the requests the core asks for. Each request's [`Done`] must come back through [`Step::reply`],
 /// unless it was cancelled.
@@ -87,7 +87,7 @@ impl<Z: ZooKeeper> Step<Z> {
     }
 
     /// The member's nodes.
-    pub fn paths(&self) -> &crate::layout::Paths {
+    pub fn paths(&self) -> &crate::paths::Paths {
         &self.context.paths
     }
 

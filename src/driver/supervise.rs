@@ -6,7 +6,7 @@ use zookeeper_client::Client;
 
 use super::Driver;
 use super::publish::Publisher;
-use crate::layout::Paths;
+use crate::paths::Paths;
 use crate::retry::retry_transient;
 use crate::session::SessionRelease;
 use crate::zookeeper::ZooKeeper;
@@ -20,7 +20,7 @@ pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
     let (client, paths) = (driver.step.client().clone(), driver.step.paths().clone());
     let sender = driver.step.publisher().sender().clone();
     if let Err(panic) = std::panic::AssertUnwindSafe(driver.run()).catch_unwind().await {
-        let reason = format!("the background task panicked: {}", crate::error::panic_message(&*panic));
+        let reason = format!("the background task panicked: {}", proto::error::panic_message(&*panic));
         tracing::error!(%reason, "partitioner failed");
         Publisher::panicked(&sender, reason);
         crate::metrics::DriverMetrics::panicked(&paths);
@@ -34,7 +34,7 @@ pub(crate) async fn supervise(driver: Driver, release: SessionRelease<Client>) {
 /// connection are sent again; the client fails them for good once the session ends, which ends this too.
 pub(crate) async fn delete_our_nodes<Z: ZooKeeper>(client: &Z, paths: &Paths) {
     #[cfg(test)]
-    if crate::sabotage::breaks(crate::sabotage::Sabotage::CleanupOnce) {
+    if proto::sabotage::breaks(proto::sabotage::Sabotage::CleanupOnce) {
         for base in [&paths.locks, &paths.party] {
             let Ok(nodes) = client.list_ephemerals(base).await else { continue };
             for node in nodes.iter().filter(|node| node.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/')))

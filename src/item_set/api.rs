@@ -9,9 +9,9 @@ use zookeeper_client::Client;
 use super::lineage::{Lineage, LineageChange};
 use super::{SharedItems, SharedSet};
 use crate::acl::NodeAcls;
-use crate::names::check_base_path;
 use crate::session::SessionRef;
 use crate::{Error, Item};
+use proto::names::check_base_path;
 
 /// A handle on the shared item set of one partition path, for members and for tools that are not members.
 ///

@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 
 use super::chunks::chunks;
-use super::layout::{Header, State};
 use super::read::read_raw;
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::Error;
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
+use proto::set_layout::{Header, State};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     /// Applies the change the header says is `applying` to the base set, then says `ready`. Idempotent, and safe to

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::SharedSet;
-use super::layout::Committed;
 use crate::Error;
 use crate::zookeeper::ZooKeeper;
+use proto::set_layout::Committed;
 
 /// Attempts of one update against concurrent writers before giving up (with the backoff below, about 10 s of
 /// contention).

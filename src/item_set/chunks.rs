@@ -1,7 +1,7 @@
 //! Sizing requests: how many creates and deletes fit one `multi` under ZooKeeper's limits, and the splitting of a
 //! large update's paths into such `multi`s.
 
-use super::layout::SetPaths;
+use proto::set_layout::SetPaths;
 
 /// Operations per `multi` (each a create or a delete of one item) ...
 pub(crate) const CHUNK_OPS: usize = 1000;

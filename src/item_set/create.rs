@@ -4,13 +4,13 @@
 use std::collections::BTreeSet;
 
 use super::chunks::{chunks, fits_one_request, paths_of};
-use super::layout::{self, Header, Kind, SetView, State};
 use super::read::read_raw;
 use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
-use crate::item::validate_items;
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
+use proto::item::validate_items;
+use proto::set_layout::{self as layout, Header, Kind, SetView, State};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn create_if_missing(&self, items: Vec<Item>) -> Result<(SharedItems, bool), Error> {

@@ -35,19 +35,15 @@
 //! [`api`]: the public [`ItemSet`]. [`read`]: reading the set ([`SharedItems`], [`read_raw`]). [`create`] and
 //! [`update`]: a writer's first version of the set and its changes. [`apply`]: applying a committed change.
 //! [`recovery`]: an update found under way, and what stopped writers left behind. [`weights`] and [`table`]: weight
-//! tables and their shared chunks. [`writes`] and [`chunks`]: the requests they all send. [`layout`]: the format of
-//! the nodes and how a read of them is interpreted. This file: the protocol's state ([`SharedSet`]) and its pacing
+//! tables and their shared chunks. [`writes`] and [`chunks`]: the requests they all send. `proto::set_layout`: the
+//! format of the nodes and how a read of them is interpreted. This file: the protocol's state ([`SharedSet`]) and its pacing
 //! against concurrent writers.
-
-pub(crate) mod layout;
 
 mod api;
 mod apply;
 mod attempts;
-pub(crate) mod cache;
 mod chunks;
 mod create;
-pub(crate) mod delta;
 mod lineage;
 mod read;
 mod recovery;
@@ -71,7 +67,7 @@ use crate::acl::NodeAcls;
 use crate::session::SessionRef;
 use crate::zookeeper::{ZkError, ZooKeeper};
 use attempts::{Attempts, MAX_ATTEMPTS};
-use layout::SetPaths;
+use proto::set_layout::SetPaths;
 
 /// The shared set on any session (the simulation's too): the protocol itself.
 #[derive(Clone, Debug)]
@@ -83,7 +79,7 @@ pub(crate) struct SharedSet<Z> {
     /// Operations per `multi` ([`CHUNK_OPS`]; the simulation uses a few, so that its small sets take the staged path).
     chunk: usize,
     /// The weight table last read, shared by the handle's clones: an update reads only a new table's new chunks.
-    tables: std::sync::Arc<std::sync::Mutex<cache::SetCache>>,
+    tables: std::sync::Arc<std::sync::Mutex<proto::set_layout::cache::SetCache>>,
     /// The tokens of this handle's updates, in order (test builds: the simulation's checker reads them).
     #[cfg(test)]
     pub tokens: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -107,7 +103,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             paths: SetPaths::new(base),
             acls,
             chunk: CHUNK_OPS,
-            tables: std::sync::Arc::new(std::sync::Mutex::new(cache::SetCache::tables_only())),
+            tables: std::sync::Arc::new(std::sync::Mutex::new(proto::set_layout::cache::SetCache::tables_only())),
             #[cfg(test)]
             tokens: Default::default(),
         }

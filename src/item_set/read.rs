@@ -2,11 +2,11 @@
 //! ([`read_raw`]; members following the set use [`read_raw_cached`], with the header their watch read as a hint and
 //! their [`SetCache`]).
 
-use super::cache::SetCache;
-use super::layout::{self, Chunk, Committed, Header, RawRead, SetPaths, SetView, State, Table};
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::retry::retry_transient;
-use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
+use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
+use proto::set_layout::cache::{self, SetCache};
+use proto::set_layout::{self as layout, Chunk, Committed, Header, RawRead, SetPaths, SetView, State, Table};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -165,7 +165,7 @@ pub(crate) async fn read_raw_cached<Z: ZooKeeper>(
                 if let (Some(cache), Some(stat), Some(Ok(header))) =
                     (cache, stat, read.header.as_ref().map(|(data, _)| Header::parse(data)))
                 {
-                    read.listed = SetCache::locked(cache).remember(&header, &stat, &read.children);
+                    read.listed = SetCache::locked(cache).remember(&header, &children_of(&stat), &read.children);
                 }
                 read.weights = read_table(zk, paths, read.header.as_ref(), cache).await?;
                 return Ok(read);
@@ -186,7 +186,7 @@ pub(crate) async fn read_bridged<Z: ZooKeeper>(
     if header.state != State::Ready {
         return None;
     }
-    let listed = SetCache::locked(cache).bridge(header, stat)?;
+    let listed = SetCache::locked(cache).bridge(header, &children_of(stat))?;
     let mut read = RawRead {
         header: Some((data.to_vec(), stat.version)),
         children: Vec::new(),
@@ -259,5 +259,10 @@ async fn read_table<Z: ZooKeeper>(
 }
 
 /// Chunks per read `multi` of a weight table: with chunks of at most
-/// [`CHUNK_BYTES`](crate::chunked::CHUNK_BYTES), a reply stays far below ZooKeeper's 1 MB packet limit.
+/// [`CHUNK_BYTES`](proto::chunked::CHUNK_BYTES), a reply stays far below ZooKeeper's 1 MB packet limit.
 const TABLE_READ: usize = 8;
+
+/// What the cache reads of a node's stat.
+fn children_of(stat: &Stat) -> cache::Stat {
+    cache::Stat { cversion: stat.cversion, num_children: stat.num_children }
+}

@@ -7,12 +7,12 @@ use std::time::Duration;
 use futures::future::{Either, select};
 
 use super::chunks::{chunks, paths_of};
-use super::layout::{Header, SetView, State, Unfinished};
 use super::read::read_raw;
 use super::{MAX_ATTEMPTS, SharedSet};
 use crate::Error;
 use crate::retry::retry_transient;
 use crate::zookeeper::{MultiError, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
+use proto::set_layout::{Header, SetView, State, Unfinished};
 
 /// How long an update waits for another writer's update under way (while that writer's lease lives) before giving up.
 const MAX_WAIT: Duration = Duration::from_secs(60);

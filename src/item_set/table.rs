@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::layout::Table;
-use crate::chunked::{CHUNK_BYTES, chunk_name, cuts_before};
 use crate::{Item, Weight};
+use proto::chunked::{CHUNK_BYTES, chunk_name, cuts_before};
+use proto::set_layout::Table;
 
 /// A table to write under a tag: the chunk names its index lists, in order, and the chunks to create for it.
 #[derive(Debug, PartialEq, Eq)]
@@ -63,7 +63,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::item_set::layout::Chunk;
+    use proto::set_layout::Chunk;
 
     const TAG: &str = "00000000000000aa";
     const NEXT: &str = "00000000000000bb";

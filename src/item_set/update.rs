@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunks::{chunks, fits_one_request, paths_of};
-use super::layout::{self, Committed, Kind, State, TableRef};
 use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
-use crate::item::{check_kind_of_set, validate_items};
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
+use proto::item::{check_kind_of_set, validate_items};
+use proto::set_layout::{self as layout, Committed, Kind, State, TableRef};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     pub async fn add(&self, added: Vec<Item>) -> Result<SharedItems, Error> {

@@ -8,12 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::layout::{self, Committed, State, TableRef};
 use super::{Attempts, Retry, SharedItems, SharedSet, table};
-use crate::chunked;
 use crate::retry::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
+use proto::chunked;
+use proto::set_layout::{self as layout, Committed, State, TableRef};
 
 /// Chunks created per `multi` (each at most [`chunked::CHUNK_BYTES`]).
 const CREATES_PER_MULTI: usize = 4;

@@ -11,7 +11,7 @@ use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     /// Sends the `multi` that commits our update (`ops`), with the update's outcome marker created last
-    /// ([`SetPaths::outcome`](super::layout::SetPaths::outcome)), and says exactly what happened to it:
+    /// ([`SetPaths::outcome`](proto::set_layout::SetPaths::outcome)), and says exactly what happened to it:
     /// - `Ok(Ok(()))`: it landed (its reply came, or it was lost and the marker is there);
     /// - `Ok(Err(_))`: it did not land: the `multi`'s own failure, or a lost reply (`index: None`) whose marker is not
     ///   there, so that the caller may read the set again and retry without ever applying its change twice;
@@ -44,7 +44,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 }
                 Err(MultiError { index: None, error }) if is_transient(&error) => {
                     #[cfg(test)]
-                    if crate::sabotage::breaks(crate::sabotage::Sabotage::LostRepliesUnresolved) {
+                    if proto::sabotage::breaks(proto::sabotage::Sabotage::LostRepliesUnresolved) {
                         return Ok(Err(MultiError { index: None, error }));
                     }
                     return match self.marker_found(zk, &marker, token).await? {

@@ -28,12 +28,8 @@
 //!
 //! kazoo never reads `<path>/placement`: its `SetPartitioner` reads `party` and `locks` only.
 //!
-//! [`record`]: the format; [`plan`]: what a writer creates; [`store`]: reading and writing it in ZooKeeper. The
-//! decision core's side (when to read, what to compute from, when to write) is `decision::placement`.
+//! `proto::placement::record`: the format; `proto::placement::plan`: what a writer creates; [`store`]: reading and
+//! writing it in ZooKeeper. The decision core's side (when to read, what to compute from, when to write) is
+//! `proto::decision::placement`.
 
-pub(crate) mod plan;
-pub(crate) mod record;
 pub(crate) mod store;
-
-#[cfg(test)]
-mod tests;

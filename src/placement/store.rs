@@ -11,11 +11,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::plan::{self, InForce};
-use super::record::{Found, Index, Read, Record, Write};
 use crate::acl::NodeAcls;
-use crate::item_set::layout::Kind;
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
+use proto::placement::plan::{self, InForce};
+use proto::placement::record::{Found, Index, Read, Record, Write};
+use proto::set_layout::Kind;
 
 /// Chunks per read or write `multi`: at most 8 × 64 KiB, far below ZooKeeper's 1 MB packet limit.
 const CHUNKS_PER_MULTI: usize = 8;

@@ -43,11 +43,11 @@ use std::time::Duration;
 
 use world::World;
 
-use crate::rng::SplitMix64;
-use crate::sabotage::Sabotage;
 use crate::{Rebalance, SessionPolicy};
+use proto::rng::SplitMix64;
+use proto::sabotage::Sabotage;
 
-/// The simulation's draws: SplitMix64 ([`crate::rng::SplitMix64`], the `testing` kit's), with the helpers the
+/// The simulation's draws: SplitMix64 ([`proto::rng::SplitMix64`], the `testing` kit's), with the helpers the
 /// schedules use.
 #[derive(Clone, Debug)]
 pub(crate) struct Rng(SplitMix64);
@@ -187,10 +187,10 @@ pub(crate) struct Outcome {
 
 /// Runs one seeded simulation of `plan`.
 pub(crate) fn run(seed: u64, plan: Plan) -> Outcome {
-    crate::sabotage::set(plan.sabotage);
+    proto::sabotage::set(plan.sabotage);
     let mut world = World::new(seed, plan);
     let outcome = world.run();
-    crate::sabotage::set(Sabotage::None);
+    proto::sabotage::set(Sabotage::None);
     outcome
 }
 

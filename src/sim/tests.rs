@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Combo, Outcome, Plan, Rng, run};
-use crate::sabotage::Sabotage;
+use proto::sabotage::Sabotage;
 
 /// Seeds per combination in `cargo test` (`SIM_RUNS` overrides): enough for a million steps.
 const DEFAULT_RUNS: u64 = 110;
@@ -287,7 +287,7 @@ const TESTED_ELSEWHERE: [(Sabotage, &str); 6] = [
 fn violation_with(combo: Combo, seed: u64, sabotage: Sabotage) -> Option<String> {
     match std::panic::catch_unwind(|| run_seed(combo, seed, sabotage).violation) {
         Ok(violation) => violation,
-        Err(payload) => Some(format!("panicked: {}", crate::error::panic_message(&*payload))),
+        Err(payload) => Some(format!("panicked: {}", proto::error::panic_message(&*payload))),
     }
 }
 
@@ -402,7 +402,7 @@ fn a_lock_node_of_our_own_session_ahead_of_ours_is_deleted_not_waited_for() {
     use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll, Waker};
     for sabotage in [Sabotage::None, Sabotage::OwnPredecessorWaited] {
-        crate::sabotage::set(sabotage);
+        proto::sabotage::set(sabotage);
         let net = Arc::new(Mutex::new(Net::new(7)));
         let session = lock(&net).open_session(0);
         let ahead = "/locks/i/0123456789abcdef0123456789abcdef__lock__0000000001";
@@ -429,7 +429,7 @@ fn a_lock_node_of_our_own_session_ahead_of_ours_is_deleted_not_waited_for() {
                 Ev::Wake(_) | Ev::World(_) => {}
             }
         }
-        crate::sabotage::set(Sabotage::None);
+        proto::sabotage::set(Sabotage::None);
         let gone = lock(&net).zk.exists(ahead).is_none();
         match sabotage {
             Sabotage::None => assert_eq!((outcome, gone), (Some(Ok(())), true), "deleted, and the wait is over"),

@@ -96,11 +96,11 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionId, Sessi
 
 use crate::{SetPartitioner, Snapshot};
 
-pub use crate::rng::SplitMix64;
 pub use checks::{Checks, Tally};
 pub use docker::ServerTls;
 pub use ensemble::Ensemble;
 pub use image::{ImageRef, check_image, check_image_on, ensure_image, provide_image};
+pub use proto::rng::SplitMix64;
 pub use proxy::{FreezingProxy, Proxy, Sighting, expire};
 pub use safety::{
     Claim, FaultWindow, Holder, SafetyChecker, check_claims, check_converged, check_exclusive, check_stable,
@@ -116,7 +116,7 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// after ZooKeeper's counter wraps, compared as text); other children are left out. The rule this crate itself
 /// follows, for tests that read a lock directory by hand.
 pub fn lock_contenders(children: &[String]) -> Vec<&str> {
-    crate::layout::contenders_in_order(children)
+    proto::layout::contenders_in_order(children)
 }
 
 /// `base` scaled by `ZK_TEST_TIME_SCALE` (a positive float, default 1.0). Use it for every deadline.

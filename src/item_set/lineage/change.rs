@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::entry::Entry;
-use crate::item::{check_kind_of_set, validate_items};
-use crate::item_set::layout::{self, Committed, State, TableRef};
 use crate::item_set::{Attempts, Retry, SharedItems, SharedSet};
 use crate::retry::retry_transient;
 use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
+use proto::item::{check_kind_of_set, validate_items};
+use proto::set_layout::{self as layout, Committed, State, TableRef};
 
 /// A change of lineage, as an admin asks for it.
 #[derive(Clone, Debug, PartialEq, Eq)]

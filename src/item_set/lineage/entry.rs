@@ -9,7 +9,7 @@
 //! finished\t<token>\t<member>   finished by the owner holding fencing token <token>
 //! ```
 
-use crate::error::shown;
+use proto::error::shown;
 
 /// The first line of a lineage node.
 pub(crate) const MAGIC: &str = "zkp-lineage 1";

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 
 use super::entry::{Entry, Finished};
 use super::parent_finished;
-use crate::item_set::layout::{self, State};
 use crate::item_set::{Attempts, SharedSet};
 use crate::retry::{is_transient, session_end};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
+use proto::set_layout::{self as layout, State};
 
 /// Who finishes an item: the lock node that fences the finish, and what the lineage node records.
 pub(crate) struct Finisher<'a> {
@@ -133,5 +133,5 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
 /// The simulation's sabotage: a child enters the set when any one of its parents finishes.
 fn early() -> bool {
-    crate::sabotage::breaks(crate::sabotage::Sabotage::ChildrenReadyEarly)
+    proto::sabotage::breaks(proto::sabotage::Sabotage::ChildrenReadyEarly)
 }

@@ -34,7 +34,6 @@ mod retire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::layout;
 use super::{Attempts, SharedSet};
 use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
@@ -42,6 +41,7 @@ use crate::{Error, FencingToken, Item};
 pub(crate) use change::LineageChange;
 use entry::Entry;
 pub(crate) use finish::Finisher;
+use proto::set_layout as layout;
 
 /// Where an item with lineage stands ([`ItemLineage::status`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

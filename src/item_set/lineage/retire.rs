@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::entry::Entry;
-use crate::item_set::layout::{self, State};
 use crate::item_set::{Attempts, Retry, SharedSet};
 use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
+use proto::set_layout::{self as layout, State};
 
 impl<Z: ZooKeeper> SharedSet<Z> {
     /// Deletes the lineage nodes of the items finished more than `age` ago (by the ZooKeeper server's clock, against
@@ -53,7 +53,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let candidates = entries.iter().filter(|(name, _)| nodes.get(*name).is_some_and(|n| n.lock_free));
             let (retired, unlinked) = unlink(candidates, &entries, &nodes, self.chunk.saturating_sub(2).max(1));
             #[cfg(test)]
-            let unlinked = match crate::sabotage::breaks(crate::sabotage::Sabotage::RetireKeepsLinks) {
+            let unlinked = match proto::sabotage::breaks(proto::sabotage::Sabotage::RetireKeepsLinks) {
                 true => BTreeMap::new(),
                 false => unlinked,
             };
@@ -68,7 +68,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let paths: Vec<(String, i32)> =
                 retired.iter().map(|(name, version)| (self.paths.lineage_node(name), *version)).collect();
             #[cfg(test)]
-            let keep_checkpoints = crate::sabotage::breaks(crate::sabotage::Sabotage::RetireKeepsCheckpoints);
+            let keep_checkpoints = proto::sabotage::breaks(proto::sabotage::Sabotage::RetireKeepsCheckpoints);
             #[cfg(not(test))]
             let keep_checkpoints = false;
             let checkpoint_paths: Vec<(String, i32)> = retired

@@ -169,7 +169,7 @@ impl Net {
             .zk
             .children_of(dir)
             .into_iter()
-            .filter_map(|c| crate::layout::sequence(&c).map(|seq| (seq.to_owned(), c.clone())))
+            .filter_map(|c| proto::layout::sequence(&c).map(|seq| (seq.to_owned(), c.clone())))
             .min()
             .map(|(_, c)| c);
         lowest.as_deref() == Some(node)

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PARTY, PATH, World};
-use crate::announcement::Agreement;
-use crate::item_set::layout::{self, Chunk, Header, RawRead, SetView, State, Table};
 use crate::sim::Plan;
 use crate::sim::net::{self, ActorId, lock};
 use crate::sim::zk::{self, SessionId};
 use crate::{Item, PartitionState, Snapshot};
+use proto::announcement::Agreement;
+use proto::set_layout::{self as layout, Chunk, Header, RawRead, SetView, State, Table};
 
 /// How long after the later of an operator's deletion of a held lock node and the watch registration's due time
 /// (2 × time_boundary after the lock was taken) a member may keep listing the item: the requests queued before the
@@ -263,7 +263,7 @@ impl World {
         let other = self
             .announced
             .iter()
-            .filter(|(node, _)| !node.starts_with("core:") && crate::layout::member_name(node) == Some(&d.member))
+            .filter(|(node, _)| !node.starts_with("core:") && proto::layout::member_name(node) == Some(&d.member))
             .max_by_key(|(_, history)| history.first().map(|(since, _)| *since))
             .map(|(node, _)| node);
         let ours = self.announced.get(&format!("core:{reporter}"));
@@ -312,7 +312,7 @@ impl World {
         let children = net.zk.children_of(dir);
         let lowest = children
             .iter()
-            .filter_map(|c| crate::layout::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
+            .filter_map(|c| proto::layout::sequence(c).map(|seq| (seq.to_owned(), c.clone())))
             .min()
             .map(|(_, c)| c);
         lowest.as_deref() == Some(node)
@@ -389,7 +389,7 @@ impl World {
     /// listings a disjoint cover, no stray lock node.
     pub(super) fn converged(&self) -> Result<(), String> {
         let net = lock(&self.net);
-        let party: Vec<String> = crate::layout::members(&net.zk.children_of(PARTY)).0;
+        let party: Vec<String> = proto::layout::members(&net.zk.children_of(PARTY)).0;
         drop(net);
         let mut covered = BTreeSet::new();
         let members = self.members();
@@ -510,12 +510,12 @@ impl World {
         let net = lock(&self.net);
         let index = net.zk.data_of(&node).ok_or("no placement record")?;
         let index =
-            crate::placement::record::Index::parse(&index).map_err(|err| format!("the placement record: {err}"))?;
+            proto::placement::record::Index::parse(&index).map_err(|err| format!("the placement record: {err}"))?;
         let chunks: BTreeMap<&String, Vec<u8>> =
             index.chunks().filter_map(|name| Some((name, net.zk.data_of(&format!("{node}/{name}"))?))).collect();
         drop(net);
         let chunk = |name: &str| chunks.iter().find(|(n, _)| n.as_str() == name).map(|(_, data)| data.as_slice());
-        let record = crate::placement::record::Record::assemble(&index, chunk, layout::Kind::Int)
+        let record = proto::placement::record::Record::assemble(&index, chunk, layout::Kind::Int)
             .map_err(|err| format!("the placement record: {err}"))?;
         let recorded: BTreeMap<Item, String> = record
             .items

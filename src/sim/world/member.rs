@@ -14,18 +14,18 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Actor, PATH, World, poll_with};
 use crate::checkpoint::Checkpoints;
-use crate::decision::{Core, Op, Publication, ReqId};
 use crate::driver::input_watches::Input;
 use crate::driver::publish::Publisher;
 use crate::driver::requests::Done;
 use crate::driver::step::{Requests, Step};
 use crate::handle::{Command, Handle};
-use crate::layout::Paths;
 use crate::membership::Membership;
+use crate::paths::Paths;
 use crate::session::SessionRef;
 use crate::sim::net::{ActorId, Ev, SimClient, SimWatch, lock};
 use crate::startup::Started;
 use crate::{Error, Item, PartitionState, Snapshot};
+use proto::decision::{Core, Op, Publication, ReqId};
 
 /// A member: the driver's part (the shipped loop body around the core, the request path's futures, the commands),
 /// and its worker.

@@ -141,7 +141,7 @@ pub(super) struct World {
     /// The incarnation of the item whose checkpoint each checkpoint node holds, by item name.
     checkpoint_incarnation: BTreeMap<String, u32>,
     /// What each party node announced, and since when, oldest first (for the disagreement checks).
-    announced: BTreeMap<String, Vec<(Duration, Option<crate::announcement::Agreement>)>>,
+    announced: BTreeMap<String, Vec<(Duration, Option<proto::announcement::Agreement>)>>,
     /// The header's data as last seen (to notice a change).
     header_seen: Option<Vec<u8>>,
     /// The next new item value an admin adds.

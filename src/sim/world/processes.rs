@@ -8,12 +8,12 @@ use futures::FutureExt;
 
 use super::{Actor, PATH, SET_CHUNK, Starting, World, WorldEv, poll_with};
 use crate::acl::NodeAcls;
-use crate::decision::JitterParties;
-use crate::sabotage::Sabotage;
 use crate::sim::net::{ActorId, SimClient, lock};
 use crate::sim::zk::SessionId;
 use crate::startup::{self, Settings};
 use crate::{KazooStride, Rendezvous, WeightedRendezvous};
+use proto::decision::JitterParties;
+use proto::sabotage::Sabotage;
 
 /// Another sticky rule, for [`Plan::mixed_rules`](crate::sim::Plan::mixed_rules): the same function, but it places
 /// afresh, as if there were no previous assignment. It answers the plain probe as the sticky function does; only its
@@ -34,7 +34,7 @@ impl crate::PartitionFn for PlacesAfresh {
         true
     }
     fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
-        self.0.placement(&crate::Weighted { previous: None, ..*input })
+        self.0.placement(&input.without_previous())
     }
 }
 
@@ -120,7 +120,7 @@ impl World {
             acls: NodeAcls::default(),
             // Small, so batching and the window are exercised with few items.
             window: 6,
-            batch: crate::decision::Batch::fixed(4),
+            batch: proto::decision::Batch::fixed(4),
             // Some runs jitter as a large party does, so that the jitter's schedules are simulated too (the
             // simulation's parties are small, where production waits without one).
             jitter_parties: if plan.large_party_jitter { JitterParties::ALWAYS } else { JitterParties::default() },
@@ -131,9 +131,9 @@ impl World {
             (format!("{:016x}{:016x}", net.rng.next(), net.rng.next()), u128::from(net.rng.next()) << 64)
         };
         let join_name = if plan.static_membership {
-            crate::layout::static_node(&hex, &ident)
+            proto::layout::static_node(&hex, &ident)
         } else {
-            crate::layout::node_prefix(&hex, &ident)
+            proto::layout::node_prefix(&hex, &ident)
         };
         let client = zk.clone();
         let future = async move { startup::start(&client, settings, &join_name, nonce).await }.boxed();

@@ -1,0 +1,148 @@
+//! The shared set in ZooKeeper: following the version an admin committed, seeing to an update whose writer is gone
+//! (the party's first member does), and the set each assignment follows, announced in our party node.
+
+use super::timers::Timer;
+use super::{Core, Op, Pending, Reason, ReqError, SetInForce};
+use crate::sabotage::{Sabotage, breaks};
+use crate::set_layout::{self as set_layout, SetView, Unfinished};
+
+impl Core {
+    /// A read of the shared set: only a set an admin committed is followed; a set that is missing, unreadable or
+    /// empty (by hand) leaves the set in force as it is. An update whose writer is gone is undone or finished by the
+    /// party's first member, which watches the writer's lease meanwhile.
+    pub(super) fn on_set(&mut self, result: Result<set_layout::RawRead, ReqError>) {
+        let read = match result {
+            Ok(read) => read,
+            Err(ReqError::Transient) => return self.back_off(),
+            // The request path arms a watch for the node's return; meanwhile the set in force stays.
+            Err(ReqError::NoNode) => {
+                self.set_fresh = true;
+                return;
+            }
+            Err(ReqError::Fatal(cause)) => return self.fail(cause),
+        };
+        self.set_fresh = true;
+        let view = set_layout::interpret(read);
+        self.unfinished = match &view {
+            SetView::Committed(committed) => committed.unfinished.clone(),
+            SetView::Missing { unfinished } => unfinished.clone(),
+            SetView::Unreadable(_) | SetView::Torn => None,
+        };
+        match view {
+            SetView::Committed(committed) => {
+                if let Some(unfinished) = &committed.unfinished {
+                    self.watch_unfinished(unfinished);
+                }
+                if committed.header.lineage != self.lineage {
+                    self.lineage = committed.header.lineage;
+                    self.note_agreements();
+                }
+                // A lineage change may have closed one of our items (it changes no item).
+                self.items_may_have_closed();
+                if committed.items.is_empty() {
+                    // Only a child deleted by hand can do this (updates refuse to empty the set).
+                    return;
+                }
+                if breaks(Sabotage::IgnoreSetChanges) {
+                    return;
+                }
+                // Compared by items: a child created by hand changes the set, not the version.
+                let (change, reweighed) = self.catalogue.replace(committed.items, committed.version, committed.weights);
+                self.locks.grow_dirs(self.catalogue.len());
+                if !change.is_empty() || reweighed {
+                    self.locks.set_want_is_target(false);
+                    self.on_inputs_changed(Reason::ItemSetChanged);
+                } else if self.set_in_force.generation == self.catalogue.generation()
+                    && self.set_in_force.version.is_some()
+                    && self.set_in_force.version != self.catalogue.version()
+                {
+                    // The same items and weights at a newer version (a lineage change that made no item ready): the
+                    // assignment in force is the new version's as it is. Follow it and say so, so that a member that
+                    // starts at that version agrees with us.
+                    self.set_in_force.version = self.catalogue.version();
+                    self.announce();
+                    // Shown ACQUIRED: shown again, at the new version. In any other state the next publication
+                    // carries it.
+                    if self.shown.state == crate::PartitionState::Acquired {
+                        self.acquired_if_complete();
+                    }
+                }
+            }
+            SetView::Missing { unfinished: Some(unfinished) } => self.watch_unfinished(&unfinished),
+            // Deleted or unreadable (by hand): keep the set in force. Torn: an update landed between the reads, and
+            // the header watch fires for it.
+            SetView::Missing { unfinished: None } | SetView::Unreadable(_) | SetView::Torn => {}
+        }
+    }
+
+    /// The party's first member takes care of an update under way: it watches the writer's lease, and once the
+    /// lease is gone (the writer crashed, or its session expired) undoes or finishes the update, so that no update
+    /// stays unfinished for longer than its writer's session outlives the writer.
+    pub(super) fn watch_unfinished(&mut self, unfinished: &Unfinished) {
+        if breaks(Sabotage::NoSetRecovery) {
+            return;
+        }
+        let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
+        let Some(tag) = unfinished.state.change() else { return };
+        if !first
+            || self.ending.is_some()
+            || self.timers.is_armed(Timer::Recovery)
+            || self.set_recovery.as_ref().is_some_and(|(t, _)| t == tag)
+        {
+            return;
+        }
+        let (op, pending) = if unfinished.abandoned() {
+            (Op::RecoverSet(unfinished.clone()), Pending::RecoverSet)
+        } else {
+            (Op::WatchLease(tag.to_owned()), Pending::WatchLease)
+        };
+        let id = self.request(op, pending);
+        self.set_recovery = Some((tag.to_owned(), id));
+    }
+
+    /// The set the new assignment follows, and (with a shared set) what changed since the last assignment; the first
+    /// member of the party also clears the lock directories of removed items nobody holds. A new version is
+    /// announced in our party node.
+    pub(super) fn note_set_in_force(&mut self) {
+        let generation = self.catalogue.generation();
+        if !self.shared() || (self.set_in_force.version.is_some() && self.set_in_force.generation == generation) {
+            return;
+        }
+        let change = self.catalogue.change_since(&self.assigned_set);
+        self.assigned_set = self.catalogue.set().to_vec();
+        let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
+        let free: Vec<usize> = change.removed.iter().copied().filter(|item| !self.locks.contains(*item)).collect();
+        if first && !free.is_empty() {
+            self.remove_dirs(free);
+        }
+        let version = self.catalogue.version();
+        self.set_in_force =
+            SetInForce { generation, version, added: change.added.into(), removed: change.removed.into() };
+    }
+
+    /// Announces what the assignment in force follows, if it changed: the version of the shared set, and (a function
+    /// that keeps the placement) the assignment's digest. Members compare announcements; ours changes whenever we
+    /// follow a change, and theirs when they do.
+    pub(super) fn announce(&mut self) {
+        let mut next = self.cfg.agreement;
+        if let Some(version) = self.set_in_force.version {
+            next.set = crate::announcement::SetSource::Shared(Some(version));
+        }
+        next.placement = self.placement_digest();
+        if next != self.cfg.agreement {
+            self.cfg.agreement = next;
+            self.announcements.ours_changed(self.now);
+            let data = self.cfg.agreement.node_data(&self.cfg.identifier);
+            self.request(Op::Announce(data), Pending::Announce);
+            // Our disagreements are against our own announcement: compare again (the others follow in their time).
+            self.note_agreements();
+        }
+    }
+
+    pub(super) fn remove_dirs(&mut self, items: Vec<usize>) {
+        for &item in &items {
+            self.locks.forget_dir(item);
+        }
+        self.request(Op::RemoveDirs(items), Pending::RemoveDirs);
+    }
+}
