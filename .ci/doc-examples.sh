@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds every Rust example of the README and of the API docs (`//!` and `///` in src/ and crates/proto/src/) as a user would paste it:
+# Builds every Rust example of the README and of the API docs (`//!` and `///` in src/ and crates/*/src/) as a user would paste it:
 # in a scratch crate OUTSIDE this repository whose only dependencies are the ones the README's Install section names
 # (zk-partitioner, tokio, the test kit as a dev-dependency, and `futures` if the Install section names it), with
 # zk-partitioner's optional `tls` feature on, as docs.rs documents it.
@@ -70,7 +70,7 @@ def unhide(line):
 
 readme = open(os.path.join(repo, "README.md"), encoding="utf-8").read().splitlines()
 examples = blocks(list(enumerate(readme, 1)), "README.md")
-for root, _, files in [w for top in ("src", "crates/proto/src") for w in os.walk(os.path.join(repo, top))]:
+for root, _, files in [w for top in ("src", "crates/proto/src", "crates/testing/src") for w in os.walk(os.path.join(repo, top))]:
     for name in sorted(files):
         if name.endswith(".rs"):
             path = os.path.join(root, name)
@@ -97,6 +97,7 @@ publish = false
 {toml}
 [patch.crates-io]
 zk-partitioner = {{ path = "{repo}" }}
+zk-partitioner-testing = {{ path = "{repo}/crates/testing" }}
 
 [workspace]
 """
@@ -118,7 +119,7 @@ for origin, line, code in examples:
     open(os.path.join(scratch, "examples", file + ".rs"), "w").write("#![allow(unused)]\n" + source)
     index.append(f"examples/{file}.rs  <-  {origin}:{line}")
 open(os.path.join(scratch, "INDEX"), "w").write("\n".join(index) + "\n")
-print(f"doc examples: {len(examples)} (README.md and src/), dependencies from the README's Install section:")
+print(f"doc examples: {len(examples)} (README.md and the crates' src/), dependencies from the README's Install section:")
 print("    " + "\n    ".join(l for l in toml.splitlines() if l.strip()))
 PY
 

@@ -140,8 +140,8 @@ fn measure(
 mod weighted {
     use std::collections::BTreeMap;
 
-    use zk_partitioner::testing::SplitMix64;
     use zk_partitioner::{Item, PartitionFn, Rendezvous, Weight, Weighted, WeightedRendezvous, Weights};
+    use zk_partitioner_testing::SplitMix64;
 
     use super::{Args, thread_cpu_nanos};
 

@@ -26,9 +26,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zk_partitioner::testing::{Ensemble, OwnedServer, server_mode};
 use zk_partitioner::zookeeper_client::{Client, SessionState};
 use zk_partitioner::{ConnectOptions, Item, PartitionState, SetPartitioner};
+use zk_partitioner_testing::{Ensemble, OwnedServer, server_mode};
 
 struct Args {
     server: String,

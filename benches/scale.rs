@@ -17,7 +17,7 @@
 //! Commands, one per line on stdin:
 //!
 //! - `join ID [crashable]`: a new member with identifier ID (its own client and session). `crashable` routes its
-//!   connection through a TCP proxy of its own (`zk_partitioner::testing::Proxy`), so that `crash` can cut it.
+//!   connection through a TCP proxy of its own (`zk_partitioner_testing::Proxy`), so that `crash` can cut it.
 //! - `leave ID`: the member calls `finish()` (gives up its locks, leaves the party), as the worker does on SIGTERM.
 //! - `crash ID`: the member stops at once without `finish()`: its proxy is cut (both sides closed, new connections
 //!   refused for the rest of the run) and its worker loop is aborted; its session, party node and lock nodes linger
@@ -44,12 +44,12 @@ use serde_json::{Map, Value, json};
 use support::thread_cpu_nanos;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
-use zk_partitioner::testing::Proxy;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     ConnectOptions, Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy,
     SetPartitioner, Snapshot,
 };
+use zk_partitioner_testing::Proxy;
 
 #[derive(Clone)]
 struct Args {

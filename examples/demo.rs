@@ -5,7 +5,7 @@
 //! cargo run --example demo -- --connect 127.0.0.1:2181
 //! ```
 //!
-//! Without `--connect` it starts ZooKeeper in a container with the crate's test kit (`zk_partitioner::testing`):
+//! Without `--connect` it starts ZooKeeper in a container with the crate's test kit (`zk_partitioner_testing`):
 //! from `ZOOKEEPER_IMAGE` if set, else from the official `zookeeper:3.9` image or the locally built
 //! `zk-partitioner/zookeeper:3.8`, pulling or building one if neither is present (once; progress on stderr).
 //!
@@ -14,8 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use zk_partitioner::testing::{self, OwnedServer};
 use zk_partitioner::{Item, PartitionState, SetPartitioner};
+use zk_partitioner_testing::{self as testing, OwnedServer};
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(500);
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
@@ -41,7 +41,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [] => {
-            println!("starting ZooKeeper in Docker (zk_partitioner::testing) ...");
+            println!("starting ZooKeeper in Docker (zk_partitioner_testing) ...");
             // Finds, pulls or builds the image first, so that a machine without one gets a message, not a panic.
             let image = testing::ensure_image().await.map_err(|err| format!("cannot start ZooKeeper: {err}"))?;
             println!("image {image}");

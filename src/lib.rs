@@ -15,9 +15,9 @@
 //!
 //! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
 //! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
-//! error ([`ConnectOptions`]); nothing in this crate opens a port or runs a service in your process. The `testing`
-//! feature adds `zk_partitioner::testing`, a kit for integration tests of your workers against ZooKeeper in Docker
-//! (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions over TLS: `tls_options` and
+//! error ([`ConnectOptions`]); nothing in this crate opens a port or runs a service in your process. A crate of
+//! its own, [`zk-partitioner-testing`](https://docs.rs/zk-partitioner-testing), is a kit for integration tests of your
+//! workers against ZooKeeper in Docker (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions over TLS: `tls_options` and
 //! `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
 //!
 //! # The worker loop
@@ -28,7 +28,7 @@
 //! with the same items (something beside them changed), and under incremental rebalancing the items a member keeps
 //! stay listed through a rebalance. The loop is a function that takes the client, the items and a shutdown future, so
 //! that a test can run the very function `main` runs against a throwaway ZooKeeper (the README shows such a test,
-//! with the `testing` kit); `main` stays thin: it connects, says what stops the worker, and joins again on a new
+//! with the test kit); `main` stays thin: it connects, says what stops the worker, and joins again on a new
 //! session when one is lost.
 //!
 //! ```no_run
@@ -230,9 +230,6 @@ mod session;
 mod sim;
 mod snapshot;
 mod startup;
-#[cfg(all(feature = "testing", unix))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "testing", unix))))]
-pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 mod zookeeper;

@@ -107,11 +107,13 @@ impl Snapshot {
         self.closed.binary_search(item).is_ok()
     }
 
-    pub(crate) fn initial(member: Arc<str>) -> Self {
+    /// What member `member` publishes before its first transition: `Allocating`, generation 0, nothing listed. For
+    /// tests of code that reads snapshots (set the public fields to the case at hand), and the test kit's own.
+    pub fn initial(member: impl Into<Arc<str>>) -> Self {
         Snapshot {
             state: PartitionState::Allocating,
             generation: 0,
-            member,
+            member: member.into(),
             items: Arc::from([]),
             tokens: Arc::from([]),
             revoked: Arc::from([]),

@@ -42,9 +42,9 @@ use common::members::{AbortOnDrop, Member, TIME_BOUNDARY, auto_release, build_me
 use common::{OwnedServer, Proxy, timing};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use zk_partitioner::testing::{Claim, SplitMix64, check_claims};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState};
+use zk_partitioner_testing::{Claim, SplitMix64, check_claims};
 
 /// Every member's session timeout, the worker process's too. zookeeper-client gives a silent connection up after 2/5
 /// of it (0.8 s), checking every 1/20 (100 ms), and pings after 300 ms without sending: the pause below is sized

@@ -13,12 +13,12 @@ use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, TIME_BOUNDARY, auto_release, ints};
 use common::{Ctx, timing, wait_for, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     DescribeOptions, Description, Error, Item, ItemSet, KazooStride, PartitionState, Weight, WeightedRendezvous,
     describe, describe_with,
 };
+use zk_partitioner_testing::lock_contenders;
 
 const PATH: &str = "/partitioner";
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::members::{Member, ints, settle};
 use common::{Ctx, timing};
-use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::{FencingToken, PartitionState};
+use zk_partitioner_testing::lock_contenders;
 
 const PATH: &str = "/partitioner";
 

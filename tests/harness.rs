@@ -1,4 +1,4 @@
-//! Tests of the test kit itself (`zk_partitioner::testing`, through `tests/common`): the shared server and namespaces,
+//! Tests of the test kit itself (`zk_partitioner_testing`, through `tests/common`): the shared server and namespaces,
 //! the proxy (a short cut, a forced expiry, with and without the client), the 3-server ensemble, a server owned by one
 //! test, and the image check.
 //!
@@ -87,7 +87,7 @@ async fn expire_session_needs_only_the_session_id() {
     let items = [zk_partitioner::Item::from(7)];
     victim.mkdir("/p/locks/7", &persistent()).await.unwrap();
     victim.create("/p/locks/7/x__lock__", b"", &ephemeral_sequential()).await.unwrap();
-    let session = zk_partitioner::testing::sole_holder(&observer, "/p", &items).await.unwrap();
+    let session = zk_partitioner_testing::sole_holder(&observer, "/p", &items).await.unwrap();
     assert_eq!(session, victim.session_id().0);
     let mut states = victim.state_watcher();
     // when
@@ -95,9 +95,9 @@ async fn expire_session_needs_only_the_session_id() {
     eprintln!("[harness] expire_session() of a 1 s session took {took:.2?}");
     // then: the server forgot it, its lock is free, and the client learns it on reconnecting
     assert!(!session_listed(server.addr(), victim.session_id()).await.unwrap());
-    let holders = zk_partitioner::testing::read_holders(&observer, "/p", &items).await.unwrap();
-    assert_eq!(holders["7"], zk_partitioner::testing::Holder::Free);
-    assert!(zk_partitioner::testing::sole_holder(&observer, "/p", &items).await.is_err());
+    let holders = zk_partitioner_testing::read_holders(&observer, "/p", &items).await.unwrap();
+    assert_eq!(holders["7"], zk_partitioner_testing::Holder::Free);
+    assert!(zk_partitioner_testing::sole_holder(&observer, "/p", &items).await.is_err());
     wait_session_state(&mut states, SessionState::Expired, timing(5 * SECOND), "after expire_session").await;
     assert!(!proxy.is_cut());
 }
@@ -253,7 +253,7 @@ async fn a_missing_image_is_named() {
     assert!(err.contains("zk-partitioner/no-such-image:0"), "{err}");
     assert!(!err.contains('\n'), "{err}");
     // the image the kit chose for this process passes
-    let chosen = zk_partitioner::testing::ensure_image().await.unwrap();
+    let chosen = zk_partitioner_testing::ensure_image().await.unwrap();
     check_image(&chosen).await.unwrap();
 }
 

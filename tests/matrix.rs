@@ -70,9 +70,9 @@ use common::faults::{Monitor, Opts, PATH, SafetyChecker};
 use common::members::{AbortOnDrop, Member, auto_release, build_member, claimants, ints};
 use common::{OwnedServer, Proxy, timing};
 use futures::FutureExt;
-use zk_partitioner::testing::{SplitMix64, check_converged};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, Rebalance, SessionPolicy};
+use zk_partitioner_testing::{SplitMix64, check_converged};
 
 /// Every member's session timeout.
 const SESSION: Duration = Duration::from_secs(3);

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use common::faults::{Opts, SafetyChecker, member_at, sessions_on, wait_converged};
 use common::members::{AbortOnDrop, Member, auto_release, ints};
 use common::{Ensemble, OwnedServer, connect, namespace, timing};
-use zk_partitioner::testing::server_mode;
 use zk_partitioner::zookeeper_client::{Client, SessionState};
 use zk_partitioner::{Item, PartitionState};
+use zk_partitioner_testing::server_mode;
 
 /// The bound: from a server accepting connections again to every member `ACQUIRED` again, beyond the client's
 /// back-off (as long as the servers were away from the member's connection).

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::members::{Member, Recorder, auto_release};
 use common::{Ctx, timing, wait_for, wait_until};
-use zk_partitioner::testing::Proxy;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, PartitionState};
+use zk_partitioner_testing::Proxy;
 
 const PATH: &str = "/partitioner";
 /// ZooKeeper's request type of a write `multi`.

@@ -182,7 +182,7 @@ async fn an_admin_killed_part_way_leaves_no_update_unfinished() {
     for (round, request, state) in [(0i64, &b"/add/"[..], "staging"), (1, &b"state=applying"[..], "applying")] {
         let more: Vec<i64> = (1000 + round * 10_000..4000 + round * 10_000).collect();
         let list = more.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        let proxy = zk_partitioner::testing::Proxy::start(ctx.addr).await;
+        let proxy = zk_partitioner_testing::Proxy::start(ctx.addr).await;
         proxy.cut_after_containing(14, request);
         let mut child = Command::new(example("item_set"))
             .args(["--connect", &format!("{}{}", proxy.endpoint(), ctx.namespace), "--path", PATH, "--int-items"])

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use common::members::{auto_release, ints};
 use common::{OwnedServer, timing, wait_for};
-use zk_partitioner::testing::ServerTls;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{ConnectOptions, Error, PartitionState, SetPartitioner};
+use zk_partitioner_testing::ServerTls;
 
 /// Runs `openssl` with `args` in `dir`, panicking with its output if it fails.
 fn openssl(dir: &Path, args: &[&str]) {

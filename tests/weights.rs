@@ -11,11 +11,11 @@ use std::time::Duration;
 use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, items_of};
 use common::{Ctx, timing, wait_until};
-use zk_partitioner::testing::wait_snapshot;
 use zk_partitioner::{
     DisagreementKind, Error, FencingToken, InputError, Item, ItemSet, PartitionState, Rebalance, SetPartitioner,
     SharedItems, Weight, WeightedRendezvous, capacity_limit,
 };
+use zk_partitioner_testing::wait_snapshot;
 
 const PATH: &str = "/partitioner";
 const BOUND: f64 = 1.10;

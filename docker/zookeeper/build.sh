@@ -7,7 +7,7 @@
 # Idempotent: when the image already exists it prints so and exits 0. Needs root (debootstrap), Docker and access to
 # a Debian mirror (DEBIAN_MIRROR, default: the first one in this machine's apt sources, else deb.debian.org).
 # One build at a time per machine: it holds ${TMPDIR:-/tmp}/zk-partitioner-image.lock (flock), the lock the test kit
-# (zk_partitioner::testing) takes while it pulls or builds an image, so concurrent runs wait and then find the image.
+# (zk_partitioner_testing) takes while it pulls or builds an image, so concurrent runs wait and then find the image.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

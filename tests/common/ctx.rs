@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use zk_partitioner::Item;
-use zk_partitioner::testing::lock_contenders;
 use zk_partitioner::zookeeper_client::Client;
+use zk_partitioner_testing::lock_contenders;
 
 use super::members::{Member, build_member};
 use super::{Proxy, timing, wait_for};

@@ -14,9 +14,9 @@ use super::ctx::SESSION_TIMEOUT;
 use super::members::{Member, Recorder, TIME_BOUNDARY, build_member, claimants};
 use super::{Proxy, four_letter, wait_for};
 
-use zk_partitioner::testing::check_converged;
+use zk_partitioner_testing::check_converged;
 #[allow(unused_imports)]
-pub use zk_partitioner::testing::{Checks, Claim, FaultWindow, FreezingProxy, Holder, Tally};
+pub use zk_partitioner_testing::{Checks, Claim, FaultWindow, FreezingProxy, Holder, Tally};
 
 pub use super::members::PATH;
 
@@ -85,9 +85,9 @@ pub async fn member_behind_proxy(
     (member, proxy)
 }
 
-/// Reads who holds each item's lock under [`PATH`] (the kit's [`read_holders`](zk_partitioner::testing::read_holders)).
+/// Reads who holds each item's lock under [`PATH`] (the kit's [`read_holders`](zk_partitioner_testing::read_holders)).
 pub async fn read_holders(observer: &Client, items: &[Item]) -> Result<BTreeMap<String, Holder>, ZkError> {
-    zk_partitioner::testing::read_holders(observer, PATH, items).await
+    zk_partitioner_testing::read_holders(observer, PATH, items).await
 }
 
 /// Every party node and lock contender node (paths relative to the chroot) owned by `session`, after a `sync`.
@@ -159,13 +159,13 @@ pub async fn wait_converged(
     started.elapsed()
 }
 
-/// The kit's [`SafetyChecker`](zk_partitioner::testing::SafetyChecker) over [`PATH`], watching [`Member`]s.
-pub struct SafetyChecker(zk_partitioner::testing::SafetyChecker);
+/// The kit's [`SafetyChecker`](zk_partitioner_testing::SafetyChecker) over [`PATH`], watching [`Member`]s.
+pub struct SafetyChecker(zk_partitioner_testing::SafetyChecker);
 
 impl SafetyChecker {
     /// Starts sampling with `observer` (a session of its own, chrooted like the members) over `items`.
     pub fn start(observer: Client, items: &[Item], members: &[&Member]) -> SafetyChecker {
-        let checker = SafetyChecker(zk_partitioner::testing::SafetyChecker::start(observer, PATH, items));
+        let checker = SafetyChecker(zk_partitioner_testing::SafetyChecker::start(observer, PATH, items));
         for member in members {
             checker.watch(member);
         }
@@ -183,7 +183,7 @@ impl SafetyChecker {
     }
 
     /// Watches a member seen another way (a worker process through its output): see the kit's
-    /// [`watch_claims`](zk_partitioner::testing::SafetyChecker::watch_claims).
+    /// [`watch_claims`](zk_partitioner_testing::SafetyChecker::watch_claims).
     pub fn watch_claims(&self, read: impl Fn() -> Option<(u64, Claim)> + Send + Sync + 'static) {
         self.0.watch_claims(read);
     }

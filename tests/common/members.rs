@@ -8,8 +8,8 @@ use futures::StreamExt;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
 
-pub use zk_partitioner::testing::wait_snapshot;
-use zk_partitioner::testing::{Claim, Holder, check_claims, read_holders};
+pub use zk_partitioner_testing::wait_snapshot;
+use zk_partitioner_testing::{Claim, Holder, check_claims, read_holders};
 
 /// The `time_boundary` the ported kazoo tests use.
 pub const TIME_BOUNDARY: Duration = Duration::from_millis(200);
@@ -114,7 +114,7 @@ pub async fn lock_holders(observer: &Client, path: &str, items: &[Item]) -> BTre
 }
 
 /// Each member's partitioner with the session its locks must belong to, as
-/// [`check_converged`](zk_partitioner::testing::check_converged) takes them.
+/// [`check_converged`](zk_partitioner_testing::check_converged) takes them.
 pub fn claimants<'a>(members: &[&'a Member]) -> Vec<(&'a SetPartitioner, i64)> {
     members.iter().map(|member| (&member.partitioner, member.session())).collect()
 }

@@ -1,11 +1,11 @@
-//! Integration-test harness: the crate's test kit ([`zk_partitioner::testing`]: real ZooKeeper servers in Docker,
+//! Integration-test harness: the crate's test kit ([`zk_partitioner_testing`]: real ZooKeeper servers in Docker,
 //! per-test namespaces, a TCP proxy for connection cuts and forced session expiry, condition-based waits, a safety
 //! checker), plus what only this crate's tests use: members with their own sessions, fault scenarios and kazoo
 //! workers.
 //!
 //! * Image: `ZOOKEEPER_IMAGE` if set, else the official `zookeeper:3.9` or the locally built
 //!   `zk-partitioner/zookeeper:3.8`, whichever is present; when neither is, the kit pulls the first or builds the
-//!   second (`docker/zookeeper/build.sh`), once per machine (see [`zk_partitioner::testing::provide_image`]).
+//!   second (`docker/zookeeper/build.sh`), once per machine (see [`zk_partitioner_testing::provide_image`]).
 //! * [`server()`]: one standalone server shared by every test of a test binary; isolate tests with [`namespace`].
 //!   [`OwnedServer`] and [`Ensemble`] belong to one test (stop/start/pause them freely).
 //! * Deadlines go through [`timing`], which scales them by `ZK_TEST_TIME_SCALE` for slow machines.
@@ -21,7 +21,7 @@ pub mod members;
 #[allow(unused_imports)]
 pub use ctx::Ctx;
 #[allow(unused_imports)]
-pub use zk_partitioner::testing::{
+pub use zk_partitioner_testing::{
     Cluster, Ensemble, ImageRef, OwnedServer, POLL, Proxy, ServerHandle, check_image, check_image_on, connect,
     ephemeral, ephemeral_sequential, expire, four_letter, namespace, persistent, provide_image, random_u64, server,
     server_mode, session_listed, timing, try_connect, wait_for, wait_session_state, wait_until, with_chroot,

@@ -1,5 +1,5 @@
 //! A seeded random sequence for reproducible fault schedules: the simulation's, and the `testing` kit's
-//! (`zk_partitioner::testing::SplitMix64`).
+//! (`zk_partitioner_testing::SplitMix64`).
 
 use crate::hash::{GOLDEN_GAMMA, finish};
 
@@ -10,7 +10,7 @@ use crate::hash::{GOLDEN_GAMMA, finish};
 /// # Examples
 /// SplitMix64's published first outputs for seed 0:
 /// ```
-/// use zk_partitioner::testing::SplitMix64;
+/// use zk_partitioner_testing::SplitMix64;
 ///
 /// let mut rng = SplitMix64::new(0);
 /// assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);

@@ -1,9 +1,9 @@
-//! A test kit for code built on this crate: real ZooKeeper servers in Docker, real faults, and checks of what the
-//! members claim. Enabled by the `testing` feature, for dev-dependencies:
+//! A test kit for code built on [zk-partitioner](https://docs.rs/zk-partitioner): real ZooKeeper servers in Docker,
+//! real faults, and checks of what the members claim. For dev-dependencies:
 //!
 //! ```toml
 //! [dev-dependencies]
-//! zk-partitioner = { version = "0.1", features = ["testing"] }
+//! zk-partitioner-testing = "0.1"
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
@@ -52,7 +52,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zk_partitioner::testing::{self, Proxy};
+//! use zk_partitioner_testing::{self as testing, Proxy};
 //! use zk_partitioner::{PartitionState, SetPartitioner};
 //!
 //! # async fn dox() {
@@ -77,6 +77,10 @@
 //! # }
 //! ```
 
+// Unix only: the proxy shuts sockets down through duplicated file descriptors, the container watchdog is a shell loop.
+#![cfg(unix)]
+#![deny(missing_docs, missing_debug_implementations)]
+
 mod checks;
 mod docker;
 mod ensemble;
@@ -94,7 +98,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionId, SessionState, StateWatcher};
 
-use crate::{SetPartitioner, Snapshot};
+use zk_partitioner::{SetPartitioner, Snapshot};
 
 pub use checks::{Checks, Tally};
 pub use docker::ServerTls;
@@ -250,7 +254,7 @@ pub fn with_chroot(cluster: &(impl Cluster + ?Sized), namespace: &str) -> String
 }
 
 /// Opens a new session (its own `Client`) to `cluster`, which may end with a chroot, through
-/// [`crate::connect`].
+/// [`zk_partitioner::connect`].
 ///
 /// # Panics
 /// With the cause (unreachable, refused, missing chroot...) if no session is established within the connect timeout.
@@ -261,9 +265,9 @@ pub async fn connect(cluster: &str, session_timeout: Duration) -> Client {
 /// [`connect`] returning the error instead of panicking.
 ///
 /// # Errors
-/// As [`crate::connect`].
-pub async fn try_connect(cluster: &str, session_timeout: Duration) -> Result<Client, crate::Error> {
-    crate::connect(cluster, session_timeout).await
+/// As [`zk_partitioner::connect`].
+pub async fn try_connect(cluster: &str, session_timeout: Duration) -> Result<Client, zk_partitioner::Error> {
+    zk_partitioner::connect(cluster, session_timeout).await
 }
 
 /// Creates a fresh, unique persistent node `/t-<16 hex digits>` on `cluster` and returns its path, to be used as the

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Client, Error as ZkError};
 
-use crate::{Item, PartitionState, SetPartitioner, Snapshot};
+use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
 
 use super::checks::{Checks, Tally};
 use super::{timing, wait_for};
@@ -20,7 +20,7 @@ use super::{timing, wait_for};
 ///
 /// # Examples
 /// ```
-/// use zk_partitioner::testing::check_exclusive;
+/// use zk_partitioner_testing::check_exclusive;
 ///
 /// assert!(check_exclusive(&[]).is_ok());
 /// ```
@@ -95,7 +95,7 @@ impl Claim {
 ///
 /// # Examples
 /// ```
-/// use zk_partitioner::testing::check_claims;
+/// use zk_partitioner_testing::check_claims;
 ///
 /// assert!(check_claims(&[], None, &[]).is_ok());
 /// ```
@@ -294,7 +294,7 @@ impl Watched {
 ///
 /// A claim is an item a member lists as processable: for a partitioner, an item in its published
 /// [`Snapshot::items`] (only in ACQUIRED by default, also in RELEASE and ALLOCATING for the items a member keeps under
-/// [`Rebalance::Incremental`](crate::Rebalance::Incremental)); for a member seen another way, what
+/// [`Rebalance::Incremental`](zk_partitioner::Rebalance::Incremental)); for a member seen another way, what
 /// [`watch_claims`](Self::watch_claims) reads. Two samplers run side by side:
 ///
 /// - **held by two**, every few milliseconds, from the claims alone: every member's generation, then every member's
