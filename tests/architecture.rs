@@ -515,6 +515,26 @@ fn no_two_files_of_a_crate_have_the_same_name() {
     }
 }
 
+/// The decision core's state is a few parts, one per concern (ARCHITECTURE.md): at most 12 fields, none of them
+/// public.
+#[test]
+fn the_core_is_a_few_private_parts() {
+    let code = std::fs::read_to_string(repo().join("crates/proto/src/decision/mod.rs")).expect("read the core");
+    let body = code.split("\npub struct Core {\n").nth(1).expect("`pub struct Core {` in decision/mod.rs");
+    let body = &body[..body.find("\n}\n").expect("the struct's end")];
+    let fields: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with("//") && !line.is_empty())
+        .filter(|line| line.contains(':'))
+        .collect();
+    assert!(fields.len() >= 5, "read the core's fields: {fields:?}");
+    assert!(fields.len() <= 12, "the core has {} fields (at most 12): {fields:?}", fields.len());
+    let public: Vec<&&str> =
+        fields.iter().filter(|field| field.starts_with("pub ") || field.starts_with("pub(")).collect();
+    assert!(public.is_empty(), "public fields of the core: {public:?}");
+}
+
 /// The `[dependencies]` section of a manifest: the names it lists.
 fn dependencies(manifest: &str) -> Vec<String> {
     let manifest = std::fs::read_to_string(repo().join(manifest)).expect("read the manifest");

@@ -29,15 +29,18 @@ pub(super) struct Closed {
 impl Core {
     /// A version of a set with lineage was read, or new items were listed: one of our items may have closed.
     pub(super) fn items_may_have_closed(&mut self) {
-        if self.lineage {
-            self.closed.due = true;
+        if self.set.lineage {
+            self.set.closed.due = true;
         }
     }
 
     /// When the next read of our items' lineage is due, if one is.
     pub(super) fn closed_read_due(&self) -> Option<Instant> {
-        let due = self.lineage && self.closed.due && self.closed.read.is_none() && !self.shown.listed.is_empty();
-        due.then(|| self.closed.sent_at.map_or(self.now, |at| at + self.delays().closed_reread()))
+        let due = self.set.lineage
+            && self.set.closed.due
+            && self.set.closed.read.is_none()
+            && !self.published.shown.listed.is_empty();
+        due.then(|| self.set.closed.sent_at.map_or(self.now, |at| at + self.delays().closed_reread()))
     }
 
     /// Reads the lineage of the listed items, once due.
@@ -45,29 +48,35 @@ impl Core {
         if self.closed_read_due().is_none_or(|at| at > self.now) || !self.may_send() {
             return;
         }
-        self.closed.due = false;
+        self.set.closed.due = false;
         let items: Vec<usize> = if breaks(Sabotage::ClosedOutlivesOwnership) {
-            self.shown.listed.iter().filter(|item| !self.closed.items.contains_key(item)).copied().collect()
+            self.published
+                .shown
+                .listed
+                .iter()
+                .filter(|item| !self.set.closed.items.contains_key(item))
+                .copied()
+                .collect()
         } else {
-            self.shown.listed.iter().copied().collect()
+            self.published.shown.listed.iter().copied().collect()
         };
         if !items.is_empty() {
-            self.closed.sent_at = Some(self.now);
-            self.closed.read = Some(self.request(Op::ReadClosed(items.clone()), Pending::Closed(items)));
+            self.set.closed.sent_at = Some(self.now);
+            self.set.closed.read = Some(self.request(Op::ReadClosed(items.clone()), Pending::Closed(items)));
         }
     }
 
     pub(super) fn on_closed(&mut self, items: Vec<usize>, result: Result<Vec<bool>, ReqError>) {
-        self.closed.read = None;
+        self.set.closed.read = None;
         match result {
             Ok(closed) => {
                 let mut changed = false;
                 for (item, closed) in items.into_iter().zip(closed) {
                     let token = self.locks.get(item).map(|lock| lock.token);
                     match token.filter(|_| closed && self.locks.held().contains(&item)) {
-                        Some(token) => changed |= self.closed.items.insert(item, token) != Some(token),
+                        Some(token) => changed |= self.set.closed.items.insert(item, token) != Some(token),
                         // Not closed: if it was known closed, the name is another item's now.
-                        None if !closed => changed |= self.closed.items.remove(&item).is_some(),
+                        None if !closed => changed |= self.set.closed.items.remove(&item).is_some(),
                         None => {}
                     }
                 }
@@ -76,7 +85,7 @@ impl Core {
                 }
             }
             // Tried again a `time_boundary` after this one was sent.
-            Err(ReqError::Transient | ReqError::NoNode) => self.closed.due = true,
+            Err(ReqError::Transient | ReqError::NoNode) => self.set.closed.due = true,
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
     }
@@ -84,13 +93,13 @@ impl Core {
     /// The listed items known closed, as a publication shows them; forgets items no longer held under the lock they
     /// were found closed under, or no longer in the set (an item added again later is another item).
     pub(super) fn closed_among(&mut self, listed: &BTreeSet<usize>) -> BTreeSet<usize> {
-        let (locks, catalogue) = (&self.locks, &self.catalogue);
+        let (locks, catalogue) = (&self.locks, &self.set.catalogue);
         let same_ownership = |item: &usize, token: &i64| {
             breaks(Sabotage::ClosedOutlivesOwnership) || locks.get(*item).is_some_and(|lock| lock.token == *token)
         };
-        self.closed.items.retain(|item, token| {
+        self.set.closed.items.retain(|item, token| {
             locks.held().contains(item) && catalogue.contains(*item) && same_ownership(item, token)
         });
-        self.closed.items.keys().filter(|item| listed.contains(item)).copied().collect()
+        self.set.closed.items.keys().filter(|item| listed.contains(item)).copied().collect()
     }
 }

@@ -29,10 +29,13 @@ impl Core {
         }
         let clean_up = !matches!(cause, Cause::SessionEnded(_));
         self.show(PartitionState::Failure, BTreeSet::new(), BTreeSet::new(), false, Some(cause.clone()), Reason::Ended);
-        self.suspension = None;
-        self.owed = None;
-        for ack in std::mem::take(&mut self.release_acks).into_iter().chain(std::mem::take(&mut self.suspended_acks)) {
-            self.actions.push_back(Action::Ack(ack, Err(cause.clone())));
+        self.session.suspension = None;
+        self.published.owed = None;
+        for ack in std::mem::take(&mut self.published.release_acks)
+            .into_iter()
+            .chain(std::mem::take(&mut self.published.suspended_acks))
+        {
+            self.out.actions.push_back(Action::Ack(ack, Err(cause.clone())));
         }
         self.ending = Some(Ending { cause, acks, clean_up, leaving: false });
         if clean_up {
@@ -58,21 +61,21 @@ impl Core {
                 }
                 return;
             }
-            if self.requests.values().any(|pending| matches!(pending, Pending::Leave)) {
+            if self.out.requests.values().any(|pending| matches!(pending, Pending::Leave)) {
                 return;
             }
         }
         let watches: Vec<ReqId> =
-            self.requests.iter().filter(|(_, p)| matches!(p, Pending::Watch(_))).map(|(&id, _)| id).collect();
+            self.out.requests.iter().filter(|(_, p)| matches!(p, Pending::Watch(_))).map(|(&id, _)| id).collect();
         for id in watches {
-            self.actions.push_back(Action::Cancel(id));
+            self.out.actions.push_back(Action::Cancel(id));
         }
         if let Some(ending) = &mut self.ending {
             for ack in std::mem::take(&mut ending.acks) {
-                self.actions.push_back(Action::Ack(ack, Ok(())));
+                self.out.actions.push_back(Action::Ack(ack, Ok(())));
             }
         }
-        self.actions.push_back(Action::Stop);
-        self.stopped = true;
+        self.out.actions.push_back(Action::Stop);
+        self.out.stopped = true;
     }
 }

@@ -107,7 +107,6 @@ pub use debounce::JitterParties;
 use ending::Ending;
 use locks::{LockTable, Retry, Step};
 use publication::{Owed, Shown};
-use suspension::Suspension;
 use timers::{Timer, Timers};
 pub use window::Batch;
 use window::Window;
@@ -118,8 +117,7 @@ pub use protocol::{
 };
 
 use crate::announcement::Agreement;
-use crate::set_layout::Unfinished;
-use crate::{Item, Load, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
+use crate::{Item, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
 
 /// Everything the core decides from, fixed at build time.
 pub struct CoreConfig {
@@ -177,7 +175,7 @@ impl std::fmt::Debug for CoreConfig {
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Core").field("me", &self.me).field("now", &self.now).finish_non_exhaustive()
+        f.debug_struct("Core").field("me", &self.party.me).field("now", &self.now).finish_non_exhaustive()
     }
 }
 
@@ -212,81 +210,40 @@ enum Pending {
     WritePlacement,
 }
 
-/// The decision core. See the module docs for the table.
+/// The decision core. See the module docs for the table. Its state is one part per concern, each defined beside the
+/// code that decides it.
 pub struct Core {
     cfg: CoreConfig,
     now: Instant,
-    /// This member's name in the party.
-    me: Arc<str>,
-    connected: bool,
-
-    // The party.
-    party_read: Option<ReqId>,
-    /// The latest party read is newer than the last change notification.
-    party_fresh: bool,
-    latest_party: Vec<String>,
-    /// The quiet period (by its start) for which the partition function last worked ahead.
-    prepared: Option<Instant>,
-    /// Our own party node was in the latest read.
-    in_party: bool,
-    debounce: Debounce,
-    joining: Option<ReqId>,
-    /// The members the assignment in force was computed from.
-    members: Arc<[String]>,
-    /// Our share under the latest stable party; `None` while the party settles.
-    target: Option<BTreeSet<usize>>,
-    /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
-    /// once the quiet period ends.
-    target_outdated: bool,
-    /// Every listed item was in `target` when last checked, and neither has changed since: the check walks both
-    /// sets, and a member releasing or taking 50,000 locks runs it on each of their events. Cleared wherever either
-    /// changes (`show`, and every write of `target`).
-    listed_in_target: bool,
-    /// Our load under that share (weights against capacity).
-    load: Option<Arc<Load>>,
-    /// What the other members announce, and the disagreements it shows (owned by `party`).
-    announcements: party::Announcements,
-
-    // The items.
-    catalogue: Catalogue,
-    set_read: Option<ReqId>,
-    /// The latest read of the shared set is newer than the last change notification.
-    set_fresh: bool,
-    /// The shared set's abandoned update this member is undoing or finishing, or whose writer's lease it watches
-    /// (the party's first member does it), by change tag.
-    set_recovery: Option<(String, ReqId)>,
-    /// The update under way as of the latest read of the shared set: taken care of by whoever is the first member,
-    /// also one that becomes first later.
-    unfinished: Option<Unfinished>,
-    /// The shared set followed uses lineage: a member that announces nothing (kazoo) cannot take part.
-    lineage: bool,
-    /// Which of our items are closed.
-    closed: closed::Closed,
+    /// The party as this member follows it, and our share of it ([`party`]).
+    party: party::PartyView,
+    /// Our share under the latest stable party ([`rebalance`]).
+    share: rebalance::Share,
+    /// The items: the set in force and the shared set followed ([`shared_set`]).
+    set: shared_set::Following,
+    /// The connection, and a suspension until the session's fate is known ([`suspension`]).
+    session: suspension::SessionView,
     /// The placement record, for a function that keeps the placement.
     placement: placement::Placement,
-    /// The set the assignment in force was computed from (indexes), and its change.
-    assigned_set: Vec<usize>,
-    set_in_force: SetInForce,
-
-    // The locks.
+    /// The lock table.
     locks: LockTable,
-    requests: HashMap<ReqId, Pending>,
-
-    // The worker.
-    shown: Shown,
-    owed: Option<Owed>,
-    /// `release_set()` calls answered once nothing unwanted is left to release.
-    release_acks: Vec<AckId>,
-    /// `release_set()` calls made during a suspension, answered when it ends.
-    suspended_acks: Vec<AckId>,
-    suspension: Option<Suspension>,
+    /// What was published to the worker and what is owed to it ([`publication`]).
+    published: publication::Published,
     /// Every stored timer ([`timers`]).
     timers: Timers,
     ending: Option<Ending>,
-    stopped: bool,
+    /// The requests in flight and the actions not yet taken.
+    out: Outbox,
+}
 
+/// The requests in flight, and the actions the driver has not taken yet.
+#[derive(Debug, Default)]
+struct Outbox {
+    requests: HashMap<ReqId, Pending>,
     actions: VecDeque<Action>,
     next_id: u64,
+    /// Nothing more will be asked.
+    stopped: bool,
 }
 
 impl Core {
@@ -304,54 +261,53 @@ impl Core {
         let mut core = Core {
             cfg,
             now,
-            me,
-            connected: true,
-            party_read: None,
-            party_fresh: false,
-            latest_party: Vec::new(),
-            prepared: None,
-            in_party: true,
-            debounce,
-            joining: None,
-            members: Arc::from([]),
-            target: None,
-            target_outdated: false,
-            listed_in_target: false,
-            load: None,
-            announcements: party::Announcements::new(now),
-            set_recovery: None,
-            unfinished: None,
-            lineage: false,
-            closed: closed::Closed::default(),
-            placement: placement::Placement::new(keeps_placement),
-            assigned_set: catalogue.set().to_vec(),
-            catalogue,
-            set_read: None,
-            set_fresh: !shared,
-            set_in_force: SetInForce::default(),
-            locks: LockTable::new(nonce, count, dirs_exist, window, now),
-            requests: HashMap::new(),
-            shown: Shown {
-                state: PartitionState::Allocating,
-                listed: BTreeSet::new(),
-                tokens: Vec::new(),
-                revoked: BTreeSet::new(),
-                suspended: false,
+            party: party::PartyView {
+                me,
+                read: None,
+                fresh: false,
+                latest: Vec::new(),
+                prepared: None,
+                in_party: true,
+                debounce,
+                joining: None,
                 members: Arc::from([]),
-                set: SetInForce::default(),
-                disagreements: Arc::from([]),
-                load: None,
-                closed: BTreeSet::new(),
+                announcements: party::Announcements::new(now),
             },
-            owed: None,
-            release_acks: Vec::new(),
-            suspended_acks: Vec::new(),
-            suspension: None,
+            share: rebalance::Share { target: None, outdated: false, listed_in_target: false, load: None },
+            set: shared_set::Following {
+                recovery: None,
+                unfinished: None,
+                lineage: false,
+                closed: closed::Closed::default(),
+                assigned: catalogue.set().to_vec(),
+                catalogue,
+                read: None,
+                fresh: !shared,
+                in_force: SetInForce::default(),
+            },
+            session: suspension::SessionView { connected: true, suspension: None },
+            placement: placement::Placement::new(keeps_placement),
+            locks: LockTable::new(nonce, count, dirs_exist, window, now),
+            published: publication::Published {
+                shown: Shown {
+                    state: PartitionState::Allocating,
+                    listed: BTreeSet::new(),
+                    tokens: Vec::new(),
+                    revoked: BTreeSet::new(),
+                    suspended: false,
+                    members: Arc::from([]),
+                    set: SetInForce::default(),
+                    disagreements: Arc::from([]),
+                    load: None,
+                    closed: BTreeSet::new(),
+                },
+                owed: None,
+                release_acks: Vec::new(),
+                suspended_acks: Vec::new(),
+            },
             timers: Timers::default(),
             ending: None,
-            stopped: false,
-            actions: VecDeque::new(),
-            next_id: 0,
+            out: Outbox::default(),
         };
         core.start_allocation_clock();
         core.decide();
@@ -361,37 +317,37 @@ impl Core {
     /// The next action to perform, if any. Perform them in order: a publication queued before a delete must be
     /// visible before the delete is sent.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        self.out.actions.pop_front()
     }
 
     /// The item with this index (every index in an [`Op`] or a [`Publication`] has one).
     pub fn item(&self, index: usize) -> &Item {
-        self.catalogue.item(index)
+        self.set.catalogue.item(index)
     }
 
     /// How many items have an index (indexes run from 0 to this, excluded).
     pub fn item_count(&self) -> usize {
-        self.catalogue.len()
+        self.set.catalogue.len()
     }
 
     /// How many items the set in force has (the set the member divides; for the metrics).
     pub fn set_len(&self) -> usize {
-        self.catalogue.set().len()
+        self.set.catalogue.set().len()
     }
 
     /// Whether the set comes from ZooKeeper (only a shared set has a version).
     fn shared(&self) -> bool {
-        self.catalogue.version().is_some()
+        self.set.catalogue.version().is_some()
     }
 
     /// `indexes` as items.
     pub fn items_of(&self, indexes: &[usize]) -> Arc<[Item]> {
-        self.catalogue.items_of(indexes)
+        self.set.catalogue.items_of(indexes)
     }
 
     /// Whether the core has stopped (after its final [`Action::Stop`]).
     pub fn is_stopped(&self) -> bool {
-        self.stopped
+        self.out.stopped
     }
 
     /// Time passed: fire whatever is due.
@@ -418,7 +374,7 @@ impl Core {
     /// Something happened at `now`.
     pub fn handle(&mut self, event: Event, now: Instant) {
         self.tick(now);
-        if self.stopped {
+        if self.out.stopped {
             return;
         }
         match event {
@@ -430,14 +386,14 @@ impl Core {
                 } else {
                     self.fail(Cause::SessionEnded(end));
                 }
-                self.connected = false;
+                self.session.connected = false;
             }
             Event::PartyChanged => {
-                self.party_fresh = false;
+                self.party.fresh = false;
                 self.on_inputs_changed(Reason::PartyChanged);
             }
             // Only a read that shows a different set starts a new episode.
-            Event::SetChanged => self.set_fresh = false,
+            Event::SetChanged => self.set.fresh = false,
             Event::PlacementChanged => self.placement.fresh = false,
             Event::Reply(id, reply) => self.on_reply(id, reply),
             Event::ReleaseSet(ack) => self.on_release_set(ack),
@@ -461,28 +417,28 @@ impl Core {
     }
 
     fn request(&mut self, op: Op, pending: Pending) -> ReqId {
-        self.next_id += 1;
-        let id = self.next_id;
+        self.out.next_id += 1;
+        let id = self.out.next_id;
         if let Pending::Locks(items) = &pending {
             self.locks.sent(id, items.len(), self.now);
         }
-        self.requests.insert(id, pending);
-        self.actions.push_back(Action::Request(id, op));
+        self.out.requests.insert(id, pending);
+        self.out.actions.push_back(Action::Request(id, op));
         id
     }
 
     /// Looks at everything known and queues what follows. Called after every event.
     fn decide(&mut self) {
         self.fire_stored_timers();
-        if !self.stopped && self.ending.is_none() {
+        if !self.out.stopped && self.ending.is_none() {
             self.decide_running();
             self.watch_held();
-            if self.suspension.is_none() {
+            if self.session.suspension.is_none() {
                 self.read_closed_if_due();
             }
         }
         // Also when the decision just now was to end.
-        if !self.stopped && self.ending.is_some() {
+        if !self.out.stopped && self.ending.is_some() {
             self.drive_ending();
         }
     }
@@ -491,21 +447,21 @@ impl Core {
     /// period; once it has lasted `time_boundary`, compute the target; then the rows of the rebalance mode.
     fn decide_running(&mut self) {
         self.read_stale_inputs();
-        if self.suspension.is_some() {
+        if self.session.suspension.is_some() {
             self.verify_held_once_connected();
             // Lock requests carry on (they wait for the reconnection); nothing else is decided meanwhile.
             return self.settle_locks();
         }
         self.prepare_if_due();
         if self.target_due()
-            && self.party_fresh
-            && self.set_fresh
-            && self.connected
-            && self.debounce.ready(self.now)
+            && self.party.fresh
+            && self.set.fresh
+            && self.session.connected
+            && self.party.debounce.ready(self.now)
             && self.capacities_known()
             && self.placement.ready()
         {
-            if !self.in_party {
+            if !self.party.in_party {
                 self.rejoin();
                 return self.settle_locks();
             }
@@ -523,38 +479,38 @@ impl Core {
     /// timer: checked only on timeouts, the announcements' re-read was lost for good that way, and a member kept
     /// reporting another as on an older version of the set.)
     fn fire_stored_timers(&mut self) {
-        if self.stopped {
+        if self.out.stopped {
             return;
         }
         self.read_announcements_if_due();
         if self.timers.is_due(Timer::Recovery, self.now) {
             self.timers.clear(Timer::Recovery);
-            self.set_fresh = false;
+            self.set.fresh = false;
         }
     }
 
     /// Whether a target is to be computed once the quiet period ends: none is in force, or the set changed since.
     fn target_due(&self) -> bool {
-        self.target.is_none() || self.target_outdated
+        self.share.target.is_none() || self.share.outdated
     }
 
     /// Whether requests that a lost connection would only make fail again may be sent.
     fn may_send(&self) -> bool {
-        self.connected && !self.timers.is_armed(Timer::Backoff)
+        self.session.connected && !self.timers.is_armed(Timer::Backoff)
     }
 
     /// Reads the party and the shared set again after a change notification.
     fn read_stale_inputs(&mut self) {
         let may_send = self.may_send();
-        if may_send && self.party_read.is_none() && !self.party_fresh && self.joining.is_none() {
-            self.party_read = Some(self.request(Op::ReadParty, Pending::Party));
+        if may_send && self.party.read.is_none() && !self.party.fresh && self.party.joining.is_none() {
+            self.party.read = Some(self.request(Op::ReadParty, Pending::Party));
         }
-        if self.shared() && may_send && self.set_read.is_none() && !self.set_fresh {
-            self.set_read = Some(self.request(Op::ReadSet, Pending::ReadSet));
+        if self.shared() && may_send && self.set.read.is_none() && !self.set.fresh {
+            self.set.read = Some(self.request(Op::ReadSet, Pending::ReadSet));
         }
         self.read_placement_if_stale();
         // A weighted function waits for every member's capacity: a failed read of the announcements is sent again.
-        if may_send && self.party_fresh && !self.capacities_known() {
+        if may_send && self.party.fresh && !self.capacities_known() {
             self.read_announcements(false);
         }
     }

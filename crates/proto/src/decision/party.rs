@@ -15,6 +15,27 @@ use crate::placement::record::Record;
 use crate::sabotage::{Sabotage, breaks};
 use crate::{Disagreement, Load, Weighted};
 
+/// The party as this member follows it: the latest read, the quiet period, our own node, and what the others
+/// announce.
+pub(super) struct PartyView {
+    /// This member's name in the party.
+    pub(super) me: Arc<str>,
+    pub(super) read: Option<ReqId>,
+    /// The latest party read is newer than the last change notification.
+    pub(super) fresh: bool,
+    pub(super) latest: Vec<String>,
+    /// The quiet period (by its start) for which the partition function last worked ahead.
+    pub(super) prepared: Option<Instant>,
+    /// Our own party node was in the latest read.
+    pub(super) in_party: bool,
+    pub(super) debounce: super::debounce::Debounce,
+    pub(super) joining: Option<ReqId>,
+    /// The members the assignment in force was computed from.
+    pub(super) members: Arc<[String]>,
+    /// What the other members announce, and the disagreements it shows.
+    pub(super) announcements: Announcements,
+}
+
 /// A member's announcement as read: what it says, the zxid of the write that said it, and when we read it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Announcement {
@@ -75,29 +96,29 @@ type Placed = Arc<Record>;
 impl Core {
     /// Someone (an operator, or a bug elsewhere) removed our party node: join again, which changes the party.
     pub(super) fn rejoin(&mut self) {
-        if self.joining.is_none() && self.may_send() {
+        if self.party.joining.is_none() && self.may_send() {
             let data = self.cfg.agreement.node_data(&self.cfg.identifier);
-            self.joining = Some(self.request(Op::Join(data), Pending::Join));
+            self.party.joining = Some(self.request(Op::Join(data), Pending::Join));
         }
     }
 
     /// Lets the partition function work ahead, once per quiet period, a quarter of `time_boundary` into it.
     pub(super) fn prepare_if_due(&mut self) {
-        if self.prepare_due().is_some_and(|at| self.now >= at) && !self.debounce.ready(self.now) {
-            self.prepared = Some(self.debounce.last_change());
+        if self.prepare_due().is_some_and(|at| self.now >= at) && !self.party.debounce.ready(self.now) {
+            self.party.prepared = Some(self.party.debounce.last_change());
             self.prepare();
         }
     }
 
     /// The quiet period has lasted `time_boundary`: our share under the party as it stands becomes the target.
     pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
-        let (target, load, placement) = self.assignment(&self.latest_party)?;
+        let (target, load, placement) = self.assignment(&self.party.latest)?;
         self.note_placement(placement);
-        self.load = Some(Arc::new(load));
-        self.members = self.latest_party.clone().into();
-        self.target = Some(target);
+        self.share.load = Some(Arc::new(load));
+        self.party.members = self.party.latest.clone().into();
+        self.share.target = Some(target);
         self.target_changed();
-        self.target_outdated = false;
+        self.share.outdated = false;
         self.locks.set_want_is_target(false);
         self.note_set_in_force();
         self.announce();
@@ -117,17 +138,17 @@ impl Core {
         // decide on different versions, whose answers differ for items near a load bound).
         let set_change = reason == Reason::ItemSetChanged;
         if !set_change {
-            self.debounce.changed(self.now, self.latest_party.len());
-        } else if self.target.is_some() && !self.target_outdated {
+            self.party.debounce.changed(self.now, self.party.latest.len());
+        } else if self.share.target.is_some() && !self.share.outdated {
             self.debounce_set_change();
         }
         self.locks.set_want_is_target(false);
-        if set_change && self.keeps_target_through_set_changes() && self.target.is_some() {
+        if set_change && self.keeps_target_through_set_changes() && self.share.target.is_some() {
             return self.outdate_target();
         }
-        self.target_outdated = false;
+        self.share.outdated = false;
         self.target_changed();
-        if self.target.take().is_none() {
+        if self.share.target.take().is_none() {
             return;
         }
         self.on_new_episode(reason);
@@ -138,12 +159,12 @@ impl Core {
     /// versions closer together than a lock's round trip would otherwise keep a member from ever completing them),
     /// and listed items that left the set are revoked at once.
     fn outdate_target(&mut self) {
-        if let Some(target) = &mut self.target {
-            target.retain(|&item| self.catalogue.contains(item));
+        if let Some(target) = &mut self.share.target {
+            target.retain(|&item| self.set.catalogue.contains(item));
             self.target_changed();
         }
-        if !self.target_outdated {
-            self.target_outdated = true;
+        if !self.share.outdated {
+            self.share.outdated = true;
             self.on_new_episode(Reason::ItemSetChanged);
         }
     }
@@ -152,31 +173,31 @@ impl Core {
         match result {
             Ok(PartyRead { children }) => {
                 // Our node's name, not our member name: under static membership another process may carry it.
-                self.in_party = children.contains(&self.cfg.party_node);
+                self.party.in_party = children.contains(&self.cfg.party_node);
                 let members = layout::members(&children).0;
-                if members != self.latest_party {
-                    self.debounce.changed(self.now, members.len());
+                if members != self.party.latest {
+                    self.party.debounce.changed(self.now, members.len());
                 }
-                self.latest_party = members;
-                self.party_fresh = true;
+                self.party.latest = members;
+                self.party.fresh = true;
                 self.delete_stray_nodes(&children);
-                self.announcements.nodes = children;
-                self.announcements.by_node.retain(|node, _| self.announcements.nodes.contains(node));
+                self.party.announcements.nodes = children;
+                self.party.announcements.by_node.retain(|node, _| self.party.announcements.nodes.contains(node));
                 self.note_agreements();
                 self.read_announcements(false);
                 // We may be the first member now: the set's unfinished update is ours to see to.
-                if let Some(unfinished) = self.unfinished.clone() {
+                if let Some(unfinished) = self.set.unfinished.clone() {
                     self.watch_unfinished(&unfinished);
                 }
             }
             Err(ReqError::Transient) => self.back_off(),
             Err(ReqError::NoNode) => {
                 // `<path>/party` itself was deleted, and our node with it: an empty party, so we join again.
-                self.latest_party.clear();
-                self.announcements.nodes.clear();
-                self.in_party = false;
-                self.party_fresh = true;
-                self.debounce.changed(self.now, self.latest_party.len());
+                self.party.latest.clear();
+                self.party.announcements.nodes.clear();
+                self.party.in_party = false;
+                self.party.fresh = true;
+                self.party.debounce.changed(self.now, self.party.latest.len());
             }
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
@@ -192,33 +213,34 @@ impl Core {
         let strays: Vec<String> =
             children.iter().filter(|child| *child != own && child.starts_with(prefix)).cloned().collect();
         let strays = if breaks(Sabotage::OwnStraysKept) { Vec::new() } else { strays };
-        if !strays.is_empty() && !self.requests.values().any(|p| matches!(p, Pending::Strays)) {
+        if !strays.is_empty() && !self.out.requests.values().any(|p| matches!(p, Pending::Strays)) {
             self.request(Op::DeleteStrayNodes(strays), Pending::Strays);
         }
     }
 
     /// Reads the announcements of the other members' nodes: those not read yet, or (`all`) every one.
     pub(super) fn read_announcements(&mut self, all: bool) {
-        if self.announcements.read.is_some() || self.ending.is_some() {
+        if self.party.announcements.read.is_some() || self.ending.is_some() {
             return;
         }
         let nodes: Vec<String> = self
+            .party
             .announcements
             .nodes
             .iter()
             .filter(|node| **node != self.cfg.party_node && layout::member_name(node).is_some())
-            .filter(|node| all || !self.announcements.by_node.contains_key(*node))
+            .filter(|node| all || !self.party.announcements.by_node.contains_key(*node))
             .cloned()
             .collect();
         if !nodes.is_empty() {
             let op = Op::ReadAnnouncements(nodes.clone());
-            self.announcements.read = Some(self.request(op, Pending::Announcements(nodes)));
+            self.party.announcements.read = Some(self.request(op, Pending::Announcements(nodes)));
         }
     }
 
     /// Reads every other member's announcement again once due (and none is being read: then after that read).
     pub(super) fn read_announcements_if_due(&mut self) {
-        if self.timers.is_due(Timer::Announcements, self.now) && self.announcements.read.is_none() {
+        if self.timers.is_due(Timer::Announcements, self.now) && self.party.announcements.read.is_none() {
             self.timers.clear(Timer::Announcements);
             self.read_announcements(true);
         }
@@ -229,22 +251,22 @@ impl Core {
         nodes: Vec<String>,
         result: Result<Vec<Option<super::protocol::NodeData>>, ReqError>,
     ) {
-        self.announcements.read = None;
+        self.party.announcements.read = None;
         self.read_announcements_if_due();
         match result {
             Ok(data) => {
                 for (node, data) in nodes.into_iter().zip(data) {
                     match data {
-                        Some((data, written)) if self.announcements.nodes.contains(&node) => {
+                        Some((data, written)) if self.party.announcements.nodes.contains(&node) => {
                             let read = Announcement {
                                 agreement: Agreement::from_node_data(&data),
                                 written,
                                 read_at: self.now,
                             };
-                            self.announcements.by_node.insert(node, read);
+                            self.party.announcements.by_node.insert(node, read);
                         }
                         _ => {
-                            self.announcements.by_node.remove(&node);
+                            self.party.announcements.by_node.remove(&node);
                         }
                     }
                 }
@@ -253,7 +275,7 @@ impl Core {
             // Read again at the next party change, or when due; while a member is reported catching up, due again
             // a `time_boundary` from now, so that a lost read does not leave the report standing after it caught up.
             Err(ReqError::Transient | ReqError::NoNode) => {
-                if !self.announcements.catching_up.is_empty() && !self.timers.is_armed(Timer::Announcements) {
+                if !self.party.announcements.catching_up.is_empty() && !self.timers.is_armed(Timer::Announcements) {
                     self.timers.set(Timer::Announcements, Some(self.now + self.delays().announcements_reread()));
                 }
             }
@@ -279,9 +301,9 @@ impl Core {
         let (now, catch_up) = (self.now, self.catch_up());
         let mut catching_up = BTreeMap::new();
         let mut found = Vec::new();
-        for (node, Announcement { agreement: theirs, written, read_at }) in &self.announcements.by_node {
+        for (node, Announcement { agreement: theirs, written, read_at }) in &self.party.announcements.by_node {
             let Some(member) = layout::member_name(node) else { continue };
-            if *member == *self.me {
+            if *member == *self.party.me {
                 continue;
             }
             // A member that announces nothing computes kazoo's function (a kazoo member) or says nothing about its
@@ -291,7 +313,7 @@ impl Core {
                     Some(kind) => (kind, theirs.to_string()),
                     None => continue,
                 },
-                None if self.lineage => {
+                None if self.set.lineage => {
                     (crate::DisagreementKind::Lineage, "nothing (a kazoo member? it knows no lineage)".to_owned())
                 }
                 None if self.cfg.kazoo_compatible => continue,
@@ -300,31 +322,37 @@ impl Core {
             if kind.catching_up() && !breaks(Sabotage::CatchingUpReported) {
                 // Since we first saw this very write of theirs differ from ours (a node written again, even back to
                 // an earlier line, is another difference).
-                let since = match self.announcements.catching_up.get(node) {
+                let since = match self.party.announcements.catching_up.get(node) {
                     Some((seen, since)) if seen == written => *since,
                     _ => now,
                 };
                 catching_up.insert(node.clone(), (*written, since));
                 // Read before our own announcement changed: they may have moved as we did (read again first).
-                if *read_at < since + catch_up || *read_at < self.announcements.announced_at {
+                if *read_at < since + catch_up || *read_at < self.party.announcements.announced_at {
                     continue;
                 }
             }
             let disagreement = Disagreement { member: member.to_owned(), kind, ours: ours.to_string(), theirs };
             found.push(disagreement);
         }
-        self.announcements.catching_up = catching_up;
+        self.party.announcements.catching_up = catching_up;
         // The next read: once the earliest difference has lasted `catch_up` (read then, it is reported if it still
         // shows), or a `time_boundary` from now while one is reported (so that the report ends once it catches up).
         let reported = found.iter().any(|d| d.kind.catching_up());
         let due = self
+            .party
             .announcements
             .catching_up
             .values()
             .map(|(_, since)| (*since + catch_up).max(now))
             .filter(|&at| {
                 at > now
-                    || self.announcements.by_node.values().any(|read| read.read_at < self.announcements.announced_at)
+                    || self
+                        .party
+                        .announcements
+                        .by_node
+                        .values()
+                        .any(|read| read.read_at < self.party.announcements.announced_at)
             })
             .min()
             .or(reported.then(|| now + self.delays().announcements_reread()));
@@ -334,8 +362,8 @@ impl Core {
             self.timers.set(Timer::Announcements, Some(at));
         }
         let found: Arc<[Disagreement]> = found.into();
-        if found != self.announcements.disagreements {
-            self.announcements.disagreements = found;
+        if found != self.party.announcements.disagreements {
+            self.party.announcements.disagreements = found;
             self.republish(Reason::Disagreement);
         }
     }
@@ -343,17 +371,19 @@ impl Core {
     /// When the partition function may work ahead for this quiet period ([`PartitionFn::prepare`]): a quarter of
     /// `time_boundary` into it, while the assignment is still to be decided, once per period.
     pub(super) fn prepare_due(&self) -> Option<Instant> {
-        let settling = self.target_due() && self.party_fresh && self.set_fresh && self.connected && self.in_party;
-        (settling && self.prepared != Some(self.debounce.last_change())).then(|| self.debounce.prepare_at())
+        let settling =
+            self.target_due() && self.party.fresh && self.set.fresh && self.session.connected && self.party.in_party;
+        (settling && self.party.prepared != Some(self.party.debounce.last_change()))
+            .then(|| self.party.debounce.prepare_at())
     }
 
     /// Lets the partition function work ahead on the party as it stands. Its result is not used: a panic is left for
     /// the deciding call, which reports it as a `Failure` if it panics too.
     pub(super) fn prepare(&self) {
-        let (items, weights) = (self.catalogue.sorted(), self.catalogue.weights());
+        let (items, weights) = (self.set.catalogue.sorted(), self.set.catalogue.weights());
         // Capacities not all read yet: the deciding call waits for them; the work ahead assumes 1.
-        let capacities = self.capacities().unwrap_or_else(|| vec![1; self.latest_party.len()]);
-        let input = Weighted::new(&self.me, &self.latest_party, &capacities, items, weights);
+        let capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]);
+        let input = Weighted::new(&self.party.me, &self.party.latest, &capacities, items, weights);
         let _ = guarded(|| self.cfg.partition_fn.prepare_weighted(&input));
     }
 
@@ -366,18 +396,19 @@ impl Core {
     /// 1), else once every member's announcement was read (a member that announces none counts as 1).
     pub(super) fn capacities(&self) -> Option<Vec<u32>> {
         if self.cfg.partition_fn.load_bound().is_none() {
-            return Some(vec![1; self.latest_party.len()]);
+            return Some(vec![1; self.party.latest.len()]);
         }
         let nodes: HashMap<&str, &String> =
-            self.announcements.nodes.iter().filter_map(|node| Some((layout::member_name(node)?, node))).collect();
-        self.latest_party
+            self.party.announcements.nodes.iter().filter_map(|node| Some((layout::member_name(node)?, node))).collect();
+        self.party
+            .latest
             .iter()
             .map(|member| {
-                if **member == *self.me {
+                if **member == *self.party.me {
                     return Some(self.cfg.agreement.capacity);
                 }
                 let node = nodes.get(member.as_str())?;
-                Some(self.announcements.by_node.get(*node)?.agreement.map_or(1, |theirs| theirs.capacity))
+                Some(self.party.announcements.by_node.get(*node)?.agreement.map_or(1, |theirs| theirs.capacity))
             })
             .collect()
     }
@@ -385,9 +416,9 @@ impl Core {
     /// Our share under the partition function, as indexes into the sorted item list, our load under it, and (for a
     /// function that keeps the placement) the whole assignment.
     pub(super) fn assignment(&self, members: &[String]) -> Result<(BTreeSet<usize>, Load, Option<Placed>), Cause> {
-        let (items, weights) = (self.catalogue.sorted(), self.catalogue.weights());
+        let (items, weights) = (self.set.catalogue.sorted(), self.set.catalogue.weights());
         let capacities = self.capacities().unwrap_or_else(|| vec![1; members.len()]);
-        let input = Weighted::new(&self.me, members, &capacities, items, weights);
+        let input = Weighted::new(&self.party.me, members, &capacities, items, weights);
         let (mine, placed) = if self.placement.on {
             self.placed_share(&input)?
         } else {
@@ -396,12 +427,12 @@ impl Core {
             (guarded(call).map_err(Cause::PartitionFn)?, None)
         };
         let positions: Vec<usize> = mine.iter().filter_map(|item| items.binary_search(item).ok()).collect();
-        let ours = members.iter().position(|m| **m == *self.me).map_or(1, |at| capacities[at]);
+        let ours = members.iter().position(|m| **m == *self.party.me).map_or(1, |at| capacities[at]);
         let total: u64 = capacities.iter().map(|&c| u64::from(c)).sum();
         let load = Load::of(positions, weights, ours, total, self.cfg.partition_fn.load_bound());
         let mut assigned = BTreeSet::new();
         for item in mine {
-            let index = self.catalogue.index_in_set(&item).ok_or_else(|| {
+            let index = self.set.catalogue.index_in_set(&item).ok_or_else(|| {
                 Cause::PartitionFn(format!(
                     "returned {}, which is not in the set",
                     crate::error::shown(&item.to_string())

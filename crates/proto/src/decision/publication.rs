@@ -8,6 +8,16 @@ use super::{AckId, Action, Cause, Core, Publication, Reason, SetInForce};
 use crate::sabotage::{Sabotage, breaks};
 use crate::{Disagreement, FencingToken, PartitionState};
 
+/// What was published to the worker, what is owed to it, and the `release_set()` calls waiting for an answer.
+pub(super) struct Published {
+    pub(super) shown: Shown,
+    pub(super) owed: Option<Owed>,
+    /// `release_set()` calls answered once nothing unwanted is left to release.
+    pub(super) release_acks: Vec<AckId>,
+    /// `release_set()` calls made during a suspension, answered when it ends.
+    pub(super) suspended_acks: Vec<AckId>,
+}
+
 /// What the worker has been asked to do with `release_set()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Owed {
@@ -38,7 +48,7 @@ pub(super) struct Shown {
 impl Core {
     /// Publishes `Release` revoking everything; `release_set()` will give up every lock.
     pub(super) fn ask_release_all(&mut self, reason: Reason) {
-        self.owed = Some(Owed::All);
+        self.published.owed = Some(Owed::All);
         // Waiting for the worker is not allocating: the clock starts again at release_set().
         self.stop_allocation_clock();
         let revoked = self.locks.held().clone();
@@ -47,18 +57,18 @@ impl Core {
 
     pub(super) fn on_release_set(&mut self, ack: AckId) {
         if let Some(ending) = &self.ending {
-            self.actions.push_back(Action::Ack(ack, Err(ending.cause.clone())));
+            self.out.actions.push_back(Action::Ack(ack, Err(ending.cause.clone())));
             return;
         }
-        if self.suspension.is_some() {
+        if self.session.suspension.is_some() {
             // Answered when the session's fate is known.
-            self.suspended_acks.push(ack);
+            self.published.suspended_acks.push(ack);
             return;
         }
-        match self.owed.take() {
+        match self.published.owed.take() {
             Some(Owed::Revoked(revoked)) => {
                 // Incremental: the worker stopped exactly these. Keep the rest listed.
-                let listed = self.shown.listed.clone();
+                let listed = self.published.shown.listed.clone();
                 self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::RevokedReleased);
                 let want = self.locks.want().iter().filter(|item| !revoked.contains(item)).copied().collect();
                 self.set_want(want);
@@ -76,19 +86,19 @@ impl Core {
                     Reason::ReleaseSet,
                 );
                 self.set_want(BTreeSet::new());
-                self.target = None;
+                self.share.target = None;
                 self.target_changed();
-                self.target_outdated = false;
+                self.share.outdated = false;
                 self.locks.set_want_is_target(false);
-                self.debounce.changed(self.now, self.latest_party.len());
+                self.party.debounce.changed(self.now, self.party.latest.len());
                 self.start_allocation_clock();
             }
         }
         if breaks(Sabotage::AckBeforeRelease) {
-            self.actions.push_back(Action::Ack(ack, Ok(())));
+            self.out.actions.push_back(Action::Ack(ack, Ok(())));
             return;
         }
-        self.release_acks.push(ack);
+        self.published.release_acks.push(ack);
     }
 
     /// Publishes the current state again (something besides the state changed).
@@ -96,7 +106,7 @@ impl Core {
         if self.ending.is_some() {
             return;
         }
-        let shown = self.shown.clone();
+        let shown = self.published.shown.clone();
         self.show(shown.state, shown.listed, shown.revoked, shown.suspended, None, reason);
     }
 
@@ -117,7 +127,7 @@ impl Core {
         if state == PartitionState::Acquired {
             self.locks.acquired();
         }
-        if listed.difference(&self.shown.listed).next().is_some() {
+        if listed.difference(&self.published.shown.listed).next().is_some() {
             self.items_may_have_closed();
         }
         let closed = self.closed_among(&listed);
@@ -129,26 +139,26 @@ impl Core {
             tokens,
             revoked,
             suspended,
-            members: self.members.clone(),
-            set: self.set_in_force.clone(),
-            disagreements: self.announcements.disagreements().clone(),
-            load: self.load.clone(),
+            members: self.party.members.clone(),
+            set: self.set.in_force.clone(),
+            disagreements: self.party.announcements.disagreements().clone(),
+            load: self.share.load.clone(),
         };
-        if shown == self.shown && cause.is_none() {
+        if shown == self.published.shown && cause.is_none() {
             return;
         }
         let transition = cause.is_some()
             || breaks(Sabotage::RepublishUnchanged)
             || (shown.state, &shown.listed, &shown.tokens, &shown.revoked, shown.suspended)
                 != (
-                    self.shown.state,
-                    &self.shown.listed,
-                    &self.shown.tokens,
-                    &self.shown.revoked,
-                    self.shown.suspended,
+                    self.published.shown.state,
+                    &self.published.shown.listed,
+                    &self.published.shown.tokens,
+                    &self.published.shown.revoked,
+                    self.published.shown.suspended,
                 );
         // In item order, not index order: a handle finds an item in the snapshot by binary search.
-        let listed = self.catalogue.in_item_order(shown.listed.iter().copied());
+        let listed = self.set.catalogue.in_item_order(shown.listed.iter().copied());
         let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
         let items = listed
             .iter()
@@ -158,23 +168,23 @@ impl Core {
             .iter()
             .map(|item| self.locks.get(*item).and_then(|lock| lock.node.clone()).unwrap_or_default())
             .collect();
-        self.actions.push_back(Action::Publish(Box::new(Publication {
+        self.out.actions.push_back(Action::Publish(Box::new(Publication {
             transition,
             state,
-            member: self.me.clone(),
+            member: self.party.me.clone(),
             items,
             nodes,
-            revoked: self.catalogue.in_item_order(shown.revoked.iter().copied()),
-            members: self.members.clone(),
+            revoked: self.set.catalogue.in_item_order(shown.revoked.iter().copied()),
+            members: self.party.members.clone(),
             cause,
             suspended,
-            set: self.set_in_force.clone(),
-            disagreements: self.announcements.disagreements().clone(),
-            load: self.load.clone(),
-            closed: self.catalogue.in_item_order(shown.closed.iter().copied()),
+            set: self.set.in_force.clone(),
+            disagreements: self.party.announcements.disagreements().clone(),
+            load: self.share.load.clone(),
+            closed: self.set.catalogue.in_item_order(shown.closed.iter().copied()),
             reason,
         })));
-        self.shown = shown;
-        self.listed_in_target = false;
+        self.published.shown = shown;
+        self.share.listed_in_target = false;
     }
 }

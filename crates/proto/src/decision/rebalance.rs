@@ -7,6 +7,21 @@ use super::{Core, Owed, Reason};
 use crate::sabotage::{Sabotage, breaks};
 use crate::{PartitionState, Rebalance};
 
+/// Our share under the latest stable party, and what it weighs.
+pub(super) struct Share {
+    /// `None` while the party settles.
+    pub(super) target: Option<BTreeSet<usize>>,
+    /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
+    /// once the quiet period ends.
+    pub(super) outdated: bool,
+    /// Every listed item was in `target` when last checked, and neither has changed since: the check walks both
+    /// sets, and a member releasing or taking 50,000 locks runs it on each of their events. Cleared wherever either
+    /// changes (`show`, and every write of `target`).
+    pub(super) listed_in_target: bool,
+    /// Our load under that share (weights against capacity).
+    pub(super) load: Option<std::sync::Arc<crate::Load>>,
+}
+
 impl Core {
     /// With the target known (or settling), the rows of the table by mode.
     pub(super) fn decide_rebalance(&mut self) {
@@ -21,8 +36,8 @@ impl Core {
     /// batches the stream of versions.
     pub(super) fn debounce_set_change(&mut self) {
         match self.cfg.rebalance {
-            Rebalance::Eager => self.debounce.changed(self.now, self.latest_party.len()),
-            Rebalance::Incremental => self.debounce.set_changed(self.now),
+            Rebalance::Eager => self.party.debounce.changed(self.now, self.party.latest.len()),
+            Rebalance::Incremental => self.party.debounce.set_changed(self.now),
         }
     }
 
@@ -37,9 +52,9 @@ impl Core {
 
     /// The party or the set changed, and the assignment in force was the party's: a new episode.
     pub(super) fn on_new_episode(&mut self, reason: Reason) {
-        match (self.cfg.rebalance, self.shown.state) {
+        match (self.cfg.rebalance, self.published.shown.state) {
             // During a suspension, the resumption deals with it.
-            (Rebalance::Eager, PartitionState::Acquired) if self.suspension.is_none() => {
+            (Rebalance::Eager, PartitionState::Acquired) if self.session.suspension.is_none() => {
                 self.ask_release_all(reason);
             }
             (Rebalance::Incremental, PartitionState::Acquired) => self.start_allocation_clock_unless_running(),
@@ -53,22 +68,22 @@ impl Core {
         let reason = Reason::HeldLockDeleted;
         match self.cfg.rebalance {
             Rebalance::Eager => {
-                self.owed = Some(Owed::All);
+                self.published.owed = Some(Owed::All);
                 self.stop_allocation_clock();
                 let mut revoked = self.locks.held().clone();
                 revoked.insert(item);
                 self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
             }
             Rebalance::Incremental => {
-                let mut listed = self.shown.listed.clone();
+                let mut listed = self.published.shown.listed.clone();
                 listed.remove(&item);
-                let state = match self.shown.state {
+                let state = match self.published.shown.state {
                     PartitionState::Acquired => PartitionState::Allocating,
                     state => state,
                 };
-                let revoked = self.shown.revoked.clone();
+                let revoked = self.published.shown.revoked.clone();
                 self.show(state, listed, revoked, false, None, reason);
-                if self.owed.is_none() {
+                if self.published.owed.is_none() {
                     self.start_allocation_clock_unless_running();
                 }
             }
@@ -78,19 +93,19 @@ impl Core {
     /// Whether finishing the lock work can complete the assignment in the state shown: while allocating; and,
     /// incremental, also while `Acquired` (gains taken while the rest stays listed).
     pub(super) fn completes_in_state(&self) -> bool {
-        self.shown.state == PartitionState::Allocating || self.cfg.rebalance == Rebalance::Incremental
+        self.published.shown.state == PartitionState::Allocating || self.cfg.rebalance == Rebalance::Incremental
     }
 
     /// kazoo's way: everything stops on a change, then everything is taken again.
     pub(super) fn decide_eager(&mut self) {
-        if self.owed.is_some() {
+        if self.published.owed.is_some() {
             // Waiting for release_set(): keep what we hold, contend for nothing.
             return self.want_held();
         }
-        if self.shown.state != PartitionState::Allocating {
+        if self.published.shown.state != PartitionState::Allocating {
             return;
         }
-        match &self.target {
+        match &self.share.target {
             // The party is settling: start over from nothing.
             None => self.set_want(BTreeSet::new()),
             Some(_) => {
@@ -102,44 +117,44 @@ impl Core {
 
     /// Only what moves stops.
     pub(super) fn decide_incremental(&mut self) {
-        let Some(target) = self.target.take() else {
+        let Some(target) = self.share.target.take() else {
             // Settling: keep what we hold, stop contending for the rest.
             return self.want_held();
         };
         self.rebalance_towards(&target);
-        self.target = Some(target);
+        self.share.target = Some(target);
     }
 
     /// To be called after every write of `target`: what was checked against the old one is checked again.
     pub(super) fn target_changed(&mut self) {
         if !breaks(Sabotage::TargetChangeUnseen) {
-            self.listed_in_target = false;
+            self.share.listed_in_target = false;
         }
     }
 
     pub(super) fn rebalance_towards(&mut self, target: &BTreeSet<usize>) {
-        let moved: BTreeSet<usize> = match self.listed_in_target {
+        let moved: BTreeSet<usize> = match self.share.listed_in_target {
             true => BTreeSet::new(),
-            false => self.shown.listed.difference(target).copied().collect(),
+            false => self.published.shown.listed.difference(target).copied().collect(),
         };
         if !moved.is_empty() {
-            let mut revoked = match self.owed.take() {
+            let mut revoked = match self.published.owed.take() {
                 Some(Owed::Revoked(revoked)) => revoked,
                 Some(Owed::All) => {
-                    self.owed = Some(Owed::All);
+                    self.published.owed = Some(Owed::All);
                     return;
                 }
                 None => BTreeSet::new(),
             };
             revoked.extend(moved.iter().copied());
-            let listed: BTreeSet<usize> = self.shown.listed.difference(&moved).copied().collect();
+            let listed: BTreeSet<usize> = self.published.shown.listed.difference(&moved).copied().collect();
             self.show(PartitionState::Release, listed, revoked.clone(), false, None, Reason::ItemsRevoked);
-            self.owed = Some(Owed::Revoked(revoked));
+            self.published.owed = Some(Owed::Revoked(revoked));
             self.stop_allocation_clock();
         }
         // Listed less what moved: within the target until either changes.
-        self.listed_in_target = true;
-        match &self.owed {
+        self.share.listed_in_target = true;
+        match &self.published.owed {
             Some(Owed::Revoked(revoked)) => {
                 // Keep the revoked items until the worker says it stopped them; let go of unlisted items not ours.
                 let keep: BTreeSet<usize> = self
@@ -157,8 +172,8 @@ impl Core {
                     self.set_want(target.clone());
                 }
                 self.locks.set_want_is_target(true);
-                if !self.acquired_if_complete() && self.shown.state != PartitionState::Allocating {
-                    let listed = self.shown.listed.clone();
+                if !self.acquired_if_complete() && self.published.shown.state != PartitionState::Allocating {
+                    let listed = self.published.shown.listed.clone();
                     self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::TakingGained);
                 }
             }
@@ -169,14 +184,14 @@ impl Core {
     /// `Acquired` with everything listed.
     pub(super) fn acquired_if_complete(&mut self) -> bool {
         // Not while suspended: a reply can overtake the client's news that the connection is back.
-        let complete = self.connected
+        let complete = self.session.connected
             && self.locks.held().len() == self.locks.want().len()
             && self.released_all_unwanted()
             && self.want_is_held();
-        let unchanged = self.shown.state == PartitionState::Acquired
-            && self.shown.listed == *self.locks.held()
-            && self.shown.members == self.members
-            && self.shown.set == self.set_in_force;
+        let unchanged = self.published.shown.state == PartitionState::Acquired
+            && self.published.shown.listed == *self.locks.held()
+            && self.published.shown.members == self.party.members
+            && self.published.shown.set == self.set.in_force;
         if complete && !unchanged {
             self.stop_allocation_clock();
             let held = self.locks.held().clone();

@@ -8,12 +8,12 @@ use crate::layout;
 impl Core {
     pub(super) fn on_reply(&mut self, id: ReqId, reply: Reply) {
         // Every lock request's latency is news about the server, even when its reply is no longer wanted.
-        let ops = match self.requests.get(&id) {
+        let ops = match self.out.requests.get(&id) {
             Some(Pending::Locks(items)) => items.len(),
             _ => 0,
         };
         self.locks.timed(id, ops, reply.failed(), self.now);
-        let Some(pending) = self.requests.remove(&id) else {
+        let Some(pending) = self.out.requests.remove(&id) else {
             return; // abandoned
         };
         if let Pending::Locks(items) = &pending {
@@ -22,7 +22,7 @@ impl Core {
         let classify = Failed::classify;
         match (pending, reply) {
             (Pending::Party, Reply::Party(result)) => {
-                self.party_read = None;
+                self.party.read = None;
                 self.on_party(result.map_err(classify));
             }
             (Pending::Announcements(nodes), Reply::Announcements(result)) => {
@@ -39,13 +39,13 @@ impl Core {
                 }
             }
             (Pending::Join, Reply::Joined(result)) => {
-                self.joining = None;
+                self.party.joining = None;
                 match result.map_err(classify) {
                     Ok(node) => {
-                        self.me = layout::member_name(&node).unwrap_or(&node).into();
+                        self.party.me = layout::member_name(&node).unwrap_or(&node).into();
                         self.cfg.party_node = node;
-                        self.party_fresh = false;
-                        self.debounce.changed(self.now, self.latest_party.len());
+                        self.party.fresh = false;
+                        self.party.debounce.changed(self.now, self.party.latest.len());
                     }
                     Err(ReqError::Fatal(cause)) => self.fail(cause),
                     Err(_) => self.back_off(),
@@ -70,10 +70,10 @@ impl Core {
                 let acks = self.locks.take_release_acks(id);
                 match result {
                     Ok(()) => {
-                        self.release_acks.extend(acks);
+                        self.published.release_acks.extend(acks);
                         // Items that left the set: their directories go once the last contender (ours) is gone.
                         let gone: Vec<usize> =
-                            gone.into_iter().filter(|&item| !self.catalogue.contains(item)).collect();
+                            gone.into_iter().filter(|&item| !self.set.catalogue.contains(item)).collect();
                         if !gone.is_empty() && self.ending.is_none() {
                             self.remove_dirs(gone);
                         }
@@ -85,7 +85,7 @@ impl Core {
                             _ => Cause::Refused(failed.error),
                         };
                         for ack in acks {
-                            self.actions.push_back(Action::Ack(ack, Err(cause.clone())));
+                            self.out.actions.push_back(Action::Ack(ack, Err(cause.clone())));
                         }
                         if let Some(ending) = &mut self.ending {
                             // Best effort while ending. A lost session took our nodes with it; any other error still
@@ -100,7 +100,7 @@ impl Core {
                 }
             }
             (Pending::Verify, Reply::Verified(result)) => {
-                if let Some(suspension) = &mut self.suspension {
+                if let Some(suspension) = &mut self.session.suspension {
                     suspension.verifying = None;
                 }
                 match result {
@@ -113,15 +113,15 @@ impl Core {
             }
             (Pending::Leave, Reply::Left) => {}
             (Pending::ReadSet, Reply::Set(result)) => {
-                self.set_read = None;
+                self.set.read = None;
                 self.on_set(result.map_err(classify));
             }
             (Pending::RecoverSet | Pending::WatchLease, Reply::Recovered(result) | Reply::LeaseGone(result)) => {
                 // Done, or the writer's lease is gone: read the set again (a recovery is idempotent, and asked for
                 // again if still due). Failed: the same, a time_boundary later.
-                self.set_recovery = None;
+                self.set.recovery = None;
                 match result.map_err(classify) {
-                    Ok(()) => self.set_fresh = false,
+                    Ok(()) => self.set.fresh = false,
                     Err(ReqError::Fatal(Cause::SessionEnded(end))) => self.fail(Cause::SessionEnded(end)),
                     Err(_) => self.timers.set(Timer::Recovery, Some(self.now + self.delays().recovery_retry())),
                 }

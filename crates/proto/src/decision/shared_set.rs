@@ -6,6 +6,27 @@ use super::{Core, Op, Pending, Reason, ReqError, SetInForce};
 use crate::sabotage::{Sabotage, breaks};
 use crate::set_layout::{self as set_layout, SetView, Unfinished};
 
+/// The items: the catalogue, the shared set as followed, and the set the assignment in force was computed from.
+pub(super) struct Following {
+    pub(super) catalogue: super::catalogue::Catalogue,
+    pub(super) read: Option<super::ReqId>,
+    /// The latest read of the shared set is newer than the last change notification.
+    pub(super) fresh: bool,
+    /// The shared set's abandoned update this member is undoing or finishing, or whose writer's lease it watches
+    /// (the party's first member does it), by change tag.
+    pub(super) recovery: Option<(String, super::ReqId)>,
+    /// The update under way as of the latest read of the shared set: taken care of by whoever is the first member,
+    /// also one that becomes first later.
+    pub(super) unfinished: Option<Unfinished>,
+    /// The shared set followed uses lineage: a member that announces nothing (kazoo) cannot take part.
+    pub(super) lineage: bool,
+    /// Which of our items are closed.
+    pub(super) closed: super::closed::Closed,
+    /// The set the assignment in force was computed from (indexes), and its change.
+    pub(super) assigned: Vec<usize>,
+    pub(super) in_force: SetInForce,
+}
+
 impl Core {
     /// A read of the shared set: only a set an admin committed is followed; a set that is missing, unreadable or
     /// empty (by hand) leaves the set in force as it is. An update whose writer is gone is undone or finished by the
@@ -16,14 +37,14 @@ impl Core {
             Err(ReqError::Transient) => return self.back_off(),
             // The request path arms a watch for the node's return; meanwhile the set in force stays.
             Err(ReqError::NoNode) => {
-                self.set_fresh = true;
+                self.set.fresh = true;
                 return;
             }
             Err(ReqError::Fatal(cause)) => return self.fail(cause),
         };
-        self.set_fresh = true;
+        self.set.fresh = true;
         let view = set_layout::interpret(read);
-        self.unfinished = match &view {
+        self.set.unfinished = match &view {
             SetView::Committed(committed) => committed.unfinished.clone(),
             SetView::Missing { unfinished } => unfinished.clone(),
             SetView::Unreadable(_) | SetView::Torn => None,
@@ -33,8 +54,8 @@ impl Core {
                 if let Some(unfinished) = &committed.unfinished {
                     self.watch_unfinished(unfinished);
                 }
-                if committed.header.lineage != self.lineage {
-                    self.lineage = committed.header.lineage;
+                if committed.header.lineage != self.set.lineage {
+                    self.set.lineage = committed.header.lineage;
                     self.note_agreements();
                 }
                 // A lineage change may have closed one of our items (it changes no item).
@@ -47,23 +68,24 @@ impl Core {
                     return;
                 }
                 // Compared by items: a child created by hand changes the set, not the version.
-                let (change, reweighed) = self.catalogue.replace(committed.items, committed.version, committed.weights);
-                self.locks.grow_dirs(self.catalogue.len());
+                let (change, reweighed) =
+                    self.set.catalogue.replace(committed.items, committed.version, committed.weights);
+                self.locks.grow_dirs(self.set.catalogue.len());
                 if !change.is_empty() || reweighed {
                     self.locks.set_want_is_target(false);
                     self.on_inputs_changed(Reason::ItemSetChanged);
-                } else if self.set_in_force.generation == self.catalogue.generation()
-                    && self.set_in_force.version.is_some()
-                    && self.set_in_force.version != self.catalogue.version()
+                } else if self.set.in_force.generation == self.set.catalogue.generation()
+                    && self.set.in_force.version.is_some()
+                    && self.set.in_force.version != self.set.catalogue.version()
                 {
                     // The same items and weights at a newer version (a lineage change that made no item ready): the
                     // assignment in force is the new version's as it is. Follow it and say so, so that a member that
                     // starts at that version agrees with us.
-                    self.set_in_force.version = self.catalogue.version();
+                    self.set.in_force.version = self.set.catalogue.version();
                     self.announce();
                     // Shown ACQUIRED: shown again, at the new version. In any other state the next publication
                     // carries it.
-                    if self.shown.state == crate::PartitionState::Acquired {
+                    if self.published.shown.state == crate::PartitionState::Acquired {
                         self.acquired_if_complete();
                     }
                 }
@@ -82,12 +104,12 @@ impl Core {
         if breaks(Sabotage::NoSetRecovery) {
             return;
         }
-        let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
+        let first = self.party.latest.first().is_some_and(|first| **first == *self.party.me);
         let Some(tag) = unfinished.state.change() else { return };
         if !first
             || self.ending.is_some()
             || self.timers.is_armed(Timer::Recovery)
-            || self.set_recovery.as_ref().is_some_and(|(t, _)| t == tag)
+            || self.set.recovery.as_ref().is_some_and(|(t, _)| t == tag)
         {
             return;
         }
@@ -97,26 +119,26 @@ impl Core {
             (Op::WatchLease(tag.to_owned()), Pending::WatchLease)
         };
         let id = self.request(op, pending);
-        self.set_recovery = Some((tag.to_owned(), id));
+        self.set.recovery = Some((tag.to_owned(), id));
     }
 
     /// The set the new assignment follows, and (with a shared set) what changed since the last assignment; the first
     /// member of the party also clears the lock directories of removed items nobody holds. A new version is
     /// announced in our party node.
     pub(super) fn note_set_in_force(&mut self) {
-        let generation = self.catalogue.generation();
-        if !self.shared() || (self.set_in_force.version.is_some() && self.set_in_force.generation == generation) {
+        let generation = self.set.catalogue.generation();
+        if !self.shared() || (self.set.in_force.version.is_some() && self.set.in_force.generation == generation) {
             return;
         }
-        let change = self.catalogue.change_since(&self.assigned_set);
-        self.assigned_set = self.catalogue.set().to_vec();
-        let first = self.latest_party.first().is_some_and(|first| **first == *self.me);
+        let change = self.set.catalogue.change_since(&self.set.assigned);
+        self.set.assigned = self.set.catalogue.set().to_vec();
+        let first = self.party.latest.first().is_some_and(|first| **first == *self.party.me);
         let free: Vec<usize> = change.removed.iter().copied().filter(|item| !self.locks.contains(*item)).collect();
         if first && !free.is_empty() {
             self.remove_dirs(free);
         }
-        let version = self.catalogue.version();
-        self.set_in_force =
+        let version = self.set.catalogue.version();
+        self.set.in_force =
             SetInForce { generation, version, added: change.added.into(), removed: change.removed.into() };
     }
 
@@ -125,13 +147,13 @@ impl Core {
     /// follow a change, and theirs when they do.
     pub(super) fn announce(&mut self) {
         let mut next = self.cfg.agreement;
-        if let Some(version) = self.set_in_force.version {
+        if let Some(version) = self.set.in_force.version {
             next.set = crate::announcement::SetSource::Shared(Some(version));
         }
         next.placement = self.placement_digest();
         if next != self.cfg.agreement {
             self.cfg.agreement = next;
-            self.announcements.ours_changed(self.now);
+            self.party.announcements.ours_changed(self.now);
             let data = self.cfg.agreement.node_data(&self.cfg.identifier);
             self.request(Op::Announce(data), Pending::Announce);
             // Our disagreements are against our own announcement: compare again (the others follow in their time).

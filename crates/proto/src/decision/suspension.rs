@@ -9,6 +9,12 @@ use super::{Action, Core, Op, Owed, Pending, Reason, ReqId, Shown};
 use crate::sabotage::{Sabotage, breaks};
 use crate::{PartitionState, SessionPolicy};
 
+/// The connection as the core knows it, and a suspension until the session's fate is known.
+pub(super) struct SessionView {
+    pub(super) connected: bool,
+    pub(super) suspension: Option<Suspension>,
+}
+
 /// A suspension under [`SessionPolicy::SessionAware`]: what to go back to if the session and our locks survive.
 #[derive(Debug)]
 pub(super) struct Suspension {
@@ -22,21 +28,21 @@ pub(super) struct Suspension {
 impl Core {
     /// Connected again after a suspension (SessionAware): asks whether every held node is still ours, once.
     pub(super) fn verify_held_once_connected(&mut self) {
-        let Some(suspension) = &self.suspension else { return };
-        if !self.connected || suspension.verifying.is_some() {
+        let Some(suspension) = &self.session.suspension else { return };
+        if !self.session.connected || suspension.verifying.is_some() {
             return;
         }
         let nodes: Vec<(usize, String)> =
             self.locks.held().iter().filter_map(|&item| Some((item, self.locks.get(item)?.node.clone()?))).collect();
         let id = self.request(Op::Verify(nodes), Pending::Verify);
-        if let Some(suspension) = &mut self.suspension {
+        if let Some(suspension) = &mut self.session.suspension {
             suspension.verifying = Some(id);
         }
     }
 
     pub(super) fn on_suspended(&mut self) {
         self.locks.restart_window();
-        let was_connected = std::mem::replace(&mut self.connected, false);
+        let was_connected = std::mem::replace(&mut self.session.connected, false);
         if self.ending.is_some() || !was_connected {
             return;
         }
@@ -44,7 +50,7 @@ impl Core {
     }
 
     pub(super) fn on_connected(&mut self) {
-        let was_connected = std::mem::replace(&mut self.connected, true);
+        let was_connected = std::mem::replace(&mut self.session.connected, true);
         if self.ending.is_some() {
             return;
         }
@@ -60,33 +66,34 @@ impl Core {
         if breaks(Sabotage::UnnoticedSuspensionDuringRelease) && self.locks.releasing() {
             return;
         }
-        let processing = !self.shown.listed.is_empty();
+        let processing = !self.published.shown.listed.is_empty();
         match self.cfg.session_policy {
             SessionPolicy::Standard => {
-                let active = matches!(self.shown.state, PartitionState::Acquired | PartitionState::Allocating);
+                let active =
+                    matches!(self.published.shown.state, PartitionState::Acquired | PartitionState::Allocating);
                 // kazoo releases on a suspension while allocating, but not on a reconnection (zookeeper-client keeps
                 // its watches, and lock requests lost with the connection are redone).
-                let reconnected = self.connected;
-                if processing || self.shown.state == PartitionState::Acquired || (active && !reconnected) {
+                let reconnected = self.session.connected;
+                if processing || self.published.shown.state == PartitionState::Acquired || (active && !reconnected) {
                     self.ask_release_all(Reason::ConnectionChanged);
                 }
             }
             SessionPolicy::SessionAware => {
-                if !processing && self.suspension.is_none() {
+                if !processing && self.session.suspension.is_none() {
                     // Allocating with nothing listed: carry on; requests wait for the reconnection.
                     return;
                 }
-                if self.suspension.is_none() {
-                    self.suspension = Some(Suspension {
-                        before: self.shown.clone(),
-                        owed_before: self.owed.take(),
+                if self.session.suspension.is_none() {
+                    self.session.suspension = Some(Suspension {
+                        before: self.published.shown.clone(),
+                        owed_before: self.published.owed.take(),
                         verifying: None,
                         lost: false,
                     });
-                } else if let Some(suspension) = &mut self.suspension {
+                } else if let Some(suspension) = &mut self.session.suspension {
                     // Suspended again while verifying: that verification no longer proves anything.
                     if let Some(id) = suspension.verifying.take() {
-                        self.requests.remove(&id);
+                        self.out.requests.remove(&id);
                     }
                 }
                 let revoked = self.locks.held().clone();
@@ -96,46 +103,46 @@ impl Core {
     }
 
     pub(super) fn on_verified(&mut self, ours: bool) {
-        let Some(suspension) = self.suspension.take() else { return };
+        let Some(suspension) = self.session.suspension.take() else { return };
         let ours = ours && !suspension.lost;
-        let mut acks = std::mem::take(&mut self.suspended_acks).into_iter();
+        let mut acks = std::mem::take(&mut self.published.suspended_acks).into_iter();
         if ours && breaks(Sabotage::ResumeAbandonsRebalance) {
-            self.owed = None;
-            self.target = Some(self.locks.held().clone());
+            self.published.owed = None;
+            self.share.target = Some(self.locks.held().clone());
             self.target_changed();
-            self.target_outdated = false;
+            self.share.outdated = false;
             self.locks.set_want_is_target(false);
             let held = self.locks.held().clone();
             self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::SessionSurvived);
             for ack in acks {
-                self.actions.push_back(Action::Ack(ack, Ok(())));
+                self.out.actions.push_back(Action::Ack(ack, Ok(())));
             }
             return;
         }
         if ours {
             // Same session, same nodes: nobody else can hold our items. Resume where we were.
-            self.owed = suspension.owed_before;
+            self.published.owed = suspension.owed_before;
             let before = suspension.before;
             let listed: BTreeSet<usize> = before.listed.intersection(self.locks.held()).copied().collect();
             self.show(before.state, listed, before.revoked, false, None, Reason::SessionSurvived);
-            if self.owed.is_none() {
+            if self.published.owed.is_none() {
                 // The worker's release_set() answered the suspension's Release alone: nothing to give up.
                 for ack in acks.by_ref() {
-                    self.actions.push_back(Action::Ack(ack, Ok(())));
+                    self.out.actions.push_back(Action::Ack(ack, Ok(())));
                 }
             }
-            if self.target.is_none() {
+            if self.share.target.is_none() {
                 // The party changed while we were suspended.
                 self.on_new_episode(Reason::PartyChanged);
             }
         } else {
-            self.owed = Some(Owed::All);
+            self.published.owed = Some(Owed::All);
             self.ask_release_all(Reason::LockLostInSuspension);
         }
         // The first waiting call does what the worker was asked; the others are answered with it.
         if let Some(first) = acks.next() {
             self.on_release_set(first);
-            self.release_acks.extend(acks);
+            self.published.release_acks.extend(acks);
         }
     }
 }

@@ -175,8 +175,8 @@ impl Core {
             Timer::Allocation | Timer::Backoff => self.timers.get(timer),
             Timer::Announcements | Timer::Recovery => ahead(self.timers.get(timer)),
             Timer::Settled => {
-                let settling = self.target_due() && self.party_fresh && self.set_fresh && self.connected;
-                ahead(settling.then(|| self.debounce.ready_at()))
+                let settling = self.target_due() && self.party.fresh && self.set.fresh && self.session.connected;
+                ahead(settling.then(|| self.party.debounce.ready_at()))
             }
             Timer::Prepare => ahead(self.prepare_due()),
             Timer::LockRetry => self.locks.next_retry().map(|(at, _)| at),
@@ -187,7 +187,7 @@ impl Core {
 
     /// When [`handle_timeout`](Core::handle_timeout) must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.stopped || self.ending.is_some() {
+        if self.out.stopped || self.ending.is_some() {
             return None;
         }
         Timer::ALL.into_iter().filter_map(|timer| self.due_at(timer)).min()
