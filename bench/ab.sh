@@ -71,7 +71,7 @@ prepare() {
     local side=$1 ref=$2 commit label
     if [ -z "$ref" ]; then
         commit=$(git rev-parse --short HEAD)
-        label="$commit$(git diff --quiet HEAD -- src examples Cargo.toml Cargo.lock || echo '+changes')"
+        label="$commit$(git diff --quiet HEAD -- src crates examples Cargo.toml Cargo.lock || echo '+changes')"
         say "building B: the working tree ($label)"
         build_worker "$repo" "$target_root" "$work/$side"
     else
@@ -81,6 +81,9 @@ prepare() {
         if [ ! -f "$src/Cargo.toml" ]; then
             rm -rf "$src"; mkdir -p "$src"
             git archive "$commit" | tar -x -C "$src"
+            # The export lies inside this repository, whose root is a workspace: a commit from before the workspace
+            # would be taken for a member of it. An empty [workspace] table makes the export a workspace of its own.
+            grep -q '^\[workspace\]' "$src/Cargo.toml" || printf '\n[workspace]\n' >> "$src/Cargo.toml"
         fi
         say "building $side: $ref ($commit), exported to $src"
         # A target directory per commit: every exported tree is the same package (same name, version and features)
