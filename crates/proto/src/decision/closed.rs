@@ -18,7 +18,7 @@ use crate::sabotage::{Sabotage, breaks};
 #[derive(Debug, Default)]
 pub(super) struct Closed {
     /// Items we hold that are known closed, each with the fencing token of the lock it was found closed under.
-    pub items: BTreeMap<usize, i64>,
+    items: BTreeMap<usize, i64>,
     /// Something may have closed one of our items since the last read.
     due: bool,
     read: Option<ReqId>,
@@ -72,7 +72,7 @@ impl Core {
             Ok(closed) => {
                 let mut changed = false;
                 for (item, closed) in items.into_iter().zip(closed) {
-                    let token = self.locks.get(item).map(|lock| lock.token);
+                    let token = self.locks.get(item).map(|lock| lock.token());
                     match token.filter(|_| closed && self.locks.held().contains(&item)) {
                         Some(token) => changed |= self.set.closed.items.insert(item, token) != Some(token),
                         // Not closed: if it was known closed, the name is another item's now.
@@ -95,7 +95,7 @@ impl Core {
     pub(super) fn closed_among(&mut self, listed: &BTreeSet<usize>) -> BTreeSet<usize> {
         let (locks, catalogue) = (&self.locks, &self.set.catalogue);
         let same_ownership = |item: &usize, token: &i64| {
-            breaks(Sabotage::ClosedOutlivesOwnership) || locks.get(*item).is_some_and(|lock| lock.token == *token)
+            breaks(Sabotage::ClosedOutlivesOwnership) || locks.get(*item).is_some_and(|lock| lock.token() == *token)
         };
         self.set.closed.items.retain(|item, token| {
             locks.held().contains(item) && catalogue.contains(*item) && same_ownership(item, token)

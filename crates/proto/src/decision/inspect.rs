@@ -15,7 +15,7 @@ impl Core {
 
     /// Our node for an item we hold.
     pub fn held_node(&self, item: usize) -> Option<&str> {
-        self.locks.held().contains(&item).then(|| self.locks.get(item)?.node.as_deref()).flatten()
+        self.locks.held().contains(&item).then(|| self.locks.get(item)?.node()).flatten()
     }
 
     pub fn state(&self) -> PartitionState {
@@ -33,7 +33,7 @@ impl Core {
 
     /// When we last found the lock of a listed item held (the checker's bound for a deleted held node).
     pub fn held_at(&self, item: usize) -> Option<Instant> {
-        self.locks.held().contains(&item).then(|| self.locks.get(item).map(|lock| lock.held_at)).flatten()
+        self.locks.held().contains(&item).then(|| self.locks.get(item).map(|lock| lock.held_at())).flatten()
     }
 
     /// The version and items of the shared set the assignment in force follows.

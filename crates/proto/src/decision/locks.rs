@@ -17,16 +17,39 @@ use crate::sabotage::{Sabotage, breaks};
 #[derive(Debug, Clone)]
 pub(super) struct Lock {
     /// `<32 hex>__lock__`: ours alone, so it finds our node even when a create's reply was lost.
-    pub prefix: String,
+    prefix: String,
     /// Our node's name once known.
-    pub node: Option<String>,
+    node: Option<String>,
     /// Whether a create was ever sent (if not, there is nothing to delete).
-    pub created: bool,
+    created: bool,
     /// The node's creation zxid: the fencing token (0 until known).
-    pub token: i64,
-    pub step: Step,
+    token: i64,
+    step: Step,
     /// When the lock was last found held.
-    pub held_at: Instant,
+    held_at: Instant,
+}
+
+/// What the rest of the core reads of a lock; its transitions are this file's.
+impl Lock {
+    /// The fencing token: our node's creation zxid (0 until known).
+    pub(super) fn token(&self) -> i64 {
+        self.token
+    }
+
+    /// Our node's name once known.
+    pub(super) fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    pub(super) fn step(&self) -> Step {
+        self.step
+    }
+
+    /// When the lock was last found held.
+    #[cfg(any(test, feature = "sim"))]
+    pub(super) fn held_at(&self) -> Instant {
+        self.held_at
+    }
 }
 
 /// Where one item's lock is.

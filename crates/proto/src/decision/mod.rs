@@ -360,7 +360,7 @@ impl Core {
         let due = self.locks.take_due_retries(now);
         let (mut lists, mut dirs) = (Vec::new(), Vec::new());
         for item in due {
-            match self.locks.get(item).map(|lock| lock.step) {
+            match self.locks.get(item).map(|lock| lock.step()) {
                 Some(Step::Delayed(_, Retry::List)) => lists.push(item),
                 Some(Step::Delayed(_, Retry::MakeDir)) => dirs.push(item),
                 _ => {}

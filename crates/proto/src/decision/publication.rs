@@ -131,7 +131,7 @@ impl Core {
             self.items_may_have_closed();
         }
         let closed = self.closed_among(&listed);
-        let tokens = listed.iter().map(|item| self.locks.get(*item).map_or(0, |lock| lock.token)).collect();
+        let tokens = listed.iter().map(|item| self.locks.get(*item).map_or(0, |lock| lock.token())).collect();
         let shown = Shown {
             state,
             closed,
@@ -162,11 +162,11 @@ impl Core {
         let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
         let items = listed
             .iter()
-            .map(|&item| (item, FencingToken::new(self.locks.get(item).map_or(0, |lock| lock.token))))
+            .map(|&item| (item, FencingToken::new(self.locks.get(item).map_or(0, |lock| lock.token()))))
             .collect();
         let nodes = listed
             .iter()
-            .map(|item| self.locks.get(*item).and_then(|lock| lock.node.clone()).unwrap_or_default())
+            .map(|item| self.locks.get(*item).and_then(|lock| lock.node().map(str::to_owned)).unwrap_or_default())
             .collect();
         self.out.actions.push_back(Action::Publish(Box::new(Publication {
             transition,

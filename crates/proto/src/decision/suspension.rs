@@ -32,8 +32,12 @@ impl Core {
         if !self.session.connected || suspension.verifying.is_some() {
             return;
         }
-        let nodes: Vec<(usize, String)> =
-            self.locks.held().iter().filter_map(|&item| Some((item, self.locks.get(item)?.node.clone()?))).collect();
+        let nodes: Vec<(usize, String)> = self
+            .locks
+            .held()
+            .iter()
+            .filter_map(|&item| Some((item, self.locks.get(item)?.node()?.to_owned())))
+            .collect();
         let id = self.request(Op::Verify(nodes), Pending::Verify);
         if let Some(suspension) = &mut self.session.suspension {
             suspension.verifying = Some(id);
