@@ -1,285 +1,17 @@
-//! The lock table: one small machine per item's lock (create, list, watch the predecessor, held), batched and
-//! within an in-flight window, and the release of what is no longer wanted. It reports back to the core through
-//! `held` (taken), [`Core::on_held_gone`] (lost) and [`Core::released_all_unwanted`] (released).
-//!
-//! kazoo's lock recipe on the wire ([`crate::layout`]): a contender is an ephemeral sequential node with a prefix of
-//! this member's alone, so a create whose reply was lost is found again by listing the directory.
+//! The lock machine's transitions: what each reply, timer and change of the wanted set does to the lock table. The
+//! table's state ([`super::LockTable`], [`super::Lock`]) is private to `locks`; these transitions, a child of it, are
+//! the only code outside the table's own methods that writes it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::window::Window;
-use super::{AckId, Action, Core, Op, OurNode, Pending, ReqError, ReqId};
+use super::super::{Action, Core, Op, OurNode, Pending, ReqError, ReqId};
+use super::{Listing, Lock, Next, Retry, Step};
 use crate::layout::{self, Position, position, sequence};
 use crate::sabotage::{Sabotage, breaks};
 
-/// One item's lock, as far as we know.
-#[derive(Debug, Clone)]
-pub(super) struct Lock {
-    /// `<32 hex>__lock__`: ours alone, so it finds our node even when a create's reply was lost.
-    prefix: String,
-    /// Our node's name once known.
-    node: Option<String>,
-    /// Whether a create was ever sent (if not, there is nothing to delete).
-    created: bool,
-    /// The node's creation zxid: the fencing token (0 until known).
-    token: i64,
-    step: Step,
-    /// When the lock was last found held.
-    held_at: Instant,
-}
-
-/// What the rest of the core reads of a lock; its transitions are this file's.
-impl Lock {
-    /// The fencing token: our node's creation zxid (0 until known).
-    pub(super) fn token(&self) -> i64 {
-        self.token
-    }
-
-    /// Our node's name once known.
-    pub(super) fn node(&self) -> Option<&str> {
-        self.node.as_deref()
-    }
-
-    pub(super) fn step(&self) -> Step {
-        self.step
-    }
-
-    /// When the lock was last found held.
-    #[cfg(any(test, feature = "sim"))]
-    pub(super) fn held_at(&self) -> Instant {
-        self.held_at
-    }
-}
-
-/// Where one item's lock is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
-    /// Wanted, nothing in flight: waits for its directory to be known, or for room in the window.
-    Queued,
-    /// Its directory is being made.
-    MakingDir(ReqId),
-    /// A create is in flight: once its reply comes, the node may exist.
-    Creating(ReqId),
-    /// Its directory is being listed.
-    Listing(ReqId),
-    /// Watching the contender before ours.
-    Waiting(ReqId),
-    /// A request lost with the connection is retried at this time.
-    Delayed(Instant, Retry),
-    Held,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Retry {
-    List,
-    MakeDir,
-}
-
-/// One lock directory as listed, the failure classified.
-pub(super) type Listing = Result<(Vec<String>, i64), ReqError>;
-
-/// What an item's lock does after a listing.
-pub(super) enum Next {
-    Held,
-    Waiting,
-    /// Create a contender (again).
-    Queued,
-    /// List again (to read our node's stat).
-    List,
-}
-
-/// Every lock this member has or wants, and the indexes kept beside them.
-pub(super) struct LockTable {
-    entries: BTreeMap<usize, Lock>,
-    /// The items whose lock we hold (a subset of `entries`).
-    held: BTreeSet<usize>,
-    /// The items whose lock we want; the rest of `entries` is released.
-    want: BTreeSet<usize>,
-    /// Unwanted locks were left in place because a create was in flight: release them once the reply comes.
-    unwanted_left: bool,
-    /// `want` changed since the missing locks were last added (checked only then: `want` can be large).
-    want_grew: bool,
-    /// `want` is known to equal `target` (neither changed since they were compared).
-    want_is_target: bool,
-    /// Items waiting for a create (their directory known).
-    queued: BTreeSet<usize>,
-    /// Whether each item's lock directory is taken to exist. It is assumed, not listed: directories outlive
-    /// their locks, so after a party's first allocation they all exist, and listing `<path>/locks` would send
-    /// every member 100,000 names. A create that finds its directory missing (`NoNode`) makes it and retries. On a
-    /// fresh path (no directory at all when the member was built) none is assumed: they are made first.
-    dirs_known: Vec<bool>,
-    /// The path had no lock directory when the member was built, and the member has not been `Acquired` since:
-    /// directories are made before creates. Once acquired, every directory is assumed again (the other members
-    /// made theirs meanwhile; a create's `NoNode` tells of one that is missing): left on, an eager rebalance would
-    /// make every relocked item's directory again (measured: 100,000 `mkdir`s in a 100-member join).
-    fresh_path: bool,
-    /// Items waiting for their directory to be made.
-    need_dirs: BTreeSet<usize>,
-    /// Items whose lost request is retried at a time (by time).
-    delayed: BTreeSet<(Instant, usize)>,
-    /// Lock operations in flight (each item of a `Pending::Locks` counts one), kept within `window`.
-    in_flight: usize,
-    /// When a lock request was last sent or answered: held-lock watches wait for `time_boundary` without one.
-    work_at: Instant,
-    /// Held locks whose watch is not asked for yet (item → our node).
-    unwatched: BTreeMap<usize, String>,
-    /// When the oldest lock in `unwatched` was taken: its watch is asked for `2 × time_boundary` later at the latest.
-    unwatched_since: Option<Instant>,
-    /// The in-flight window, adapted to the server's latency ([`window`](super::window)).
-    window: Window,
-    /// Releases in flight, with the `release_set()` calls each answers.
-    releases: HashMap<ReqId, Vec<AckId>>,
-    /// Random bits from the driver, so contender prefixes are ours alone yet the core stays deterministic.
-    nonce: u128,
-    prefixes_issued: u128,
-}
-
-impl LockTable {
-    pub fn new(nonce: u128, items: usize, dirs_exist: bool, window: Window, now: Instant) -> Self {
-        LockTable {
-            entries: BTreeMap::new(),
-            held: BTreeSet::new(),
-            want: BTreeSet::new(),
-            unwanted_left: false,
-            want_grew: false,
-            want_is_target: false,
-            queued: BTreeSet::new(),
-            dirs_known: vec![dirs_exist; items],
-            fresh_path: !dirs_exist,
-            need_dirs: BTreeSet::new(),
-            delayed: BTreeSet::new(),
-            in_flight: 0,
-            work_at: now,
-            unwatched: BTreeMap::new(),
-            unwatched_since: None,
-            window,
-            releases: HashMap::new(),
-            nonce,
-            prefixes_issued: 0,
-        }
-    }
-
-    /// Item `item`'s lock, if we have or want it.
-    pub fn get(&self, item: usize) -> Option<&Lock> {
-        self.entries.get(&item)
-    }
-
-    pub fn contains(&self, item: usize) -> bool {
-        self.entries.contains_key(&item)
-    }
-
-    /// The items whose lock we hold.
-    pub fn held(&self) -> &BTreeSet<usize> {
-        &self.held
-    }
-
-    /// The items whose lock we want.
-    pub fn want(&self) -> &BTreeSet<usize> {
-        &self.want
-    }
-
-    /// Whether `want` is known to equal the target (neither changed since they were compared).
-    pub fn want_is_target(&self) -> bool {
-        self.want_is_target
-    }
-
-    /// Says whether `want` is known to equal the target: `false` whenever either may have changed.
-    pub fn set_want_is_target(&mut self, known: bool) {
-        self.want_is_target = known;
-    }
-
-    /// The catalogue grew to `items` items: their directories are not assumed to exist.
-    pub fn grow_dirs(&mut self, items: usize) {
-        self.dirs_known.resize(items, false);
-    }
-
-    /// Item `item`'s directory may be gone (its item left the set).
-    pub fn forget_dir(&mut self, item: usize) {
-        if let Some(known) = self.dirs_known.get_mut(item) {
-            *known = false;
-        }
-    }
-
-    /// Whether item `item`'s directory is taken to exist.
-    #[cfg(test)]
-    pub fn dir_known(&self, item: usize) -> bool {
-        self.dirs_known.get(item).copied().unwrap_or(false)
-    }
-
-    /// The member reached `Acquired`: on a fresh path, the party's first allocation made the directories of every
-    /// share, so from now on every directory is assumed (see `fresh_path`).
-    pub fn acquired(&mut self) {
-        if std::mem::take(&mut self.fresh_path) {
-            self.dirs_known.fill(true);
-        }
-    }
-
-    /// The session is gone and every node with it: nothing to release or delete, and nothing wanted.
-    pub fn forget_all(&mut self) {
-        self.want.clear();
-        self.entries.clear();
-        self.held.clear();
-        self.queued.clear();
-        self.need_dirs.clear();
-        self.delayed.clear();
-    }
-
-    /// The earliest retry of a lost request: when, and for which item.
-    pub fn next_retry(&self) -> Option<(Instant, usize)> {
-        self.delayed.first().copied()
-    }
-
-    /// Takes every retry due at `now`, earliest first.
-    pub fn take_due_retries(&mut self, now: Instant) -> Vec<usize> {
-        let mut due = Vec::new();
-        while let Some(&(at, item)) = self.delayed.first() {
-            if at > now {
-                break;
-            }
-            self.delayed.pop_first();
-            due.push(item);
-        }
-        due
-    }
-
-    /// A lock request `id` for `count` items was sent at `now`.
-    pub fn sent(&mut self, id: ReqId, count: usize, now: Instant) {
-        self.in_flight += count;
-        self.window.sent(id, now);
-        self.work_at = now;
-    }
-
-    /// Request `id`'s reply came at `now`: news about the server's latency, for `ops` lock operations (0: not a lock
-    /// request), `failed` or not, even when the reply is no longer wanted.
-    pub fn timed(&mut self, id: ReqId, ops: usize, failed: bool, now: Instant) {
-        self.window.replied(id, ops, failed, now);
-    }
-
-    /// A lock request for `count` items was answered at `now`.
-    pub fn answered(&mut self, count: usize, now: Instant) {
-        self.in_flight -= count;
-        self.work_at = now;
-    }
-
-    /// The connection was lost: the window starts small again.
-    pub fn restart_window(&mut self) {
-        self.window.restart();
-    }
-
-    /// Whether a release is in flight.
-    pub fn releasing(&self) -> bool {
-        !self.releases.is_empty()
-    }
-
-    /// The `release_set()` calls release `id` answers.
-    pub fn take_release_acks(&mut self, id: ReqId) -> Vec<AckId> {
-        self.releases.remove(&id).unwrap_or_default()
-    }
-}
-
 impl Core {
-    pub(super) fn on_dirs_made(&mut self, id: ReqId, items: Vec<usize>, result: Result<(), ReqError>) {
+    pub(in crate::decision) fn on_dirs_made(&mut self, id: ReqId, items: Vec<usize>, result: Result<(), ReqError>) {
         match result {
             Ok(()) => {
                 for item in items {
@@ -301,7 +33,12 @@ impl Core {
         }
     }
 
-    pub(super) fn on_created(&mut self, id: ReqId, items: Vec<usize>, result: Result<Vec<(String, i64)>, ReqError>) {
+    pub(in crate::decision) fn on_created(
+        &mut self,
+        id: ReqId,
+        items: Vec<usize>,
+        result: Result<Vec<(String, i64)>, ReqError>,
+    ) {
         match result {
             Ok(created) => {
                 let mut listing = Vec::new();
@@ -355,7 +92,12 @@ impl Core {
         }
     }
 
-    pub(super) fn on_listed(&mut self, id: ReqId, items: Vec<usize>, result: Result<Vec<Listing>, ReqError>) {
+    pub(in crate::decision) fn on_listed(
+        &mut self,
+        id: ReqId,
+        items: Vec<usize>,
+        result: Result<Vec<Listing>, ReqError>,
+    ) {
         let results = match result {
             Ok(results) => results,
             Err(ReqError::Fatal(err)) => return self.fail(err),
@@ -401,7 +143,7 @@ impl Core {
     }
 
     /// Where our contender stands among `children`.
-    pub(super) fn on_children(&mut self, item: usize, children: &[String], czxid: i64) -> Next {
+    pub(in crate::decision) fn on_children(&mut self, item: usize, children: &[String], czxid: i64) -> Next {
         let Some(lock) = self.locks.entries.get_mut(&item) else { return Next::Waiting };
         // Every contender carrying this lock's prefix is a node of ours: the prefix is this lock's alone. There can be
         // more than one, or one we do not track: a create whose reply was lost can still land after we listed the
@@ -478,7 +220,7 @@ impl Core {
 
     /// Deletes nodes of ours in an item's directory that its lock does not track (see [`Core::on_children`]). Sent as
     /// a release that keeps every tracked lock, so it waits like any release before anything new is contended.
-    pub(super) fn delete_strays(&mut self, item: usize, prefix: String, strays: Vec<String>) {
+    pub(in crate::decision) fn delete_strays(&mut self, item: usize, prefix: String, strays: Vec<String>) {
         let nodes = strays.into_iter().map(|node| OurNode { item, prefix: prefix.clone(), node: Some(node) }).collect();
         let keep = self.locks.entries.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
         let window = self.locks.window.size();
@@ -486,7 +228,7 @@ impl Core {
         self.locks.releases.insert(id, Vec::new());
     }
 
-    pub(super) fn on_changed(&mut self, id: ReqId, item: usize, result: Result<(), ReqError>) {
+    pub(in crate::decision) fn on_changed(&mut self, id: ReqId, item: usize, result: Result<(), ReqError>) {
         if !self.step_is(item, Step::Waiting(id)) {
             return;
         }
@@ -503,7 +245,7 @@ impl Core {
     /// A held lock node's watch fired: if the node is the one we still hold, someone else deleted it (an operator, a
     /// buggy tool): another process may be taking the item right now. Stop listing it at once, then take it again
     /// by the normal rules (eager: everything stops, as on any loss; incremental: only this item).
-    pub(super) fn on_held_gone(&mut self, item: usize, node: String, result: Result<(), ReqError>) {
+    pub(in crate::decision) fn on_held_gone(&mut self, item: usize, node: String, result: Result<(), ReqError>) {
         match result {
             Ok(()) => {}
             // The session ended: its own event says so.
@@ -539,16 +281,16 @@ impl Core {
     }
 
     /// Whether `node` is the item's lock node and we hold the lock through it.
-    pub(super) fn holds(&self, item: usize, node: &str) -> bool {
+    pub(in crate::decision) fn holds(&self, item: usize, node: &str) -> bool {
         self.locks.entries.get(&item).is_some_and(|lock| lock.step == Step::Held && lock.node.as_deref() == Some(node))
     }
 
-    pub(super) fn step_is(&self, item: usize, step: Step) -> bool {
+    pub(in crate::decision) fn step_is(&self, item: usize, step: Step) -> bool {
         self.locks.entries.get(&item).is_some_and(|lock| lock.step == step)
     }
 
     /// Moves an item's lock to `step`, keeping the indexes (`held`, `queued`, `delayed`) in line.
-    pub(super) fn set_step(&mut self, item: usize, step: Step) {
+    pub(in crate::decision) fn set_step(&mut self, item: usize, step: Step) {
         let Some(lock) = self.locks.entries.get_mut(&item) else { return };
         match lock.step {
             Step::Held => {
@@ -583,7 +325,7 @@ impl Core {
 
     /// A lock with a prefix of its own: the random nonce plus a multiple of an odd constant, distinct for every lock
     /// of this member (and, the nonce being random, from every other member's).
-    pub(super) fn new_lock(&mut self) -> Lock {
+    pub(in crate::decision) fn new_lock(&mut self) -> Lock {
         let bits = self
             .locks
             .nonce
@@ -600,7 +342,7 @@ impl Core {
     }
 
     /// Changes what we want, and releases at once what we no longer want.
-    pub(super) fn set_want(&mut self, want: BTreeSet<usize>) {
+    pub(in crate::decision) fn set_want(&mut self, want: BTreeSet<usize>) {
         self.locks.want_is_target = false;
         if want != self.locks.want {
             self.locks.want = want;
@@ -610,11 +352,11 @@ impl Core {
     }
 
     /// Operations per `multi` for the set as it is now.
-    pub(super) fn batch(&self) -> usize {
+    pub(in crate::decision) fn batch(&self) -> usize {
         self.cfg.batch.for_items(self.set.catalogue.len())
     }
 
-    pub(super) fn send_lists(&mut self, items: Vec<usize>) {
+    pub(in crate::decision) fn send_lists(&mut self, items: Vec<usize>) {
         for chunk in items.chunks(self.batch()) {
             // Our node is read along only while its fencing token is unknown (servers before 3.8.2 send no stat for
             // a create inside a multi): one read fewer per item and listing otherwise.
@@ -628,7 +370,7 @@ impl Core {
         }
     }
 
-    pub(super) fn send_make_dirs(&mut self, items: Vec<usize>) {
+    pub(in crate::decision) fn send_make_dirs(&mut self, items: Vec<usize>) {
         for chunk in items.chunks(self.batch()) {
             let id = self.request(Op::MakeDirs(chunk.to_vec()), Pending::Locks(chunk.to_vec()));
             for &item in chunk {
@@ -639,7 +381,7 @@ impl Core {
 
     /// Brings the locks in line with `want`: releases what is not wanted (once no reply can still reveal a node),
     /// and contends for what is wanted, batched, within the window, never while a release is in flight.
-    pub(super) fn pump_locks(&mut self) {
+    pub(in crate::decision) fn pump_locks(&mut self) {
         if std::mem::take(&mut self.locks.unwanted_left) {
             self.release_unwanted();
         }
@@ -670,7 +412,7 @@ impl Core {
     /// noticed within one round trip of the later of its deletion and its watch's registration, which is asked for at
     /// most `2 × time_boundary` after the lock was taken; if the server does not answer meanwhile, the client suspends
     /// after its read timeout and the member lists nothing anyway.
-    pub(super) fn held_watches_due(&self) -> Option<Instant> {
+    pub(in crate::decision) fn held_watches_due(&self) -> Option<Instant> {
         if self.locks.unwatched.is_empty() || !self.session.connected || self.ending.is_some() {
             return None;
         }
@@ -682,7 +424,7 @@ impl Core {
     }
 
     /// Asks for the watches of held locks once they are due ([`Core::held_watches_due`]).
-    pub(super) fn watch_held(&mut self) {
+    pub(in crate::decision) fn watch_held(&mut self) {
         if self.held_watches_due().is_none_or(|due| self.now < due) {
             return;
         }
@@ -696,7 +438,7 @@ impl Core {
     }
 
     /// Sends creates for queued items (and makes missing directories first), batched, within the window.
-    pub(super) fn send_queued(&mut self) {
+    pub(in crate::decision) fn send_queued(&mut self) {
         if !self.locks.need_dirs.is_empty() {
             // As many as the window has room for, taken from the front: this runs after every event, so it must
             // not touch the items it leaves (it once re-inserted them all each time: 11 s of a lone member's
@@ -736,7 +478,7 @@ impl Core {
 
     /// Takes the locks nobody wants out of the bookkeeping and deletes their nodes. A lock whose create is in flight
     /// stays until its reply says what exists.
-    pub(super) fn release_unwanted(&mut self) {
+    pub(in crate::decision) fn release_unwanted(&mut self) {
         let unwanted: Vec<usize> =
             self.locks.entries.keys().filter(|item| !self.locks.want.contains(item)).copied().collect();
         let mut nodes = Vec::new();
@@ -774,12 +516,12 @@ impl Core {
     }
 
     /// Whether every unwanted lock is released (nothing in flight, nothing left).
-    pub(super) fn released_all_unwanted(&self) -> bool {
+    pub(in crate::decision) fn released_all_unwanted(&self) -> bool {
         self.locks.releases.is_empty() && self.locks.entries.keys().all(|item| self.locks.want.contains(item))
     }
 
     /// Wants exactly the target, comparing the (possibly 100,000-item) sets only when either changed.
-    pub(super) fn want_target(&mut self) {
+    pub(in crate::decision) fn want_target(&mut self) {
         if self.locks.want_is_target {
             return;
         }
@@ -792,18 +534,18 @@ impl Core {
     }
 
     /// Wants exactly what is held (cloned only when that changes something: the sets can hold 100,000 items).
-    pub(super) fn want_held(&mut self) {
+    pub(in crate::decision) fn want_held(&mut self) {
         if self.locks.want != self.locks.held {
             self.set_want(self.locks.held.clone());
         }
     }
 
-    pub(super) fn want_is_held(&self) -> bool {
+    pub(in crate::decision) fn want_is_held(&self) -> bool {
         self.locks.want.iter().all(|item| self.locks.held.contains(item))
     }
 
     /// Runs the lock machinery, then answers `release_set()` calls whose release is complete.
-    pub(super) fn settle_locks(&mut self) {
+    pub(in crate::decision) fn settle_locks(&mut self) {
         self.pump_locks();
         if !self.published.release_acks.is_empty() && self.released_all_unwanted() {
             for ack in std::mem::take(&mut self.published.release_acks) {
