@@ -1,17 +1,21 @@
-//! The crate's shape, checked: the limits a newcomer relies on to find their way (RELIABILITY.md and the crate docs
-//! describe the map). Reads `src/` as text; no ZooKeeper needed.
+//! The workspace's shape, checked: the limits a newcomer relies on to find their way (ARCHITECTURE.md is the map).
+//! Reads the sources of every crate (`src/`, `crates/proto/src/`, `crates/testing/src/`) and their manifests as text;
+//! no ZooKeeper needed.
 //!
-//! - no file under `src/` is longer than 800 lines, the decision core's `mod.rs` than 600, the driver's loop than 250;
-//! - no cycle of imports, of any length, among modules (top-level modules, and siblings inside one), test-only code
-//!   aside; every name after `crate::` or `super::` resolves to a module, a re-export or an item of the crate root
-//!   (one that does not is reported: the check could not see a cycle through it), and a fixture shows the check
-//!   finding cycles of two and three modules and an import of nothing;
-//! - kazoo's lock-name rule (`__lock__`) is written once, in `crates/proto/src/layout.rs`, and each rule ARCHITECTURE.md gives one
-//!   home is written there alone (the loop body, the update loop, the chunked record, the rendezvous prefix, the
-//!   delays derived from `time_boundary`, the match on `Rebalance`);
-//! - no two files under `src/` have the same name, but `mod.rs`, `lib.rs`, `tests.rs` and the files of a `tests/`
+//! - no source file is longer than 800 lines, the decision core's `mod.rs` than 600, the driver's loop than 250;
+//! - within each crate, no cycle of imports, of any length, among modules (top-level modules, and siblings inside
+//!   one), test-only code aside; every name after `crate::` or `super::` resolves to a module, a re-export or an item
+//!   of the crate root (one that does not is reported: the check could not see a cycle through it), and a fixture
+//!   shows the check finding cycles of two and three modules and an import of nothing (between crates, cargo itself
+//!   refuses a cycle);
+//! - kazoo's lock-name rule (`__lock__`) is written once, in `crates/proto/src/layout.rs`, and each rule
+//!   ARCHITECTURE.md gives one home is written there alone, in every crate (the loop body, the update loop, the
+//!   chunked record, the rendezvous prefix, the delays derived from `time_boundary`, the match on `Rebalance`);
+//! - no two files of a crate have the same name, but `mod.rs`, `lib.rs`, `tests.rs` and the files of a `tests/`
 //!   folder (named for what they test);
-//! - ARCHITECTURE.md, the one map of the source, names every module under `src/` (tests aside), and no other.
+//! - the protocol depends on `thiserror` and `tracing` alone, and no manifest depends on the test kit;
+//! - the decision core has at most twelve fields, none public;
+//! - ARCHITECTURE.md, the one map of the source, names every module of every crate (tests aside), and no other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
