@@ -13,7 +13,7 @@
 //! - the assignment: [`partition_fn`] (the functions), [`weight`] (weights, capacities, loads);
 //! - the inputs' rules: [`item`], [`names`], [`policy`], and the published [`state`].
 //!
-//! The map of both crates, and what may depend on what, is ARCHITECTURE.md in the repository.
+//! The map of every crate of the workspace, and what may depend on what, is ARCHITECTURE.md in the repository.
 #![deny(missing_debug_implementations)]
 // `decision`'s docs are the behaviour table: each row names the private module that implements it. docs.rs documents
 // the private items too (Cargo.toml), where those links resolve.
