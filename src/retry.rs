@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use proto::decision::Code;
 use zookeeper_client::SessionState;
 
 use crate::zookeeper::{ZkError, ZooKeeper};
@@ -20,10 +21,32 @@ pub(crate) fn session_end(err: &zookeeper_client::Error) -> Option<SessionState>
 }
 
 /// Whether a failed request may have been lost with the connection, so that retrying (after checking what the server
-/// did) is the right reaction. `Custom` carries the client's I/O errors and connection timeouts.
+/// did) is the right reaction: the core's rule ([`Code::is_transient`]), for the client's error.
 pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
-    use zookeeper_client::Error as E;
-    matches!(err, E::ConnectionLoss | E::Custom(_) | E::Throttled | E::Timeout | E::NoHosts)
+    code_of(err).is_transient()
+}
+
+/// The client's error, as the core's code.
+pub(crate) fn code_of(err: &ZkError) -> Code {
+    match err {
+        ZkError::NoNode => Code::NoNode,
+        ZkError::NodeExists => Code::NodeExists,
+        ZkError::BadVersion => Code::BadVersion,
+        ZkError::NotEmpty => Code::NotEmpty,
+        ZkError::NoAuth => Code::NoAuth,
+        ZkError::ConnectionLoss => Code::ConnectionLoss,
+        // The client's I/O errors and connection timeouts.
+        ZkError::Custom(_) => Code::Io,
+        ZkError::Throttled => Code::Throttled,
+        ZkError::Timeout => Code::Timeout,
+        ZkError::NoHosts => Code::NoHosts,
+        ZkError::SessionExpired => Code::SessionExpired,
+        ZkError::SessionMoved => Code::SessionMoved,
+        ZkError::ClientClosed => Code::ClientClosed,
+        ZkError::AuthFailed => Code::AuthFailed,
+        ZkError::Unimplemented => Code::Unimplemented,
+        _ => Code::Other,
+    }
 }
 
 /// Runs a request until it gives an answer that is not a lost connection. The client queues requests while it

@@ -15,7 +15,7 @@ use crate::lock_requests::{self, NodeRef};
 use crate::membership::{self, Membership};
 use crate::paths::Paths;
 use crate::placement::store as placement;
-use crate::retry::retry_transient;
+use crate::retry::{code_of, retry_transient};
 use crate::session::SessionRef;
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 use proto::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
@@ -88,28 +88,6 @@ impl<W> Done<W> {
     /// A reply that armed no watch.
     pub fn reply_to(id: ReqId, reply: Reply) -> Self {
         Done { id, reply, party_watch: None, set_watch: None, placement_watch: None, joined: None }
-    }
-}
-
-/// The client's error, as the core's code.
-pub(crate) fn code_of(err: &ZkError) -> Code {
-    match err {
-        ZkError::NoNode => Code::NoNode,
-        ZkError::NodeExists => Code::NodeExists,
-        ZkError::BadVersion => Code::BadVersion,
-        ZkError::NotEmpty => Code::NotEmpty,
-        ZkError::NoAuth => Code::NoAuth,
-        ZkError::ConnectionLoss => Code::ConnectionLoss,
-        ZkError::Custom(_) => Code::Io,
-        ZkError::Throttled => Code::Throttled,
-        ZkError::Timeout => Code::Timeout,
-        ZkError::NoHosts => Code::NoHosts,
-        ZkError::SessionExpired => Code::SessionExpired,
-        ZkError::SessionMoved => Code::SessionMoved,
-        ZkError::ClientClosed => Code::ClientClosed,
-        ZkError::AuthFailed => Code::AuthFailed,
-        ZkError::Unimplemented => Code::Unimplemented,
-        _ => Code::Other,
     }
 }
 

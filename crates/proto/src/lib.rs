@@ -31,6 +31,8 @@ pub mod partition_fn;
 pub mod placement;
 pub mod policy;
 pub mod rng;
+// The simulation's switch for breaking a rule on purpose: public for zk-partitioner's tests, not part of the API.
+#[doc(hidden)]
 pub mod sabotage;
 pub mod set_layout;
 pub mod state;

@@ -152,14 +152,24 @@ pub enum ReqError {
     Fatal(Cause),
 }
 
+impl Code {
+    /// Whether the request may have been lost with the connection (or is refused only for now), so that sending it
+    /// again, after checking what the server did, is the answer: the one list, which the wire's own retry loops
+    /// (`zk-partitioner`'s `retry::is_transient`) read too.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Code::ConnectionLoss | Code::Io | Code::Throttled | Code::Timeout | Code::NoHosts | Code::Finished
+        )
+    }
+}
+
 impl Failed {
     /// Which failures the core retries, which end the session, which end the partitioner: the one classification.
     pub fn classify(self) -> ReqError {
         match self.code {
             Code::NoNode => ReqError::NoNode,
-            Code::ConnectionLoss | Code::Io | Code::Throttled | Code::Timeout | Code::NoHosts | Code::Finished => {
-                ReqError::Transient
-            }
+            code if code.is_transient() => ReqError::Transient,
             Code::SessionExpired | Code::SessionMoved => ReqError::Fatal(Cause::SessionEnded(SessionEnd::Expired)),
             Code::ClientClosed => ReqError::Fatal(Cause::SessionEnded(SessionEnd::Closed)),
             Code::AuthFailed => ReqError::Fatal(Cause::SessionEnded(SessionEnd::AuthFailed)),
