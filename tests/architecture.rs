@@ -14,7 +14,8 @@
 //! - no two files of a crate have the same name, but `mod.rs`, `lib.rs`, `tests.rs` and the files of a `tests/`
 //!   folder (named for what they test);
 //! - the protocol depends on `thiserror` and `tracing` alone, and no manifest depends on the test kit;
-//! - the decision core has at most twelve fields, none public;
+//! - the decision core has at most twelve fields, none public, and its parts keep their state private: no struct under
+//!   `decision/` has a visible field but the protocol's messages (`protocol.rs`) and the core's configuration;
 //! - ARCHITECTURE.md, the one map of the source, names every module of every crate (tests aside), and no other.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -537,6 +538,72 @@ fn the_core_is_a_few_private_parts() {
     let public: Vec<&&str> =
         fields.iter().filter(|field| field.starts_with("pub ") || field.starts_with("pub(")).collect();
     assert!(public.is_empty(), "public fields of the core: {public:?}");
+}
+
+/// The structs of the decision core whose fields are visible: the messages that cross its boundary and the
+/// configuration it is built from. Every other struct under `decision/` (the parts, and what they hold) keeps its
+/// state private behind methods.
+const MESSAGES: &[&str] = &["CoreConfig", "Batch", "JitterParties"];
+
+/// Each struct with named fields in `code`: its name and the fields declared visible (`pub`, `pub(...)`).
+fn visible_fields(code: &str) -> Vec<(String, Vec<String>)> {
+    let mut found = Vec::new();
+    let mut lines = code.lines();
+    while let Some(line) = lines.next() {
+        let rest = line.trim_start();
+        let rest = ["pub ", "pub(super) ", "pub(crate) "].iter().find_map(|p| rest.strip_prefix(p)).unwrap_or(rest);
+        let Some(decl) = rest.strip_prefix("struct ") else { continue };
+        if !decl.trim_end().ends_with('{') {
+            continue;
+        }
+        let name: String = decl.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let indent = line.len() - line.trim_start().len();
+        let mut visible = Vec::new();
+        for field in lines.by_ref() {
+            if field.len() - field.trim_start().len() == indent && field.trim() == "}" {
+                break;
+            }
+            let field = field.trim();
+            if (field.starts_with("pub ") || field.starts_with("pub(")) && field.contains(':') {
+                visible.push(field.to_owned());
+            }
+        }
+        found.push((name, visible));
+    }
+    found
+}
+
+/// The core's parts own their state (issue 45, R3): under `decision/`, only the protocol's messages and the
+/// configuration have visible fields.
+#[test]
+fn the_core_parts_keep_their_state_private() {
+    let dir = repo().join("crates/proto/src/decision");
+    let mut files = Vec::new();
+    self::files(&dir, &mut files);
+    let mut structs = 0;
+    let mut seen_messages = BTreeSet::new();
+    let mut leaks = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&dir).expect("under decision/").to_string_lossy().into_owned();
+        if rel == "tests.rs" || rel.starts_with("tests/") || rel == "inspect.rs" {
+            continue;
+        }
+        let code = std::fs::read_to_string(file).expect("read a source file");
+        for (name, visible) in visible_fields(&code) {
+            structs += 1;
+            if rel == "protocol.rs" || MESSAGES.contains(&name.as_str()) {
+                if !visible.is_empty() {
+                    seen_messages.insert(name);
+                }
+            } else if !visible.is_empty() {
+                leaks.push(format!("{rel}: {name} {visible:?}"));
+            }
+        }
+    }
+    // The reader works: it finds the parts, and the messages' visible fields.
+    assert!(structs >= 15, "read {structs} structs under decision/");
+    assert!(MESSAGES.iter().all(|name| seen_messages.contains(*name)), "read the messages: {seen_messages:?}");
+    assert!(leaks.is_empty(), "state visible outside its part (give the part a method): {leaks:#?}");
 }
 
 /// The `[dependencies]` section of a manifest: the names it lists.

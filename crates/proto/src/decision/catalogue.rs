@@ -65,11 +65,21 @@ fn reweighed((before, was): (&[Item], &Weights), (after, is): (&[Item], &Weights
 /// What a change of the set did, as indexes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SetChange {
-    pub added: Vec<usize>,
-    pub removed: Vec<usize>,
+    added: Vec<usize>,
+    removed: Vec<usize>,
 }
 
 impl SetChange {
+    /// The indexes removed.
+    pub fn removed(&self) -> &[usize] {
+        &self.removed
+    }
+
+    /// The indexes added and removed.
+    pub fn into_parts(self) -> (Vec<usize>, Vec<usize>) {
+        (self.added, self.removed)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty()
     }

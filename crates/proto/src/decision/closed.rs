@@ -29,18 +29,17 @@ pub(super) struct Closed {
 impl Core {
     /// A version of a set with lineage was read, or new items were listed: one of our items may have closed.
     pub(super) fn items_may_have_closed(&mut self) {
-        if self.set.lineage {
-            self.set.closed.due = true;
+        if self.set.lineage() {
+            self.set.closed_mut().due = true;
         }
     }
 
     /// When the next read of our items' lineage is due, if one is.
     pub(super) fn closed_read_due(&self) -> Option<Instant> {
-        let due = self.set.lineage
-            && self.set.closed.due
-            && self.set.closed.read.is_none()
-            && !self.published.shown.listed.is_empty();
-        due.then(|| self.set.closed.sent_at.map_or(self.now, |at| at + self.delays().closed_reread()))
+        let closed = self.set.closed();
+        let due =
+            self.set.lineage() && closed.due && closed.read.is_none() && !self.published.shown().listed().is_empty();
+        due.then(|| closed.sent_at.map_or(self.now, |at| at + self.delays().closed_reread()))
     }
 
     /// Reads the lineage of the listed items, once due.
@@ -48,35 +47,35 @@ impl Core {
         if self.closed_read_due().is_none_or(|at| at > self.now) || !self.may_send() {
             return;
         }
-        self.set.closed.due = false;
+        self.set.closed_mut().due = false;
         let items: Vec<usize> = if breaks(Sabotage::ClosedOutlivesOwnership) {
             self.published
-                .shown
-                .listed
+                .shown()
+                .listed()
                 .iter()
-                .filter(|item| !self.set.closed.items.contains_key(item))
+                .filter(|item| !self.set.closed().items.contains_key(item))
                 .copied()
                 .collect()
         } else {
-            self.published.shown.listed.iter().copied().collect()
+            self.published.shown().listed().iter().copied().collect()
         };
         if !items.is_empty() {
-            self.set.closed.sent_at = Some(self.now);
-            self.set.closed.read = Some(self.request(Op::ReadClosed(items.clone()), Pending::Closed(items)));
+            self.set.closed_mut().sent_at = Some(self.now);
+            self.set.closed_mut().read = Some(self.request(Op::ReadClosed(items.clone()), Pending::Closed(items)));
         }
     }
 
     pub(super) fn on_closed(&mut self, items: Vec<usize>, result: Result<Vec<bool>, ReqError>) {
-        self.set.closed.read = None;
+        self.set.closed_mut().read = None;
         match result {
             Ok(closed) => {
                 let mut changed = false;
                 for (item, closed) in items.into_iter().zip(closed) {
                     let token = self.locks.get(item).map(|lock| lock.token());
                     match token.filter(|_| closed && self.locks.held().contains(&item)) {
-                        Some(token) => changed |= self.set.closed.items.insert(item, token) != Some(token),
+                        Some(token) => changed |= self.set.closed_mut().items.insert(item, token) != Some(token),
                         // Not closed: if it was known closed, the name is another item's now.
-                        None if !closed => changed |= self.set.closed.items.remove(&item).is_some(),
+                        None if !closed => changed |= self.set.closed_mut().items.remove(&item).is_some(),
                         None => {}
                     }
                 }
@@ -85,7 +84,7 @@ impl Core {
                 }
             }
             // Tried again a `time_boundary` after this one was sent.
-            Err(ReqError::Transient | ReqError::NoNode) => self.set.closed.due = true,
+            Err(ReqError::Transient | ReqError::NoNode) => self.set.closed_mut().due = true,
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
     }
@@ -93,13 +92,14 @@ impl Core {
     /// The listed items known closed, as a publication shows them; forgets items no longer held under the lock they
     /// were found closed under, or no longer in the set (an item added again later is another item).
     pub(super) fn closed_among(&mut self, listed: &BTreeSet<usize>) -> BTreeSet<usize> {
-        let (locks, catalogue) = (&self.locks, &self.set.catalogue);
+        let locks = &self.locks;
+        let (catalogue, closed) = self.set.catalogue_and_closed();
         let same_ownership = |item: &usize, token: &i64| {
             breaks(Sabotage::ClosedOutlivesOwnership) || locks.get(*item).is_some_and(|lock| lock.token() == *token)
         };
-        self.set.closed.items.retain(|item, token| {
+        closed.items.retain(|item, token| {
             locks.held().contains(item) && catalogue.contains(*item) && same_ownership(item, token)
         });
-        self.set.closed.items.keys().filter(|item| listed.contains(item)).copied().collect()
+        closed.items.keys().filter(|item| listed.contains(item)).copied().collect()
     }
 }

@@ -9,11 +9,18 @@ use crate::PartitionState;
 /// The partitioner is ending (failure or finish).
 #[derive(Debug)]
 pub(super) struct Ending {
-    pub(super) cause: Cause,
-    pub(super) acks: Vec<AckId>,
+    cause: Cause,
+    acks: Vec<AckId>,
     /// Whether ZooKeeper can still be asked anything (not after the session is lost).
-    pub(super) clean_up: bool,
-    pub(super) leaving: bool,
+    clean_up: bool,
+    leaving: bool,
+}
+
+impl Ending {
+    /// Why the partitioner ends (what a command acknowledged meanwhile is told).
+    pub(super) fn cause(&self) -> &Cause {
+        &self.cause
+    }
 }
 
 impl Core {
@@ -21,7 +28,17 @@ impl Core {
         self.end(cause, Vec::new());
     }
 
+    /// The session ended (its event says so, or a release's reply): fail with it or, already ending, skip what is
+    /// left of the clean-up (our nodes went with the session).
+    pub(super) fn on_session_ended(&mut self, cause: Cause) {
+        match &mut self.ending {
+            Some(ending) => ending.clean_up = false,
+            None => self.fail(cause),
+        }
+    }
+
     /// Publishes `Failure` first (nothing listed), then cleans up: every lock, then the party node, then stops.
+    /// Already ending, the first cause stands.
     pub(super) fn end(&mut self, cause: Cause, acks: Vec<AckId>) {
         if let Some(ending) = &mut self.ending {
             ending.acks.extend(acks);
@@ -29,12 +46,9 @@ impl Core {
         }
         let clean_up = !matches!(cause, Cause::SessionEnded(_));
         self.show(PartitionState::Failure, BTreeSet::new(), BTreeSet::new(), false, Some(cause.clone()), Reason::Ended);
-        self.session.suspension = None;
-        self.published.owed = None;
-        for ack in std::mem::take(&mut self.published.release_acks)
-            .into_iter()
-            .chain(std::mem::take(&mut self.published.suspended_acks))
-        {
+        self.session.forget_suspension();
+        self.published.set_owed(None);
+        for ack in self.published.take_release_acks().into_iter().chain(self.published.take_suspended_acks()) {
             self.out.actions.push_back(Action::Ack(ack, Err(cause.clone())));
         }
         self.ending = Some(Ending { cause, acks, clean_up, leaving: false });

@@ -10,7 +10,7 @@ use crate::{Item, PartitionState};
 impl Core {
     /// The items published as processable.
     pub fn listed(&self) -> &BTreeSet<usize> {
-        &self.published.shown.listed
+        self.published.shown().listed()
     }
 
     /// Our node for an item we hold.
@@ -19,11 +19,11 @@ impl Core {
     }
 
     pub fn state(&self) -> PartitionState {
-        self.published.shown.state
+        self.published.shown().state()
     }
 
     pub fn me(&self) -> &str {
-        &self.party.me
+        self.party.me()
     }
 
     /// What this member announces now (its party node says it once the write lands).
@@ -38,9 +38,9 @@ impl Core {
 
     /// The version and items of the shared set the assignment in force follows.
     pub fn followed(&self) -> Option<(u64, Vec<Item>)> {
-        let version = self.set.in_force.version?;
+        let version = self.set.in_force().version?;
         let mut items: Vec<Item> =
-            self.set.assigned.iter().map(|&index| self.set.catalogue.item(index).clone()).collect();
+            self.set.assigned().iter().map(|&index| self.set.catalogue().item(index).clone()).collect();
         items.sort();
         Some((version, items))
     }

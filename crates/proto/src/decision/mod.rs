@@ -97,7 +97,7 @@ mod suspension;
 mod timers;
 mod window;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,7 +117,7 @@ pub use protocol::{
 };
 
 use crate::announcement::Agreement;
-use crate::{Item, PartitionFn, PartitionState, Rebalance, SessionPolicy, Weight};
+use crate::{Item, PartitionFn, Rebalance, SessionPolicy, Weight};
 
 /// Everything the core decides from, fixed at build time.
 pub struct CoreConfig {
@@ -175,7 +175,7 @@ impl std::fmt::Debug for CoreConfig {
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Core").field("me", &self.party.me).field("now", &self.now).finish_non_exhaustive()
+        f.debug_struct("Core").field("me", &self.party.me()).field("now", &self.now).finish_non_exhaustive()
     }
 }
 
@@ -261,50 +261,13 @@ impl Core {
         let mut core = Core {
             cfg,
             now,
-            party: party::PartyView {
-                me,
-                read: None,
-                fresh: false,
-                latest: Vec::new(),
-                prepared: None,
-                in_party: true,
-                debounce,
-                joining: None,
-                members: Arc::from([]),
-                announcements: party::Announcements::new(now),
-            },
-            share: rebalance::Share { target: None, outdated: false, listed_in_target: false, load: None },
-            set: shared_set::Following {
-                recovery: None,
-                unfinished: None,
-                lineage: false,
-                closed: closed::Closed::default(),
-                assigned: catalogue.set().to_vec(),
-                catalogue,
-                read: None,
-                fresh: !shared,
-                in_force: SetInForce::default(),
-            },
-            session: suspension::SessionView { connected: true, suspension: None },
+            party: party::PartyView::new(me, debounce, now),
+            share: rebalance::Share::new(),
+            set: shared_set::Following::new(catalogue, shared),
+            session: suspension::SessionView::new(),
             placement: placement::Placement::new(keeps_placement),
             locks: LockTable::new(nonce, count, dirs_exist, window, now),
-            published: publication::Published {
-                shown: Shown {
-                    state: PartitionState::Allocating,
-                    listed: BTreeSet::new(),
-                    tokens: Vec::new(),
-                    revoked: BTreeSet::new(),
-                    suspended: false,
-                    members: Arc::from([]),
-                    set: SetInForce::default(),
-                    disagreements: Arc::from([]),
-                    load: None,
-                    closed: BTreeSet::new(),
-                },
-                owed: None,
-                release_acks: Vec::new(),
-                suspended_acks: Vec::new(),
-            },
+            published: publication::Published::new(),
             timers: Timers::default(),
             ending: None,
             out: Outbox::default(),
@@ -322,27 +285,27 @@ impl Core {
 
     /// The item with this index (every index in an [`Op`] or a [`Publication`] has one).
     pub fn item(&self, index: usize) -> &Item {
-        self.set.catalogue.item(index)
+        self.set.catalogue().item(index)
     }
 
     /// How many items have an index (indexes run from 0 to this, excluded).
     pub fn item_count(&self) -> usize {
-        self.set.catalogue.len()
+        self.set.catalogue().len()
     }
 
     /// How many items the set in force has (the set the member divides; for the metrics).
     pub fn set_len(&self) -> usize {
-        self.set.catalogue.set().len()
+        self.set.catalogue().set().len()
     }
 
     /// Whether the set comes from ZooKeeper (only a shared set has a version).
     fn shared(&self) -> bool {
-        self.set.catalogue.version().is_some()
+        self.set.catalogue().version().is_some()
     }
 
     /// `indexes` as items.
     pub fn items_of(&self, indexes: &[usize]) -> Arc<[Item]> {
-        self.set.catalogue.items_of(indexes)
+        self.set.catalogue().items_of(indexes)
     }
 
     /// Whether the core has stopped (after its final [`Action::Stop`]).
@@ -381,20 +344,16 @@ impl Core {
             Event::Connected => self.on_connected(),
             Event::Suspended => self.on_suspended(),
             Event::SessionEnded(end) => {
-                if let Some(ending) = &mut self.ending {
-                    ending.clean_up = false;
-                } else {
-                    self.fail(Cause::SessionEnded(end));
-                }
-                self.session.connected = false;
+                self.on_session_ended(Cause::SessionEnded(end));
+                self.session.ended();
             }
             Event::PartyChanged => {
-                self.party.fresh = false;
+                self.party.mark_stale();
                 self.on_inputs_changed(Reason::PartyChanged);
             }
             // Only a read that shows a different set starts a new episode.
-            Event::SetChanged => self.set.fresh = false,
-            Event::PlacementChanged => self.placement.fresh = false,
+            Event::SetChanged => self.set.mark_stale(),
+            Event::PlacementChanged => self.placement.mark_stale(),
             Event::Reply(id, reply) => self.on_reply(id, reply),
             Event::ReleaseSet(ack) => self.on_release_set(ack),
             Event::Finish(ack) => {
@@ -433,7 +392,7 @@ impl Core {
         if !self.out.stopped && self.ending.is_none() {
             self.decide_running();
             self.watch_held();
-            if self.session.suspension.is_none() {
+            if !self.session.suspended() {
                 self.read_closed_if_due();
             }
         }
@@ -447,21 +406,21 @@ impl Core {
     /// period; once it has lasted `time_boundary`, compute the target; then the rows of the rebalance mode.
     fn decide_running(&mut self) {
         self.read_stale_inputs();
-        if self.session.suspension.is_some() {
+        if self.session.suspended() {
             self.verify_held_once_connected();
             // Lock requests carry on (they wait for the reconnection); nothing else is decided meanwhile.
             return self.settle_locks();
         }
         self.prepare_if_due();
         if self.target_due()
-            && self.party.fresh
-            && self.set.fresh
-            && self.session.connected
-            && self.party.debounce.ready(self.now)
+            && self.party.fresh()
+            && self.set.fresh()
+            && self.session.connected()
+            && self.party.quiet(self.now)
             && self.capacities_known()
             && self.placement.ready()
         {
-            if !self.party.in_party {
+            if !self.party.in_party() {
                 self.rejoin();
                 return self.settle_locks();
             }
@@ -485,32 +444,27 @@ impl Core {
         self.read_announcements_if_due();
         if self.timers.is_due(Timer::Recovery, self.now) {
             self.timers.clear(Timer::Recovery);
-            self.set.fresh = false;
+            self.set.mark_stale();
         }
     }
 
     /// Whether a target is to be computed once the quiet period ends: none is in force, or the set changed since.
     fn target_due(&self) -> bool {
-        self.share.target.is_none() || self.share.outdated
+        self.share.target().is_none() || self.share.outdated()
     }
 
     /// Whether requests that a lost connection would only make fail again may be sent.
     fn may_send(&self) -> bool {
-        self.session.connected && !self.timers.is_armed(Timer::Backoff)
+        self.session.connected() && !self.timers.is_armed(Timer::Backoff)
     }
 
     /// Reads the party and the shared set again after a change notification.
     fn read_stale_inputs(&mut self) {
-        let may_send = self.may_send();
-        if may_send && self.party.read.is_none() && !self.party.fresh && self.party.joining.is_none() {
-            self.party.read = Some(self.request(Op::ReadParty, Pending::Party));
-        }
-        if self.shared() && may_send && self.set.read.is_none() && !self.set.fresh {
-            self.set.read = Some(self.request(Op::ReadSet, Pending::ReadSet));
-        }
+        self.read_party_if_stale();
+        self.read_set_if_stale();
         self.read_placement_if_stale();
         // A weighted function waits for every member's capacity: a failed read of the announcements is sent again.
-        if may_send && self.party.fresh && !self.capacities_known() {
+        if self.may_send() && self.party.fresh() && !self.capacities_known() {
             self.read_announcements(false);
         }
     }

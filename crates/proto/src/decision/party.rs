@@ -19,30 +19,113 @@ use crate::{Disagreement, Load, Weighted};
 /// announce.
 pub(super) struct PartyView {
     /// This member's name in the party.
-    pub(super) me: Arc<str>,
-    pub(super) read: Option<ReqId>,
+    me: Arc<str>,
+    read: Option<ReqId>,
     /// The latest party read is newer than the last change notification.
-    pub(super) fresh: bool,
-    pub(super) latest: Vec<String>,
+    fresh: bool,
+    latest: Vec<String>,
     /// The quiet period (by its start) for which the partition function last worked ahead.
-    pub(super) prepared: Option<Instant>,
+    prepared: Option<Instant>,
     /// Our own party node was in the latest read.
-    pub(super) in_party: bool,
-    pub(super) debounce: super::debounce::Debounce,
-    pub(super) joining: Option<ReqId>,
+    in_party: bool,
+    debounce: super::debounce::Debounce,
+    joining: Option<ReqId>,
     /// The members the assignment in force was computed from.
-    pub(super) members: Arc<[String]>,
+    members: Arc<[String]>,
     /// What the other members announce, and the disagreements it shows.
-    pub(super) announcements: Announcements,
+    announcements: Announcements,
+}
+
+impl PartyView {
+    /// Not read yet, our node `me` in it (the join happened before the core was built).
+    pub(super) fn new(me: Arc<str>, debounce: super::debounce::Debounce, now: Instant) -> Self {
+        PartyView {
+            me,
+            read: None,
+            fresh: false,
+            latest: Vec::new(),
+            prepared: None,
+            in_party: true,
+            debounce,
+            joining: None,
+            members: Arc::from([]),
+            announcements: Announcements::new(now),
+        }
+    }
+
+    /// This member's name in the party.
+    pub(super) fn me(&self) -> &Arc<str> {
+        &self.me
+    }
+
+    /// Whether we are the party's first member (who sees to the shared set's updates whose writer is gone).
+    pub(super) fn first(&self) -> bool {
+        self.latest.first().is_some_and(|first| **first == *self.me)
+    }
+
+    /// The party's member names as last read, sorted.
+    pub(super) fn latest(&self) -> &[String] {
+        &self.latest
+    }
+
+    /// The members the assignment in force was computed from.
+    pub(super) fn members(&self) -> &Arc<[String]> {
+        &self.members
+    }
+
+    /// Whether the latest party read is newer than the last change notification.
+    pub(super) fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Whether our own party node was in the latest read.
+    pub(super) fn in_party(&self) -> bool {
+        self.in_party
+    }
+
+    /// The party changed: read it again.
+    pub(super) fn mark_stale(&mut self) {
+        self.fresh = false;
+    }
+
+    /// Whether the party has been quiet for `time_boundary` (with our jitter).
+    pub(super) fn quiet(&self, now: Instant) -> bool {
+        self.debounce.ready(now)
+    }
+
+    /// When the quiet period ends, as it stands.
+    pub(super) fn quiet_at(&self) -> Instant {
+        self.debounce.ready_at()
+    }
+
+    /// The quiet period starts again now (a party change, or everything given up).
+    pub(super) fn restart_quiet_period(&mut self, now: Instant) {
+        self.debounce.changed(now, self.latest.len());
+    }
+
+    /// The set changed under a stable party (incremental): a shorter quiet period batches the stream of versions.
+    pub(super) fn set_changed_quiet_period(&mut self, now: Instant) {
+        self.debounce.set_changed(now);
+    }
+
+    /// Members announcing another set or function, as last found.
+    pub(super) fn disagreements(&self) -> &Arc<[Disagreement]> {
+        self.announcements.disagreements()
+    }
+
+    /// Our own announcement changed at `now`.
+    pub(super) fn announcement_changed(&mut self, now: Instant) {
+        self.announcements.ours_changed(now);
+    }
 }
 
 /// A member's announcement as read: what it says, the zxid of the write that said it, and when we read it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Announcement {
     /// `None`: nothing this crate understands (a kazoo member).
-    pub agreement: Option<Agreement>,
-    pub written: i64,
-    pub read_at: Instant,
+    agreement: Option<Agreement>,
+    written: i64,
+    read_at: Instant,
 }
 
 /// What the other members announce, and what we make of it. Its state is this module's: other concerns ask for the
@@ -102,6 +185,28 @@ impl Core {
         }
     }
 
+    /// The reply to our join: our node's name is our member name from now on.
+    pub(super) fn on_joined(&mut self, result: Result<String, ReqError>) {
+        self.party.joining = None;
+        match result {
+            Ok(node) => {
+                self.party.me = layout::member_name(&node).unwrap_or(&node).into();
+                self.cfg.party_node = node;
+                self.party.fresh = false;
+                self.party.restart_quiet_period(self.now);
+            }
+            Err(ReqError::Fatal(cause)) => self.fail(cause),
+            Err(_) => self.back_off(),
+        }
+    }
+
+    /// Reads the party again after a change notification (unless a read or our join is in flight).
+    pub(super) fn read_party_if_stale(&mut self) {
+        if self.may_send() && self.party.read.is_none() && !self.party.fresh && self.party.joining.is_none() {
+            self.party.read = Some(self.request(Op::ReadParty, Pending::Party));
+        }
+    }
+
     /// Lets the partition function work ahead, once per quiet period, a quarter of `time_boundary` into it.
     pub(super) fn prepare_if_due(&mut self) {
         if self.prepare_due().is_some_and(|at| self.now >= at) && !self.party.debounce.ready(self.now) {
@@ -114,11 +219,9 @@ impl Core {
     pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
         let (target, load, placement) = self.assignment(&self.party.latest)?;
         self.note_placement(placement);
-        self.share.load = Some(Arc::new(load));
+        self.share.set_load(load);
         self.party.members = self.party.latest.clone().into();
-        self.share.target = Some(target);
-        self.target_changed();
-        self.share.outdated = false;
+        self.share.set(target);
         self.locks.set_want_is_target(false);
         self.note_set_in_force();
         self.announce();
@@ -138,17 +241,15 @@ impl Core {
         // decide on different versions, whose answers differ for items near a load bound).
         let set_change = reason == Reason::ItemSetChanged;
         if !set_change {
-            self.party.debounce.changed(self.now, self.party.latest.len());
-        } else if self.share.target.is_some() && !self.share.outdated {
+            self.party.restart_quiet_period(self.now);
+        } else if self.share.target().is_some() && !self.share.outdated() {
             self.debounce_set_change();
         }
         self.locks.set_want_is_target(false);
-        if set_change && self.keeps_target_through_set_changes() && self.share.target.is_some() {
+        if set_change && self.keeps_target_through_set_changes() && self.share.target().is_some() {
             return self.outdate_target();
         }
-        self.share.outdated = false;
-        self.target_changed();
-        if self.share.target.take().is_none() {
+        if !self.share.clear() {
             return;
         }
         self.on_new_episode(reason);
@@ -159,17 +260,14 @@ impl Core {
     /// versions closer together than a lock's round trip would otherwise keep a member from ever completing them),
     /// and listed items that left the set are revoked at once.
     fn outdate_target(&mut self) {
-        if let Some(target) = &mut self.share.target {
-            target.retain(|&item| self.set.catalogue.contains(item));
-            self.target_changed();
-        }
-        if !self.share.outdated {
-            self.share.outdated = true;
+        let catalogue = &self.set.catalogue();
+        if self.share.outdate(|item| catalogue.contains(item)) {
             self.on_new_episode(Reason::ItemSetChanged);
         }
     }
 
     pub(super) fn on_party(&mut self, result: Result<PartyRead, ReqError>) {
+        self.party.read = None;
         match result {
             Ok(PartyRead { children }) => {
                 // Our node's name, not our member name: under static membership another process may carry it.
@@ -186,7 +284,7 @@ impl Core {
                 self.note_agreements();
                 self.read_announcements(false);
                 // We may be the first member now: the set's unfinished update is ours to see to.
-                if let Some(unfinished) = self.set.unfinished.clone() {
+                if let Some(unfinished) = self.set.unfinished().cloned() {
                     self.watch_unfinished(&unfinished);
                 }
             }
@@ -197,7 +295,7 @@ impl Core {
                 self.party.announcements.nodes.clear();
                 self.party.in_party = false;
                 self.party.fresh = true;
-                self.party.debounce.changed(self.now, self.party.latest.len());
+                self.party.restart_quiet_period(self.now);
             }
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
@@ -313,7 +411,7 @@ impl Core {
                     Some(kind) => (kind, theirs.to_string()),
                     None => continue,
                 },
-                None if self.set.lineage => {
+                None if self.set.lineage() => {
                     (crate::DisagreementKind::Lineage, "nothing (a kazoo member? it knows no lineage)".to_owned())
                 }
                 None if self.cfg.kazoo_compatible => continue,
@@ -371,8 +469,11 @@ impl Core {
     /// When the partition function may work ahead for this quiet period ([`PartitionFn::prepare`]): a quarter of
     /// `time_boundary` into it, while the assignment is still to be decided, once per period.
     pub(super) fn prepare_due(&self) -> Option<Instant> {
-        let settling =
-            self.target_due() && self.party.fresh && self.set.fresh && self.session.connected && self.party.in_party;
+        let settling = self.target_due()
+            && self.party.fresh
+            && self.set.fresh()
+            && self.session.connected()
+            && self.party.in_party;
         (settling && self.party.prepared != Some(self.party.debounce.last_change()))
             .then(|| self.party.debounce.prepare_at())
     }
@@ -380,7 +481,7 @@ impl Core {
     /// Lets the partition function work ahead on the party as it stands. Its result is not used: a panic is left for
     /// the deciding call, which reports it as a `Failure` if it panics too.
     pub(super) fn prepare(&self) {
-        let (items, weights) = (self.set.catalogue.sorted(), self.set.catalogue.weights());
+        let (items, weights) = (self.set.catalogue().sorted(), self.set.catalogue().weights());
         // Capacities not all read yet: the deciding call waits for them; the work ahead assumes 1.
         let capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]);
         let input = Weighted::new(&self.party.me, &self.party.latest, &capacities, items, weights);
@@ -416,10 +517,10 @@ impl Core {
     /// Our share under the partition function, as indexes into the sorted item list, our load under it, and (for a
     /// function that keeps the placement) the whole assignment.
     pub(super) fn assignment(&self, members: &[String]) -> Result<(BTreeSet<usize>, Load, Option<Placed>), Cause> {
-        let (items, weights) = (self.set.catalogue.sorted(), self.set.catalogue.weights());
+        let (items, weights) = (self.set.catalogue().sorted(), self.set.catalogue().weights());
         let capacities = self.capacities().unwrap_or_else(|| vec![1; members.len()]);
         let input = Weighted::new(&self.party.me, members, &capacities, items, weights);
-        let (mine, placed) = if self.placement.on {
+        let (mine, placed) = if self.placement.on() {
             self.placed_share(&input)?
         } else {
             // User code: a panic must become a Failure with its cause, not a dead task behind a stale snapshot.
@@ -432,7 +533,7 @@ impl Core {
         let load = Load::of(positions, weights, ours, total, self.cfg.partition_fn.load_bound());
         let mut assigned = BTreeSet::new();
         for item in mine {
-            let index = self.set.catalogue.index_in_set(&item).ok_or_else(|| {
+            let index = self.set.catalogue().index_in_set(&item).ok_or_else(|| {
                 Cause::PartitionFn(format!(
                     "returned {}, which is not in the set",
                     crate::error::shown(&item.to_string())

@@ -23,12 +23,12 @@ use crate::{Item, PartitionState, Weighted};
 #[derive(Debug, Default)]
 pub(super) struct Placement {
     /// The function keeps the placement: the record is followed and written.
-    pub on: bool,
+    on: bool,
     read: Option<super::ReqId>,
     /// The assignment the read in flight expects to find (our latest when it was sent).
     expected: Option<Arc<Record>>,
     /// The latest read is newer than the last change notification.
-    pub fresh: bool,
+    fresh: bool,
     /// The index node's version as last read (`None`: no node).
     version: Option<i32>,
     /// The record in force as last read: what the next assignment is computed from (`None`: none, or unreadable).
@@ -52,6 +52,16 @@ impl Placement {
     pub fn ready(&self) -> bool {
         !self.on || self.fresh
     }
+
+    /// Whether the function keeps the placement (the record is followed and written).
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// The record changed: read it again.
+    pub fn mark_stale(&mut self) {
+        self.fresh = false;
+    }
 }
 
 fn identity(record: &Record) -> Identity {
@@ -65,7 +75,7 @@ impl Core {
         if p.on && !p.fresh && p.read.is_none() && self.may_send() {
             let expected = p.computed.as_ref().map(|(computed, _)| computed.clone());
             let expect = expected.as_ref().map(|computed| computed.digest);
-            let kind = Kind::of(self.set.catalogue.sorted());
+            let kind = Kind::of(self.set.catalogue().sorted());
             self.placement.expected = expected;
             self.placement.read = Some(self.request(Op::ReadPlacement { expect, kind }, Pending::ReadPlacement));
         }
@@ -113,7 +123,7 @@ impl Core {
         if let Some((own, from)) = &computed
             && *from != now
             && now != Some(identity(own))
-            && self.share.target.is_some()
+            && self.share.target().is_some()
             && !breaks(Sabotage::PlacementChangeIgnored)
             && self.placed_again().is_none_or(|again| again.owners != own.owners)
         {
@@ -124,10 +134,10 @@ impl Core {
     /// The whole assignment the record in force gives for the inputs our assignment was computed for; `None` if the
     /// function fails or says nothing (then computed again, by the decision that reports it).
     fn placed_again(&self) -> Option<Arc<Record>> {
-        let (items, weights) = (self.set.catalogue.sorted(), self.set.catalogue.weights());
+        let (items, weights) = (self.set.catalogue().sorted(), self.set.catalogue().weights());
         // Capacities are the latest party's: only comparable while it is the assignment's (else a decision is due).
-        let capacities = self.capacities().filter(|_| *self.party.members == *self.party.latest)?;
-        let input = Weighted::new(&self.party.me, &self.party.members, &capacities, items, weights);
+        let capacities = self.capacities().filter(|_| **self.party.members() == *self.party.latest())?;
+        let input = Weighted::new(self.party.me(), self.party.members(), &capacities, items, weights);
         self.placed_share(&input).ok()?.1
     }
 
@@ -144,7 +154,7 @@ impl Core {
             && !breaks(Sabotage::PlacementRecomputed)
             && let Some(owners) = previous.iter().copied().collect::<Option<Vec<usize>>>()
         {
-            let placed = Record::computed(inputs, input.members, self.set.catalogue.sorted_shared(), &owners);
+            let placed = Record::computed(inputs, input.members, self.set.catalogue().sorted_shared(), &owners);
             if let Some(placed) = placed.filter(|placed| placed.digest == record.digest) {
                 let me = input.members.iter().position(|member| member == input.me);
                 let mine = input.items.iter().zip(&owners).filter(|&(_, &owner)| Some(owner) == me);
@@ -161,8 +171,8 @@ impl Core {
             let mine = guarded(|| self.cfg.partition_fn.partition_weighted(input)).map_err(Cause::PartitionFn)?;
             return Ok((mine, None));
         };
-        let record =
-            Record::computed(inputs, input.members, self.set.catalogue.sorted_shared(), &owners).ok_or_else(|| {
+        let record = Record::computed(inputs, input.members, self.set.catalogue().sorted_shared(), &owners)
+            .ok_or_else(|| {
                 Cause::PartitionFn("returned a placement that does not match the items and members".into())
             })?;
         let me = input.members.iter().position(|member| member == input.me);
@@ -200,8 +210,8 @@ impl Core {
     fn inputs_digest(&self, input: &Weighted<'_>) -> u64 {
         let content = match breaks(Sabotage::PlacementInputsByVersion) {
             // The old identity: the set named by its version, which a change that moves nothing relabels.
-            true => self.set.catalogue.content() ^ self.set.catalogue.version().unwrap_or_default(),
-            false => self.set.catalogue.content(),
+            true => self.set.catalogue().content() ^ self.set.catalogue().version().unwrap_or_default(),
+            false => self.set.catalogue().content(),
         };
         inputs_digest(content, self.cfg.agreement.function, input.members, input.capacities)
     }
@@ -211,23 +221,24 @@ impl Core {
     pub(super) fn write_placement_if_due(&mut self) {
         let p = &self.placement;
         let Some((own, _)) = &p.computed else { return };
-        let first = self.party.latest.first().is_some_and(|first| **first == *self.party.me);
+        let first = self.party.first();
         let due = p.on
             && p.fresh
             && p.read.is_none()
             && p.writing.is_none()
             && first
             && self.may_send()
-            && self.published.shown.state == PartitionState::Acquired
+            && self.published.shown().state() == PartitionState::Acquired
             && !self.target_due()
-            && *self.party.members == *self.party.latest
-            && self.party.announcements.disagreements().is_empty()
+            && **self.party.members() == *self.party.latest()
+            && self.party.disagreements().is_empty()
             && p.in_force.as_deref().map(identity) != Some(identity(own))
             && p.written != Some(identity(own));
         if !due {
             return;
         }
-        let write = Write { version: p.version, assignment: own.clone(), kind: Kind::of(self.set.catalogue.sorted()) };
+        let write =
+            Write { version: p.version, assignment: own.clone(), kind: Kind::of(self.set.catalogue().sorted()) };
         self.placement.written = Some(identity(own));
         self.placement.writing = Some(self.request(Op::WritePlacement(Box::new(write)), Pending::WritePlacement));
     }

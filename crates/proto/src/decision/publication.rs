@@ -10,12 +10,72 @@ use crate::{Disagreement, FencingToken, PartitionState};
 
 /// What was published to the worker, what is owed to it, and the `release_set()` calls waiting for an answer.
 pub(super) struct Published {
-    pub(super) shown: Shown,
-    pub(super) owed: Option<Owed>,
+    shown: Shown,
+    owed: Option<Owed>,
     /// `release_set()` calls answered once nothing unwanted is left to release.
-    pub(super) release_acks: Vec<AckId>,
+    release_acks: Vec<AckId>,
     /// `release_set()` calls made during a suspension, answered when it ends.
-    pub(super) suspended_acks: Vec<AckId>,
+    suspended_acks: Vec<AckId>,
+}
+
+impl Published {
+    /// Nothing published yet: `Allocating`, nothing listed.
+    pub(super) fn new() -> Self {
+        let shown = Shown {
+            state: PartitionState::Allocating,
+            listed: BTreeSet::new(),
+            tokens: Vec::new(),
+            revoked: BTreeSet::new(),
+            suspended: false,
+            members: Arc::from([]),
+            set: SetInForce::default(),
+            disagreements: Arc::from([]),
+            load: None,
+            closed: BTreeSet::new(),
+        };
+        Self { shown, owed: None, release_acks: Vec::new(), suspended_acks: Vec::new() }
+    }
+
+    /// What was published last.
+    pub(super) fn shown(&self) -> &Shown {
+        &self.shown
+    }
+
+    /// What the worker has been asked to give up with `release_set()`, if anything.
+    pub(super) fn owed(&self) -> Option<&Owed> {
+        self.owed.as_ref()
+    }
+
+    pub(super) fn take_owed(&mut self) -> Option<Owed> {
+        self.owed.take()
+    }
+
+    pub(super) fn set_owed(&mut self, owed: Option<Owed>) {
+        self.owed = owed;
+    }
+
+    /// `release_set()` calls to answer once nothing unwanted is left to release.
+    pub(super) fn answer_after_release(&mut self, acks: impl IntoIterator<Item = AckId>) {
+        self.release_acks.extend(acks);
+    }
+
+    /// Whether `release_set()` calls wait for the releases.
+    pub(super) fn awaiting_release(&self) -> bool {
+        !self.release_acks.is_empty()
+    }
+
+    pub(super) fn take_release_acks(&mut self) -> Vec<AckId> {
+        std::mem::take(&mut self.release_acks)
+    }
+
+    /// A `release_set()` call made during a suspension, answered when it ends.
+    pub(super) fn answer_after_suspension(&mut self, ack: AckId) {
+        self.suspended_acks.push(ack);
+    }
+
+    pub(super) fn take_suspended_acks(&mut self) -> Vec<AckId> {
+        std::mem::take(&mut self.suspended_acks)
+    }
 }
 
 /// What the worker has been asked to do with `release_set()`.
@@ -30,19 +90,45 @@ pub(super) enum Owed {
 /// What was published last.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Shown {
-    pub(super) state: PartitionState,
-    pub(super) listed: BTreeSet<usize>,
+    state: PartitionState,
+    listed: BTreeSet<usize>,
     /// The fencing token of each listed item, in the order of `listed`.
-    pub(super) tokens: Vec<i64>,
-    pub(super) revoked: BTreeSet<usize>,
-    pub(super) suspended: bool,
+    tokens: Vec<i64>,
+    revoked: BTreeSet<usize>,
+    suspended: bool,
     /// The party the assignment in force was computed from.
-    pub(super) members: Arc<[String]>,
-    pub(super) set: SetInForce,
-    pub(super) disagreements: Arc<[Disagreement]>,
-    pub(super) load: Option<Arc<crate::Load>>,
+    members: Arc<[String]>,
+    set: SetInForce,
+    disagreements: Arc<[Disagreement]>,
+    load: Option<Arc<crate::Load>>,
     /// The listed items known closed.
-    pub(super) closed: BTreeSet<usize>,
+    closed: BTreeSet<usize>,
+}
+
+impl Shown {
+    pub(super) fn state(&self) -> PartitionState {
+        self.state
+    }
+
+    /// The items listed as processable.
+    pub(super) fn listed(&self) -> &BTreeSet<usize> {
+        &self.listed
+    }
+
+    /// The items the worker was asked to stop.
+    pub(super) fn revoked(&self) -> &BTreeSet<usize> {
+        &self.revoked
+    }
+
+    /// The party the assignment in force was computed from.
+    pub(super) fn members(&self) -> &Arc<[String]> {
+        &self.members
+    }
+
+    /// The shared set's version the assignment in force follows.
+    pub(super) fn set(&self) -> &SetInForce {
+        &self.set
+    }
 }
 
 impl Core {
@@ -57,12 +143,12 @@ impl Core {
 
     pub(super) fn on_release_set(&mut self, ack: AckId) {
         if let Some(ending) = &self.ending {
-            self.out.actions.push_back(Action::Ack(ack, Err(ending.cause.clone())));
+            self.out.actions.push_back(Action::Ack(ack, Err(ending.cause().clone())));
             return;
         }
-        if self.session.suspension.is_some() {
+        if self.session.suspended() {
             // Answered when the session's fate is known.
-            self.published.suspended_acks.push(ack);
+            self.published.answer_after_suspension(ack);
             return;
         }
         match self.published.owed.take() {
@@ -86,11 +172,9 @@ impl Core {
                     Reason::ReleaseSet,
                 );
                 self.set_want(BTreeSet::new());
-                self.share.target = None;
-                self.target_changed();
-                self.share.outdated = false;
+                self.share.clear();
                 self.locks.set_want_is_target(false);
-                self.party.debounce.changed(self.now, self.party.latest.len());
+                self.party.restart_quiet_period(self.now);
                 self.start_allocation_clock();
             }
         }
@@ -98,7 +182,7 @@ impl Core {
             self.out.actions.push_back(Action::Ack(ack, Ok(())));
             return;
         }
-        self.published.release_acks.push(ack);
+        self.published.answer_after_release([ack]);
     }
 
     /// Publishes the current state again (something besides the state changed).
@@ -139,10 +223,10 @@ impl Core {
             tokens,
             revoked,
             suspended,
-            members: self.party.members.clone(),
-            set: self.set.in_force.clone(),
-            disagreements: self.party.announcements.disagreements().clone(),
-            load: self.share.load.clone(),
+            members: self.party.members().clone(),
+            set: self.set.in_force().clone(),
+            disagreements: self.party.disagreements().clone(),
+            load: self.share.load(),
         };
         if shown == self.published.shown && cause.is_none() {
             return;
@@ -158,7 +242,7 @@ impl Core {
                     self.published.shown.suspended,
                 );
         // In item order, not index order: a handle finds an item in the snapshot by binary search.
-        let listed = self.set.catalogue.in_item_order(shown.listed.iter().copied());
+        let listed = self.set.catalogue().in_item_order(shown.listed.iter().copied());
         let listed = if breaks(Sabotage::IndexOrder) { shown.listed.iter().copied().collect() } else { listed };
         let items = listed
             .iter()
@@ -171,20 +255,20 @@ impl Core {
         self.out.actions.push_back(Action::Publish(Box::new(Publication {
             transition,
             state,
-            member: self.party.me.clone(),
+            member: self.party.me().clone(),
             items,
             nodes,
-            revoked: self.set.catalogue.in_item_order(shown.revoked.iter().copied()),
-            members: self.party.members.clone(),
+            revoked: self.set.catalogue().in_item_order(shown.revoked.iter().copied()),
+            members: self.party.members().clone(),
             cause,
             suspended,
-            set: self.set.in_force.clone(),
-            disagreements: self.party.announcements.disagreements().clone(),
-            load: self.share.load.clone(),
-            closed: self.set.catalogue.in_item_order(shown.closed.iter().copied()),
+            set: self.set.in_force().clone(),
+            disagreements: self.party.disagreements().clone(),
+            load: self.share.load(),
+            closed: self.set.catalogue().in_item_order(shown.closed.iter().copied()),
             reason,
         })));
         self.published.shown = shown;
-        self.share.listed_in_target = false;
+        self.share.listed_changed();
     }
 }

@@ -2,6 +2,7 @@
 //! everything is taken again); Incremental stops only what moves.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::{Core, Owed, Reason};
 use crate::sabotage::{Sabotage, breaks};
@@ -10,16 +11,79 @@ use crate::{PartitionState, Rebalance};
 /// Our share under the latest stable party, and what it weighs.
 pub(super) struct Share {
     /// `None` while the party settles.
-    pub(super) target: Option<BTreeSet<usize>>,
+    target: Option<BTreeSet<usize>>,
     /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
     /// once the quiet period ends.
-    pub(super) outdated: bool,
+    outdated: bool,
     /// Every listed item was in `target` when last checked, and neither has changed since: the check walks both
     /// sets, and a member releasing or taking 50,000 locks runs it on each of their events. Cleared wherever either
     /// changes (`show`, and every write of `target`).
-    pub(super) listed_in_target: bool,
+    listed_in_target: bool,
     /// Our load under that share (weights against capacity).
-    pub(super) load: Option<std::sync::Arc<crate::Load>>,
+    load: Option<Arc<crate::Load>>,
+}
+
+impl Share {
+    /// No share yet: the party settles.
+    pub(super) fn new() -> Self {
+        Self { target: None, outdated: false, listed_in_target: false, load: None }
+    }
+
+    /// Our share, `None` while the party settles.
+    pub(super) fn target(&self) -> Option<&BTreeSet<usize>> {
+        self.target.as_ref()
+    }
+
+    /// Whether the set changed since the target was computed (incremental).
+    pub(super) fn outdated(&self) -> bool {
+        self.outdated
+    }
+
+    /// Our load under the share, for the publication.
+    pub(super) fn load(&self) -> Option<Arc<crate::Load>> {
+        self.load.clone()
+    }
+
+    /// A new target, up to date.
+    pub(super) fn set(&mut self, target: BTreeSet<usize>) {
+        self.target = Some(target);
+        self.outdated = false;
+        self.changed();
+    }
+
+    /// The load under the target just set.
+    pub(super) fn set_load(&mut self, load: crate::Load) {
+        self.load = Some(Arc::new(load));
+    }
+
+    /// The party settles again: no target. Returns whether there was one.
+    pub(super) fn clear(&mut self) -> bool {
+        self.outdated = false;
+        self.changed();
+        self.target.take().is_some()
+    }
+
+    /// The set changed under a stable party (incremental): the target keeps only the items `kept`, and is outdated.
+    /// Returns whether it was up to date until now (a new episode starts).
+    pub(super) fn outdate(&mut self, kept: impl Fn(usize) -> bool) -> bool {
+        if let Some(target) = &mut self.target {
+            target.retain(|&item| kept(item));
+            self.changed();
+        }
+        !std::mem::replace(&mut self.outdated, true)
+    }
+
+    /// What was listed changed: whether it is within the target is checked again.
+    pub(super) fn listed_changed(&mut self) {
+        self.listed_in_target = false;
+    }
+
+    /// To be called after every write of `target`: what was checked against the old one is checked again.
+    fn changed(&mut self) {
+        if !breaks(Sabotage::TargetChangeUnseen) {
+            self.listed_in_target = false;
+        }
+    }
 }
 
 impl Core {
@@ -36,8 +100,8 @@ impl Core {
     /// batches the stream of versions.
     pub(super) fn debounce_set_change(&mut self) {
         match self.cfg.rebalance {
-            Rebalance::Eager => self.party.debounce.changed(self.now, self.party.latest.len()),
-            Rebalance::Incremental => self.party.debounce.set_changed(self.now),
+            Rebalance::Eager => self.party.restart_quiet_period(self.now),
+            Rebalance::Incremental => self.party.set_changed_quiet_period(self.now),
         }
     }
 
@@ -52,9 +116,9 @@ impl Core {
 
     /// The party or the set changed, and the assignment in force was the party's: a new episode.
     pub(super) fn on_new_episode(&mut self, reason: Reason) {
-        match (self.cfg.rebalance, self.published.shown.state) {
+        match (self.cfg.rebalance, self.published.shown().state()) {
             // During a suspension, the resumption deals with it.
-            (Rebalance::Eager, PartitionState::Acquired) if self.session.suspension.is_none() => {
+            (Rebalance::Eager, PartitionState::Acquired) if !self.session.suspended() => {
                 self.ask_release_all(reason);
             }
             (Rebalance::Incremental, PartitionState::Acquired) => self.start_allocation_clock_unless_running(),
@@ -68,22 +132,22 @@ impl Core {
         let reason = Reason::HeldLockDeleted;
         match self.cfg.rebalance {
             Rebalance::Eager => {
-                self.published.owed = Some(Owed::All);
+                self.published.set_owed(Some(Owed::All));
                 self.stop_allocation_clock();
                 let mut revoked = self.locks.held().clone();
                 revoked.insert(item);
                 self.show(PartitionState::Release, BTreeSet::new(), revoked, false, None, reason);
             }
             Rebalance::Incremental => {
-                let mut listed = self.published.shown.listed.clone();
+                let mut listed = self.published.shown().listed().clone();
                 listed.remove(&item);
-                let state = match self.published.shown.state {
+                let state = match self.published.shown().state() {
                     PartitionState::Acquired => PartitionState::Allocating,
                     state => state,
                 };
-                let revoked = self.published.shown.revoked.clone();
+                let revoked = self.published.shown().revoked().clone();
                 self.show(state, listed, revoked, false, None, reason);
-                if self.published.owed.is_none() {
+                if self.published.owed().is_none() {
                     self.start_allocation_clock_unless_running();
                 }
             }
@@ -93,16 +157,16 @@ impl Core {
     /// Whether finishing the lock work can complete the assignment in the state shown: while allocating; and,
     /// incremental, also while `Acquired` (gains taken while the rest stays listed).
     pub(super) fn completes_in_state(&self) -> bool {
-        self.published.shown.state == PartitionState::Allocating || self.cfg.rebalance == Rebalance::Incremental
+        self.published.shown().state() == PartitionState::Allocating || self.cfg.rebalance == Rebalance::Incremental
     }
 
     /// kazoo's way: everything stops on a change, then everything is taken again.
     pub(super) fn decide_eager(&mut self) {
-        if self.published.owed.is_some() {
+        if self.published.owed().is_some() {
             // Waiting for release_set(): keep what we hold, contend for nothing.
             return self.want_held();
         }
-        if self.published.shown.state != PartitionState::Allocating {
+        if self.published.shown().state() != PartitionState::Allocating {
             return;
         }
         match &self.share.target {
@@ -125,36 +189,29 @@ impl Core {
         self.share.target = Some(target);
     }
 
-    /// To be called after every write of `target`: what was checked against the old one is checked again.
-    pub(super) fn target_changed(&mut self) {
-        if !breaks(Sabotage::TargetChangeUnseen) {
-            self.share.listed_in_target = false;
-        }
-    }
-
     pub(super) fn rebalance_towards(&mut self, target: &BTreeSet<usize>) {
         let moved: BTreeSet<usize> = match self.share.listed_in_target {
             true => BTreeSet::new(),
-            false => self.published.shown.listed.difference(target).copied().collect(),
+            false => self.published.shown().listed().difference(target).copied().collect(),
         };
         if !moved.is_empty() {
-            let mut revoked = match self.published.owed.take() {
+            let mut revoked = match self.published.take_owed() {
                 Some(Owed::Revoked(revoked)) => revoked,
                 Some(Owed::All) => {
-                    self.published.owed = Some(Owed::All);
+                    self.published.set_owed(Some(Owed::All));
                     return;
                 }
                 None => BTreeSet::new(),
             };
             revoked.extend(moved.iter().copied());
-            let listed: BTreeSet<usize> = self.published.shown.listed.difference(&moved).copied().collect();
+            let listed: BTreeSet<usize> = self.published.shown().listed().difference(&moved).copied().collect();
             self.show(PartitionState::Release, listed, revoked.clone(), false, None, Reason::ItemsRevoked);
-            self.published.owed = Some(Owed::Revoked(revoked));
+            self.published.set_owed(Some(Owed::Revoked(revoked)));
             self.stop_allocation_clock();
         }
         // Listed less what moved: within the target until either changes.
         self.share.listed_in_target = true;
-        match &self.published.owed {
+        match self.published.owed() {
             Some(Owed::Revoked(revoked)) => {
                 // Keep the revoked items until the worker says it stopped them; let go of unlisted items not ours.
                 let keep: BTreeSet<usize> = self
@@ -172,8 +229,8 @@ impl Core {
                     self.set_want(target.clone());
                 }
                 self.locks.set_want_is_target(true);
-                if !self.acquired_if_complete() && self.published.shown.state != PartitionState::Allocating {
-                    let listed = self.published.shown.listed.clone();
+                if !self.acquired_if_complete() && self.published.shown().state() != PartitionState::Allocating {
+                    let listed = self.published.shown().listed().clone();
                     self.show(PartitionState::Allocating, listed, BTreeSet::new(), false, None, Reason::TakingGained);
                 }
             }
@@ -184,14 +241,14 @@ impl Core {
     /// `Acquired` with everything listed.
     pub(super) fn acquired_if_complete(&mut self) -> bool {
         // Not while suspended: a reply can overtake the client's news that the connection is back.
-        let complete = self.session.connected
+        let complete = self.session.connected()
             && self.locks.held().len() == self.locks.want().len()
             && self.released_all_unwanted()
             && self.want_is_held();
-        let unchanged = self.published.shown.state == PartitionState::Acquired
-            && self.published.shown.listed == *self.locks.held()
-            && self.published.shown.members == self.party.members
-            && self.published.shown.set == self.set.in_force;
+        let unchanged = self.published.shown().state() == PartitionState::Acquired
+            && self.published.shown().listed() == self.locks.held()
+            && self.published.shown().members() == self.party.members()
+            && self.published.shown().set() == self.set.in_force();
         if complete && !unchanged {
             self.stop_allocation_clock();
             let held = self.locks.held().clone();

@@ -1,9 +1,7 @@
 //! Replies: each request's answer, matched with what the request was for ([`Pending`]) and handed to the concern
 //! that asked.
 
-use super::timers::Timer;
 use super::{Action, Cause, Code, Core, Failed, Pending, Reply, ReqError, ReqId};
-use crate::layout;
 
 impl Core {
     pub(super) fn on_reply(&mut self, id: ReqId, reply: Reply) {
@@ -22,7 +20,6 @@ impl Core {
         let classify = Failed::classify;
         match (pending, reply) {
             (Pending::Party, Reply::Party(result)) => {
-                self.party.read = None;
                 self.on_party(result.map_err(classify));
             }
             (Pending::Announcements(nodes), Reply::Announcements(result)) => {
@@ -38,19 +35,7 @@ impl Core {
                     self.fail(cause);
                 }
             }
-            (Pending::Join, Reply::Joined(result)) => {
-                self.party.joining = None;
-                match result.map_err(classify) {
-                    Ok(node) => {
-                        self.party.me = layout::member_name(&node).unwrap_or(&node).into();
-                        self.cfg.party_node = node;
-                        self.party.fresh = false;
-                        self.party.debounce.changed(self.now, self.party.latest.len());
-                    }
-                    Err(ReqError::Fatal(cause)) => self.fail(cause),
-                    Err(_) => self.back_off(),
-                }
-            }
+            (Pending::Join, Reply::Joined(result)) => self.on_joined(result.map_err(classify)),
             (Pending::Locks(items), Reply::DirsMade(result)) => self.on_dirs_made(id, items, result.map_err(classify)),
             (Pending::Locks(items), Reply::Created(result)) => {
                 // Sequential names never collide: a create that finds its node is one whose earlier attempt landed,
@@ -70,10 +55,10 @@ impl Core {
                 let acks = self.locks.take_release_acks(id);
                 match result {
                     Ok(()) => {
-                        self.published.release_acks.extend(acks);
+                        self.published.answer_after_release(acks);
                         // Items that left the set: their directories go once the last contender (ours) is gone.
                         let gone: Vec<usize> =
-                            gone.into_iter().filter(|&item| !self.set.catalogue.contains(item)).collect();
+                            gone.into_iter().filter(|&item| !self.set.catalogue().contains(item)).collect();
                         if !gone.is_empty() && self.ending.is_none() {
                             self.remove_dirs(gone);
                         }
@@ -87,22 +72,17 @@ impl Core {
                         for ack in acks {
                             self.out.actions.push_back(Action::Ack(ack, Err(cause.clone())));
                         }
-                        if let Some(ending) = &mut self.ending {
-                            // Best effort while ending. A lost session took our nodes with it; any other error still
-                            // lets us leave the party (the ephemerals go with the session in any case).
-                            if matches!(cause, Cause::SessionEnded(_)) {
-                                ending.clean_up = false;
-                            }
-                        } else {
-                            self.fail(cause);
+                        // Best effort while ending: only a lost session stops the clean-up (any other error still
+                        // lets us leave the party, and the ephemerals go with the session in any case).
+                        match cause {
+                            Cause::SessionEnded(_) => self.on_session_ended(cause),
+                            cause => self.fail(cause),
                         }
                     }
                 }
             }
             (Pending::Verify, Reply::Verified(result)) => {
-                if let Some(suspension) = &mut self.session.suspension {
-                    suspension.verifying = None;
-                }
+                self.session.verify_answered();
                 match result {
                     Ok(ours) => self.on_verified(ours),
                     Err(failed) => match failed.clone().classify() {
@@ -113,18 +93,10 @@ impl Core {
             }
             (Pending::Leave, Reply::Left) => {}
             (Pending::ReadSet, Reply::Set(result)) => {
-                self.set.read = None;
                 self.on_set(result.map_err(classify));
             }
             (Pending::RecoverSet | Pending::WatchLease, Reply::Recovered(result) | Reply::LeaseGone(result)) => {
-                // Done, or the writer's lease is gone: read the set again (a recovery is idempotent, and asked for
-                // again if still due). Failed: the same, a time_boundary later.
-                self.set.recovery = None;
-                match result.map_err(classify) {
-                    Ok(()) => self.set.fresh = false,
-                    Err(ReqError::Fatal(Cause::SessionEnded(end))) => self.fail(Cause::SessionEnded(end)),
-                    Err(_) => self.timers.set(Timer::Recovery, Some(self.now + self.delays().recovery_retry())),
-                }
+                self.on_recovered(result.map_err(classify));
             }
             (Pending::RemoveDirs, Reply::DirsRemoved) => {}
             (Pending::HeldWatch(item, node), Reply::HeldGone(result)) => {

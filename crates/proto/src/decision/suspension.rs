@@ -11,18 +11,59 @@ use crate::{PartitionState, SessionPolicy};
 
 /// The connection as the core knows it, and a suspension until the session's fate is known.
 pub(super) struct SessionView {
-    pub(super) connected: bool,
-    pub(super) suspension: Option<Suspension>,
+    connected: bool,
+    suspension: Option<Suspension>,
+}
+
+impl SessionView {
+    /// Connected, with no suspension: a core is built on a live session.
+    pub(super) fn new() -> Self {
+        Self { connected: true, suspension: None }
+    }
+
+    pub(super) fn connected(&self) -> bool {
+        self.connected
+    }
+
+    /// Whether a suspension is waiting for the session's fate (SessionAware).
+    pub(super) fn suspended(&self) -> bool {
+        self.suspension.is_some()
+    }
+
+    /// The session ended: not connected, and never again.
+    pub(super) fn ended(&mut self) {
+        self.connected = false;
+    }
+
+    /// The suspension no longer matters (the partitioner is ending).
+    pub(super) fn forget_suspension(&mut self) {
+        self.suspension = None;
+    }
+
+    /// The reply to the check of our held nodes came: a check may be asked again.
+    pub(super) fn verify_answered(&mut self) {
+        if let Some(suspension) = &mut self.suspension {
+            suspension.verifying = None;
+        }
+    }
+
+    /// A held lock's node went: during a suspension, the session's survival cannot bring it back (`true`); else the
+    /// caller deals with it (`false`).
+    pub(super) fn lock_lost_while_suspended(&mut self) -> bool {
+        let Some(suspension) = &mut self.suspension else { return false };
+        suspension.lost = true;
+        true
+    }
 }
 
 /// A suspension under [`SessionPolicy::SessionAware`]: what to go back to if the session and our locks survive.
 #[derive(Debug)]
-pub(super) struct Suspension {
-    pub(super) before: Shown,
-    pub(super) owed_before: Option<Owed>,
-    pub(super) verifying: Option<ReqId>,
+struct Suspension {
+    before: Shown,
+    owed_before: Option<Owed>,
+    verifying: Option<ReqId>,
     /// A held lock node was deleted meanwhile: the session's survival does not bring it back.
-    pub(super) lost: bool,
+    lost: bool,
 }
 
 impl Core {
@@ -70,15 +111,16 @@ impl Core {
         if breaks(Sabotage::UnnoticedSuspensionDuringRelease) && self.locks.releasing() {
             return;
         }
-        let processing = !self.published.shown.listed.is_empty();
+        let processing = !self.published.shown().listed().is_empty();
         match self.cfg.session_policy {
             SessionPolicy::Standard => {
                 let active =
-                    matches!(self.published.shown.state, PartitionState::Acquired | PartitionState::Allocating);
+                    matches!(self.published.shown().state(), PartitionState::Acquired | PartitionState::Allocating);
                 // kazoo releases on a suspension while allocating, but not on a reconnection (zookeeper-client keeps
                 // its watches, and lock requests lost with the connection are redone).
                 let reconnected = self.session.connected;
-                if processing || self.published.shown.state == PartitionState::Acquired || (active && !reconnected) {
+                if processing || self.published.shown().state() == PartitionState::Acquired || (active && !reconnected)
+                {
                     self.ask_release_all(Reason::ConnectionChanged);
                 }
             }
@@ -89,8 +131,8 @@ impl Core {
                 }
                 if self.session.suspension.is_none() {
                     self.session.suspension = Some(Suspension {
-                        before: self.published.shown.clone(),
-                        owed_before: self.published.owed.take(),
+                        before: self.published.shown().clone(),
+                        owed_before: self.published.take_owed(),
                         verifying: None,
                         lost: false,
                     });
@@ -109,12 +151,10 @@ impl Core {
     pub(super) fn on_verified(&mut self, ours: bool) {
         let Some(suspension) = self.session.suspension.take() else { return };
         let ours = ours && !suspension.lost;
-        let mut acks = std::mem::take(&mut self.published.suspended_acks).into_iter();
+        let mut acks = self.published.take_suspended_acks().into_iter();
         if ours && breaks(Sabotage::ResumeAbandonsRebalance) {
-            self.published.owed = None;
-            self.share.target = Some(self.locks.held().clone());
-            self.target_changed();
-            self.share.outdated = false;
+            self.published.set_owed(None);
+            self.share.set(self.locks.held().clone());
             self.locks.set_want_is_target(false);
             let held = self.locks.held().clone();
             self.show(PartitionState::Acquired, held, BTreeSet::new(), false, None, Reason::SessionSurvived);
@@ -125,28 +165,28 @@ impl Core {
         }
         if ours {
             // Same session, same nodes: nobody else can hold our items. Resume where we were.
-            self.published.owed = suspension.owed_before;
+            self.published.set_owed(suspension.owed_before);
             let before = suspension.before;
-            let listed: BTreeSet<usize> = before.listed.intersection(self.locks.held()).copied().collect();
-            self.show(before.state, listed, before.revoked, false, None, Reason::SessionSurvived);
-            if self.published.owed.is_none() {
+            let listed: BTreeSet<usize> = before.listed().intersection(self.locks.held()).copied().collect();
+            self.show(before.state(), listed, before.revoked().clone(), false, None, Reason::SessionSurvived);
+            if self.published.owed().is_none() {
                 // The worker's release_set() answered the suspension's Release alone: nothing to give up.
                 for ack in acks.by_ref() {
                     self.out.actions.push_back(Action::Ack(ack, Ok(())));
                 }
             }
-            if self.share.target.is_none() {
+            if self.share.target().is_none() {
                 // The party changed while we were suspended.
                 self.on_new_episode(Reason::PartyChanged);
             }
         } else {
-            self.published.owed = Some(Owed::All);
+            self.published.set_owed(Some(Owed::All));
             self.ask_release_all(Reason::LockLostInSuspension);
         }
         // The first waiting call does what the worker was asked; the others are answered with it.
         if let Some(first) = acks.next() {
             self.on_release_set(first);
-            self.published.release_acks.extend(acks);
+            self.published.answer_after_release(acks);
         }
     }
 }

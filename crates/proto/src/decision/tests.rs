@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::sabotage::Sabotage;
-use crate::{KazooStride, Rebalance, SessionPolicy};
+use crate::{KazooStride, PartitionState, Rebalance, SessionPolicy};
 
 const TB: Duration = Duration::from_millis(100);
 /// A quiet party's wait, with the longest jitter a member adds to it (a tenth of the boundary).

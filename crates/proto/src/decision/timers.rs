@@ -175,8 +175,8 @@ impl Core {
             Timer::Allocation | Timer::Backoff => self.timers.get(timer),
             Timer::Announcements | Timer::Recovery => ahead(self.timers.get(timer)),
             Timer::Settled => {
-                let settling = self.target_due() && self.party.fresh && self.set.fresh && self.session.connected;
-                ahead(settling.then(|| self.party.debounce.ready_at()))
+                let settling = self.target_due() && self.party.fresh() && self.set.fresh() && self.session.connected();
+                ahead(settling.then(|| self.party.quiet_at()))
             }
             Timer::Prepare => ahead(self.prepare_due()),
             Timer::LockRetry => self.locks.next_retry().map(|(at, _)| at),

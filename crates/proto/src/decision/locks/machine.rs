@@ -270,11 +270,10 @@ impl Core {
         // Contend again if still wanted (the next pump creates a new contender).
         self.set_step(item, Step::Queued);
         self.locks.want_grew = true;
-        if let Some(suspension) = &mut self.session.suspension {
-            suspension.lost = true;
+        if self.session.lock_lost_while_suspended() {
             return;
         }
-        if !self.published.shown.listed.contains(&item) {
+        if !self.published.shown().listed().contains(&item) {
             return;
         }
         self.on_listed_lock_lost(item);
@@ -353,7 +352,7 @@ impl Core {
 
     /// Operations per `multi` for the set as it is now.
     pub(in crate::decision) fn batch(&self) -> usize {
-        self.cfg.batch.for_items(self.set.catalogue.len())
+        self.cfg.batch.for_items(self.set.catalogue().len())
     }
 
     pub(in crate::decision) fn send_lists(&mut self, items: Vec<usize>) {
@@ -413,7 +412,7 @@ impl Core {
     /// most `2 × time_boundary` after the lock was taken; if the server does not answer meanwhile, the client suspends
     /// after its read timeout and the member lists nothing anyway.
     pub(in crate::decision) fn held_watches_due(&self) -> Option<Instant> {
-        if self.locks.unwatched.is_empty() || !self.session.connected || self.ending.is_some() {
+        if self.locks.unwatched.is_empty() || !self.session.connected() || self.ending.is_some() {
             return None;
         }
         let idle = self.locks.in_flight == 0 && self.locks.queued.is_empty() && self.locks.need_dirs.is_empty();
@@ -467,7 +466,7 @@ impl Core {
                 }
             }
             let id =
-                self.request(Op::Create { contenders, data: self.party.me.clone() }, Pending::Locks(batch.clone()));
+                self.request(Op::Create { contenders, data: self.party.me().clone() }, Pending::Locks(batch.clone()));
             for item in batch {
                 if let Some(lock) = self.locks.entries.get_mut(&item) {
                     lock.step = Step::Creating(id);
@@ -496,7 +495,7 @@ impl Core {
                 Step::Listing(_) | Step::MakingDir(_) => {} // their replies find no lock and are ignored
                 Step::Queued | Step::Delayed(..) | Step::Held => {}
             }
-            debug_assert!(!self.published.shown.listed.contains(&item), "releasing item {item} while it is listed");
+            debug_assert!(!self.published.shown().listed().contains(&item), "releasing item {item} while it is listed");
             self.set_step(item, Step::Queued);
             self.locks.queued.remove(&item);
             self.locks.need_dirs.remove(&item);
@@ -508,7 +507,8 @@ impl Core {
         }
         if !nodes.is_empty() {
             let keep = self.locks.entries.iter().map(|(&item, lock)| (item, lock.prefix.clone())).collect();
-            let gone = nodes.iter().map(|node| node.item).filter(|&item| !self.set.catalogue.contains(item)).collect();
+            let gone =
+                nodes.iter().map(|node| node.item).filter(|&item| !self.set.catalogue().contains(item)).collect();
             let window = self.locks.window.size();
             let id = self.request(Op::Release { nodes, keep, window }, Pending::Release(gone));
             self.locks.releases.insert(id, Vec::new());
@@ -525,12 +525,12 @@ impl Core {
         if self.locks.want_is_target {
             return;
         }
-        if let Some(target) = &self.share.target
+        if let Some(target) = self.share.target()
             && self.locks.want != *target
         {
             self.set_want(target.clone());
         }
-        self.locks.want_is_target = self.share.target.is_some();
+        self.locks.want_is_target = self.share.target().is_some();
     }
 
     /// Wants exactly what is held (cloned only when that changes something: the sets can hold 100,000 items).
@@ -547,16 +547,16 @@ impl Core {
     /// Runs the lock machinery, then answers `release_set()` calls whose release is complete.
     pub(in crate::decision) fn settle_locks(&mut self) {
         self.pump_locks();
-        if !self.published.release_acks.is_empty() && self.released_all_unwanted() {
-            for ack in std::mem::take(&mut self.published.release_acks) {
+        if self.published.awaiting_release() && self.released_all_unwanted() {
+            for ack in self.published.take_release_acks() {
                 self.out.actions.push_back(Action::Ack(ack, Ok(())));
             }
         }
         // A release finishing can complete an allocation.
         if self.ending.is_none()
-            && self.session.suspension.is_none()
-            && self.published.owed.is_none()
-            && self.share.target.is_some()
+            && !self.session.suspended()
+            && self.published.owed().is_none()
+            && self.share.target().is_some()
             && self.completes_in_state()
         {
             self.acquired_if_complete();
