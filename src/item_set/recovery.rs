@@ -12,7 +12,7 @@ use super::{MAX_ATTEMPTS, SharedSet};
 use crate::Error;
 use crate::retry::retry_transient;
 use crate::zookeeper::{MultiError, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
-use proto::set_layout::{Header, SetView, State, Unfinished};
+use proto::set_layout::{Header, Recovery, SetView, Settle, State, Unfinished};
 
 /// How long an update waits for another writer's update under way (while that writer's lease lives) before giving up.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -22,11 +22,10 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     /// gone, undoes a `staging` or `creating` change and finishes an `applying` one (or a `deleting` set). A change
     /// of ours (one of the tags in `own`), found after the reply to its intent was lost, is undone at once.
     pub(super) async fn settle(&self, zk: &Z, unfinished: &Unfinished, own: &[String]) -> Result<(), Error> {
-        let own = unfinished.state.change().is_some_and(|tag| own.iter().any(|t| t == tag));
-        if !own && !unfinished.abandoned() {
-            return self.wait_for_writer(zk, unfinished).await;
+        match unfinished.settle(own) {
+            Settle::WaitForWriter => self.wait_for_writer(zk, unfinished).await,
+            Settle::Recover => recover(zk, self, unfinished).await,
         }
-        recover(zk, self, unfinished).await
     }
 
     /// Waits until the header changes or the writer's lease goes, up to [`MAX_WAIT`].
@@ -130,15 +129,11 @@ async fn recover_change<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &U
         }
         _ => return Ok(()),
     };
-    // Only the change we were asked about: anything else is a newer state, for whoever reads it next.
-    if header.state != unfinished.state {
-        return Ok(());
-    }
-    match &header.state {
-        State::Ready | State::Absent => Ok(()),
-        State::Staging(tag) => {
-            // Undo: back to `ready` at the same version (the writer's staging requests check the header's version,
-            // so none lands after this), then clear its staging.
+    // What to do is the protocol's ([`Unfinished::recovery`]); doing it is this function's.
+    match unfinished.recovery(&header.state) {
+        Recovery::Nothing => Ok(()),
+        Recovery::Undo(tag) => {
+            let tag = tag.as_str();
             let ready = header.with_state(State::Ready).render();
             let ops = [WriteOp::SetData { path: &set.paths.node, data: ready.as_bytes(), version: Some(version) }];
             match set.commit(zk, &ops).await {
@@ -152,17 +147,17 @@ async fn recover_change<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &U
                 Err(Ok(_)) => Ok(()),
             }
         }
-        State::Applying(tag) => {
+        Recovery::Finish(tag) => {
             tracing::info!(node = %set.paths.node, change = %tag, "finishing an update whose writer is gone");
-            set.finish_applying(zk, tag).await
+            set.finish_applying(zk, &tag).await
         }
-        State::Creating(tag) | State::Deleting(tag) => {
-            // Undo a creation: say `deleting` (which fences the writer's requests), delete the children, then say
-            // `absent` (the node stays, so its version keeps growing: a late deleter's requests, checked against
-            // the `deleting` version, can never land in a set created afterwards). The next writer creates afresh.
+        Recovery::UndoCreation { tag, say_deleting } => {
+            // The node stays `absent`, so its version keeps growing: a late deleter's requests, checked against the
+            // `deleting` version, can never land in a set created afterwards. The next writer creates afresh.
+            let tag = tag.as_str();
             let mut version = version;
-            if matches!(header.state, State::Creating(_)) {
-                let deleting = header.with_state(State::Deleting(tag.clone())).render();
+            if say_deleting {
+                let deleting = header.with_state(State::Deleting(tag.to_owned())).render();
                 let ops =
                     [WriteOp::SetData { path: &set.paths.node, data: deleting.as_bytes(), version: Some(version) }];
                 match set.commit(zk, &ops).await {

@@ -583,6 +583,53 @@ impl Unfinished {
     pub fn abandoned(&self) -> bool {
         self.lease == Some(false) || matches!(self.state, State::Deleting(_))
     }
+
+    /// What a writer that found this update under way does: recover it at once when its writer is gone, or when it
+    /// is one of our own changes (`own`: our tags), found after the reply to its intent was lost; else wait for its
+    /// writer (while the writer's lease lives).
+    pub fn settle(&self, own: &[String]) -> Settle {
+        let own = self.state.change().is_some_and(|tag| own.iter().any(|t| t == tag));
+        if own || self.abandoned() { Settle::Recover } else { Settle::WaitForWriter }
+    }
+
+    /// What recovering it means, with the header as read now (in `state`): only the change found is recovered;
+    /// anything else is a newer state, for whoever reads it next.
+    pub fn recovery(&self, state: &State) -> Recovery {
+        if *state != self.state {
+            return Recovery::Nothing;
+        }
+        match state {
+            State::Ready | State::Absent => Recovery::Nothing,
+            State::Staging(tag) => Recovery::Undo(tag.clone()),
+            State::Applying(tag) => Recovery::Finish(tag.clone()),
+            State::Creating(tag) => Recovery::UndoCreation { tag: tag.clone(), say_deleting: true },
+            State::Deleting(tag) => Recovery::UndoCreation { tag: tag.clone(), say_deleting: false },
+        }
+    }
+}
+
+/// What a writer does about an update found under way ([`Unfinished::settle`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// Wait until the header changes or the writer's lease goes.
+    WaitForWriter,
+    /// Recover it now ([`Unfinished::recovery`]).
+    Recover,
+}
+
+/// How an update whose writer is gone is recovered ([`Unfinished::recovery`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// The header moved on (or nothing is under way): nothing to do.
+    Nothing,
+    /// A change being staged: back to `ready` at the same version (the writer's staging requests check the
+    /// header's version, so none lands after it), then its staging is cleared.
+    Undo(String),
+    /// A change being applied: finish applying it.
+    Finish(String),
+    /// A creation: say `deleting` first (`say_deleting`; that fences the writer's requests), delete the children,
+    /// then say `absent`.
+    UndoCreation { tag: String, say_deleting: bool },
 }
 
 impl fmt::Display for Unfinished {

@@ -267,3 +267,35 @@ fn a_table_out_of_order_or_naming_an_item_twice_reads_as_inserted_line_by_line()
         assert_eq!(parse_table(&table, Kind::Int, &items).unwrap(), (BTreeMap::new(), true));
     }
 }
+
+/// Which updates under way a writer waits for and which it recovers, and how each is recovered: only the change
+/// found, and not once the header moved on.
+#[test]
+fn recovering_an_update_under_way_is_decided_by_its_state() {
+    let tag = |t: &str| t.to_owned();
+    let staging = Unfinished { state: State::Staging(tag("a")), lease: Some(true) };
+    assert_eq!(staging.settle(&[]), Settle::WaitForWriter);
+    assert_eq!(staging.settle(&[tag("b")]), Settle::WaitForWriter);
+    assert_eq!(staging.settle(&[tag("a")]), Settle::Recover, "our own change, its reply lost");
+    let gone = Unfinished { lease: Some(false), ..staging.clone() };
+    assert_eq!(gone.settle(&[]), Settle::Recover);
+    let deleting = Unfinished { state: State::Deleting(tag("d")), lease: Some(true) };
+    assert_eq!(deleting.settle(&[]), Settle::Recover, "a deletion is finished by anyone");
+
+    assert_eq!(gone.recovery(&State::Staging(tag("a"))), Recovery::Undo(tag("a")));
+    assert_eq!(gone.recovery(&State::Ready), Recovery::Nothing, "the header moved on");
+    assert_eq!(gone.recovery(&State::Staging(tag("b"))), Recovery::Nothing, "another change: not ours to undo");
+    let applying = Unfinished { state: State::Applying(tag("a")), lease: Some(false) };
+    assert_eq!(applying.recovery(&State::Applying(tag("a"))), Recovery::Finish(tag("a")));
+    let creating = Unfinished { state: State::Creating(tag("c")), lease: Some(false) };
+    assert_eq!(
+        creating.recovery(&State::Creating(tag("c"))),
+        Recovery::UndoCreation { tag: tag("c"), say_deleting: true }
+    );
+    assert_eq!(
+        deleting.recovery(&State::Deleting(tag("d"))),
+        Recovery::UndoCreation { tag: tag("d"), say_deleting: false }
+    );
+    let absent = Unfinished { state: State::Absent, lease: None };
+    assert_eq!(absent.recovery(&State::Absent), Recovery::Nothing);
+}
