@@ -200,41 +200,42 @@ pub(crate) async fn wait_for<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<(), ZkE
     }
 }
 
-/// Waits until our held lock node at `path` is deleted (or is found missing), keeping the watch through data changes.
-/// At most `registrations` watches are being registered at once: a member that just took 100,000 locks registers
-/// their watches in a stream, not in one burst. Once registered, a watch costs nothing until it fires (the client
-/// sets it again after a reconnection). A registration lost with the connection is sent again, after a pause, until
-/// the session ends: the only outcomes are "gone" and the end of the session.
-pub(crate) async fn wait_gone<Z: ZooKeeper>(
-    zk: &Z,
-    path: &str,
-    registrations: &tokio::sync::Semaphore,
-) -> Result<(), ZkError> {
+/// Registers the watch on our held lock node at `path` (one `getData`): the watch, or `None` when the node is
+/// already gone. The decision core keeps a few registrations in flight at once: a member that just took 100,000 locks
+/// registers their watches in a stream, not in one burst. Once registered, a watch costs nothing until it fires (the
+/// client sets it again after a reconnection). A registration lost with the connection is sent again, after a pause,
+/// until the session ends.
+pub(crate) async fn watch_held<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<Option<Z::Watch>, ZkError> {
     let mut pause = Duration::from_millis(50);
     loop {
-        let watched = {
-            // A closed semaphore is never closed here; without a permit, register anyway.
-            let _permit = registrations.acquire().await.ok();
-            zk.get_and_watch_data(path).await
-        };
-        match watched {
-            Ok((_, _, watch)) => {
-                let event = watch.await;
-                if let Some(err) = event.session_error() {
-                    return Err(err);
-                }
-                if event == crate::zookeeper::WatchEvent::Deleted {
-                    return Ok(());
-                }
-                // Its data changed (someone wrote to our lock node): still ours, watch again.
-            }
-            Err(ZkError::NoNode) => return Ok(()),
+        match zk.get_and_watch_data(path).await {
+            Ok((_, _, watch)) => return Ok(Some(watch)),
+            Err(ZkError::NoNode) => return Ok(None),
             Err(err) if is_transient(&err) => {
                 zk.sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
             Err(err) => return Err(err),
         }
+    }
+}
+
+/// Waits until our held lock node at `path`, watched by `watch` ([`watch_held`]), is deleted. A change of its data
+/// (someone wrote to our lock node: it is still ours) registers the watch again at once. The only outcomes are
+/// "gone" and the end of the session.
+pub(crate) async fn held_gone<Z: ZooKeeper>(zk: &Z, path: &str, mut watch: Z::Watch) -> Result<(), ZkError> {
+    loop {
+        let event = watch.await;
+        if let Some(err) = event.session_error() {
+            return Err(err);
+        }
+        if event == crate::zookeeper::WatchEvent::Deleted {
+            return Ok(());
+        }
+        watch = match watch_held(zk, path).await? {
+            Some(watch) => watch,
+            None => return Ok(()),
+        };
     }
 }
 

@@ -24,13 +24,6 @@ use proto::layout;
 use proto::set_layout::cache::SetCache;
 use proto::set_layout::{Header, RawRead, SetPaths};
 
-/// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED` (the
-/// core asks for them once its lock work has been quiet for `time_boundary`), yet each is a request of its own: a
-/// hundred members registering a thousand each at once would queue 100,000 requests at one server. At 32 per member,
-/// a thousand take a few hundred milliseconds; a node deleted before its watch is registered is seen as gone by the
-/// registration itself.
-const HELD_WATCH_REGISTRATIONS: usize = 32;
-
 /// What the request path needs besides the session: the member's nodes and identity.
 pub(crate) struct Context {
     pub paths: Paths,
@@ -41,8 +34,6 @@ pub(crate) struct Context {
     pub static_membership: bool,
     /// Operations per `multi` of the shared set's updates (a recovery's).
     pub set_chunk: usize,
-    /// Bounds how many held-lock watches are being registered at once ([`HELD_WATCH_REGISTRATIONS`]).
-    held_watch_registrations: tokio::sync::Semaphore,
     /// The shared set's last listing and weight table, so that a read after a small change lists nothing.
     set_cache: std::sync::Mutex<SetCache>,
     /// The placement record's chunks as last read, so that a read after a change reads only the new ones.
@@ -63,7 +54,6 @@ impl Context {
             set,
             static_membership,
             set_chunk,
-            held_watch_registrations: tokio::sync::Semaphore::new(HELD_WATCH_REGISTRATIONS),
             set_cache: std::sync::Mutex::default(),
             placement_cache: placement::ChunkCache::default(),
         }
@@ -82,12 +72,17 @@ pub(crate) struct Done<W> {
     pub placement_watch: Option<W>,
     /// Our new party node, after a rejoin.
     pub joined: Option<Membership>,
+    /// The rest of a request answered twice ([`Op::WatchHeld`]): it runs on under the same id once this reply is in.
+    pub then: Option<Then<W>>,
 }
+
+/// The rest of a request answered twice, which yields its second reply.
+pub(crate) type Then<W> = std::pin::Pin<Box<dyn Future<Output = Done<W>> + Send>>;
 
 impl<W> Done<W> {
     /// A reply that armed no watch.
     pub fn reply_to(id: ReqId, reply: Reply) -> Self {
-        Done { id, reply, party_watch: None, set_watch: None, placement_watch: None, joined: None }
+        Done { id, reply, party_watch: None, set_watch: None, placement_watch: None, joined: None, then: None }
     }
 }
 
@@ -142,7 +137,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
                     tracing::warn!(?foreign, "ignoring children of the party node that are not member nodes");
                 }
                 let reply = Reply::Party(Ok(PartyRead { children }));
-                Done { id, reply, party_watch: Some(watch), set_watch: None, placement_watch: None, joined: None }
+                Done { party_watch: Some(watch), ..Done::reply_to(id, reply) }
             }
             Err(err) => Done::reply_to(id, Reply::Party(Err(failed("get_children", &paths.party, err)))),
         },
@@ -203,14 +198,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             match joined {
                 Ok(membership) => {
                     let reply = Reply::Joined(Ok(membership.node.clone()));
-                    Done {
-                        id,
-                        reply,
-                        party_watch: None,
-                        set_watch: None,
-                        placement_watch: None,
-                        joined: Some(membership),
-                    }
+                    Done { joined: Some(membership), ..Done::reply_to(id, reply) }
                 }
                 Err(err) => Done::reply_to(id, Reply::Joined(Err(failed_from(err)))),
             }
@@ -300,7 +288,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             };
             let (result, set_watch) = read_set(&zk, set, &ctx.set_cache, paths).await;
             let reply = Reply::Set(result.map_err(|err| failed("read", &set.node, err)));
-            Done { id, reply, party_watch: None, set_watch, placement_watch: None, joined: None }
+            Done { set_watch, ..Done::reply_to(id, reply) }
         }
         Op::RecoverSet(unfinished) => {
             let result = match &ctx.set {
@@ -335,14 +323,24 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         }
         Op::WatchHeld { item, node } => {
             let path = format!("{}/{node}", dir(item));
-            let result = lock_requests::wait_gone(&zk, &path, &ctx.held_watch_registrations).await;
-            Done::reply_to(id, Reply::HeldGone(result.map_err(|err| failed("get_data", &path, err))))
+            match lock_requests::watch_held(&zk, &path).await {
+                // Registered: say so (the core lets the next registration go), and wait for the deletion.
+                Ok(Some(watch)) => {
+                    let gone = async move {
+                        let result = lock_requests::held_gone(&zk, &path, watch).await;
+                        Done::reply_to(id, Reply::HeldGone(result.map_err(|err| failed("get_data", &path, err))))
+                    };
+                    Done { then: Some(Box::pin(gone)), ..Done::reply_to(id, Reply::HeldWatchSet) }
+                }
+                Ok(None) => Done::reply_to(id, Reply::HeldGone(Ok(()))),
+                Err(err) => Done::reply_to(id, Reply::HeldGone(Err(failed("get_data", &path, err)))),
+            }
         }
         Op::ReadPlacement { expect, kind } => {
             let node = &paths.placement;
             let (result, placement_watch) = placement::read(&zk, node, expect, kind, &ctx.placement_cache).await;
             let reply = Reply::Placement(result.map_err(|err| failed("read", node, err)));
-            Done { id, reply, party_watch: None, set_watch: None, placement_watch, joined: None }
+            Done { placement_watch, ..Done::reply_to(id, reply) }
         }
         Op::WritePlacement(write) => {
             let node = &paths.placement;

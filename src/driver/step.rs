@@ -13,7 +13,7 @@ use zookeeper_client::SessionState;
 
 use super::input_watches::InputWatches;
 use super::publish::{self, Publisher};
-use super::requests::{self, Context, Done};
+use super::requests::{self, Context, Done, Then};
 use crate::Error;
 use crate::handle::Command;
 use crate::membership::Membership;
@@ -53,6 +53,8 @@ pub(crate) struct Step<Z: ZooKeeper> {
     lock_dirs: Arc<Vec<String>>,
     /// The watches armed by the latest reads of the party, the shared set and the placement record.
     watches: InputWatches<Z::Watch>,
+    /// Requests answered once that run on for their second reply ([`Done::then`]), started with the next actions.
+    second_halves: Vec<(ReqId, Then<Z::Watch>)>,
     release_acks: HashMap<AckId, oneshot::Sender<Result<(), Error>>>,
     finish_acks: HashMap<AckId, oneshot::Sender<()>>,
     next_ack: AckId,
@@ -68,6 +70,7 @@ impl<Z: ZooKeeper> Step<Z> {
             membership,
             lock_dirs: Arc::new(Vec::new()),
             watches: InputWatches::new(),
+            second_halves: Vec::new(),
             release_acks: HashMap::new(),
             finish_acks: HashMap::new(),
             next_ack: 0,
@@ -112,6 +115,9 @@ impl<Z: ZooKeeper> Step<Z> {
         if let Some(membership) = done.joined {
             self.membership = membership;
         }
+        if let Some(then) = done.then {
+            self.second_halves.push((done.id, then));
+        }
         self.core.handle(Event::Reply(done.id, done.reply), now);
     }
 
@@ -148,6 +154,9 @@ impl<Z: ZooKeeper> Step<Z> {
 
     /// Carries out every action the core has asked for, in order.
     pub fn act(&mut self, requests: &mut impl Requests<Z::Watch>, now: Instant) {
+        for (id, then) in self.second_halves.drain(..) {
+            requests.start(id, false, then);
+        }
         while let Some(action) = self.core.poll_action() {
             match action {
                 Action::Request(id, op) => self.send(requests, id, op),

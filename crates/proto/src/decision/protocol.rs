@@ -85,7 +85,9 @@ pub enum Op {
     /// Delete these items' lock directories where they are empty (the items left the shared set).
     RemoveDirs(Vec<usize>),
     /// Tell when our held lock node (in the item's directory) is deleted: by us when we release it, or by someone
-    /// else while we hold it.
+    /// else while we hold it. Answered twice: [`Reply::HeldWatchSet`] once the watch is registered (the core keeps
+    /// a few registrations in flight at once), then [`Reply::HeldGone`]; or only `HeldGone`, when the node was found
+    /// gone or the registration failed.
     WatchHeld { item: usize, node: String },
     /// Read these items' lineage nodes (read-only `multi`s): whether each item is closed.
     ReadClosed(Vec<usize>),
@@ -234,6 +236,9 @@ pub enum Reply {
     LeaseGone(Result<(), Failed>),
     /// Best effort: directories still in use, or already gone, are left alone.
     DirsRemoved,
+    /// The held lock node's watch is registered: [`Reply::HeldGone`] follows when it is deleted. Its request stays
+    /// in flight (the one request that is answered twice).
+    HeldWatchSet,
     /// The watched held lock node is gone.
     HeldGone(Result<(), Failed>),
     /// Per item, in request order: whether its lineage node says it is closed (no node: not closed).

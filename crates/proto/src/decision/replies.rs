@@ -10,7 +10,12 @@ impl Core {
             Some(Pending::Locks(items)) => items.len(),
             _ => 0,
         };
+        if let Reply::HeldWatchSet = reply {
+            // The first of a held-lock watch's two answers: the request stays in flight for the second.
+            return self.on_held_watch_set(id);
+        }
         self.locks.timed(id, ops, reply.failed(), self.now);
+        self.locks.watch_answered(id);
         let Some(pending) = self.out.requests.remove(&id) else {
             return; // abandoned
         };

@@ -531,6 +531,47 @@ fn held_locks_are_watched_once_the_lock_work_is_quiet_for_time_boundary() {
     assert_eq!(watches(&s), 3, "one watch per held lock, all at once");
 }
 
+/// At most `HELD_WATCH_REGISTRATIONS` held-lock watches are being registered at once: a member that just took many
+/// locks registers their watches in a stream, each registration's first answer letting the next one go. A
+/// registration that fails (its only answer) frees its slot too, and is asked again later.
+#[test]
+fn held_lock_watches_are_registered_a_few_at_a_time() {
+    let limit = locks::HELD_WATCH_REGISTRATIONS;
+    let mut s = Script::new(config(limit + 8, Rebalance::Eager, SessionPolicy::Standard, None));
+    s.party(&["a-0000000000"]);
+    s.wait(SETTLED);
+    s.grant_locks();
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    s.wait(TB);
+    let asked = |s: &Script| -> Vec<(ReqId, usize)> {
+        let watch = |a: &Action| match a {
+            Action::Request(id, Op::WatchHeld { item, .. }) => Some((*id, *item)),
+            _ => None,
+        };
+        s.seen.iter().filter_map(watch).collect()
+    };
+    let first: Vec<ReqId> = asked(&s).iter().map(|&(id, _)| id).collect();
+    assert_eq!(first.len(), limit, "{limit} registrations in flight, the rest wait");
+    s.send(Event::Reply(first[0], Reply::HeldWatchSet));
+    assert_eq!(asked(&s).len(), limit + 1, "a registered watch lets the next registration go");
+    s.send(Event::Reply(first[1], Reply::HeldGone(Err(lost_connection()))));
+    assert_eq!(asked(&s).len(), limit + 2, "so does a failed registration");
+    for &id in &first[2..] {
+        s.send(Event::Reply(id, Reply::HeldWatchSet));
+    }
+    for (id, _) in asked(&s).split_off(limit) {
+        s.send(Event::Reply(id, Reply::HeldWatchSet));
+    }
+    let mut items: Vec<usize> = asked(&s).iter().map(|&(_, item)| item).collect();
+    assert_eq!(items.len(), limit + 9, "every held lock watched, the failed one asked again");
+    items.sort_unstable();
+    items.dedup();
+    assert_eq!(items.len(), limit + 8);
+    assert_eq!(s.last_state(), PartitionState::Acquired);
+    s.send(Event::Reply(first[0], Reply::HeldGone(Ok(()))));
+    assert_eq!(s.last_state(), PartitionState::Release, "the second answer still tells of a deleted held node");
+}
+
 /// Items added to a shared set get the next indexes whatever they sort as; a publication still lists them in item
 /// order, with each token and lock node beside its own item (a handle looks items up by binary search: before, an
 /// added item that sorts first could not be found, so neither its fencing token nor a checkpoint write worked).

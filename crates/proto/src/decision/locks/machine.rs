@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::super::{Action, Core, Op, OurNode, Pending, ReqError, ReqId};
-use super::{Listing, Lock, Next, Retry, Step};
+use super::{HELD_WATCH_REGISTRATIONS, Listing, Lock, Next, Retry, Step};
 use crate::layout::{self, Position, position, sequence};
 use crate::sabotage::{Sabotage, breaks};
 
@@ -253,9 +253,7 @@ impl Core {
             // Not expected (the driver retries a registration lost with the connection): watch again. The lock stays
             // held: moving it out of `held` here would hide it from a suspension's verification.
             Err(_) => {
-                if self.holds(item, &node) && self.ending.is_none() {
-                    self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
-                }
+                self.locks.to_watch.push_back((item, node));
                 return;
             }
         }
@@ -422,18 +420,27 @@ impl Core {
         [quiet, capped].into_iter().flatten().min()
     }
 
-    /// Asks for the watches of held locks once they are due ([`Core::held_watches_due`]).
+    /// Asks for the watches of held locks once they are due ([`Core::held_watches_due`]), at most
+    /// [`HELD_WATCH_REGISTRATIONS`] being registered at once: the rest wait for a registration to be answered.
     pub(in crate::decision) fn watch_held(&mut self) {
-        if self.held_watches_due().is_none_or(|due| self.now < due) {
-            return;
+        if self.held_watches_due().is_some_and(|due| self.now >= due) {
+            self.locks.unwatched_since = None;
+            let due = std::mem::take(&mut self.locks.unwatched);
+            self.locks.to_watch.extend(due);
         }
-        self.locks.unwatched_since = None;
-        for (item, node) in std::mem::take(&mut self.locks.unwatched) {
+        while self.locks.registering.len() < HELD_WATCH_REGISTRATIONS {
+            let Some((item, node)) = self.locks.to_watch.pop_front() else { break };
             // A lock released or lost meanwhile needs no watch.
-            if self.holds(item, &node) {
-                self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
+            if self.holds(item, &node) && self.ending.is_none() {
+                let id = self.request(Op::WatchHeld { item, node: node.clone() }, Pending::HeldWatch(item, node));
+                self.locks.registering.insert(id);
             }
         }
+    }
+
+    /// A held lock's watch is registered: its slot goes to the next one due (the next [`Core::watch_held`]).
+    pub(in crate::decision) fn on_held_watch_set(&mut self, id: ReqId) {
+        self.locks.registering.remove(&id);
     }
 
     /// Sends creates for queued items (and makes missing directories first), batched, within the window.

@@ -7,11 +7,18 @@
 
 mod machine;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use super::window::Window;
 use super::{AckId, ReqError, ReqId};
+
+/// Held-lock watch registrations (one `getData` each) in flight at once. They are not on the way to `ACQUIRED` (the
+/// core asks for them once its lock work has been quiet for `time_boundary`), yet each is a request of its own: a
+/// hundred members registering a thousand each at once would queue 100,000 requests at one server. At 32 per member,
+/// a thousand take a few hundred milliseconds; a node deleted before its watch is registered is seen as gone by the
+/// registration itself.
+pub(in crate::decision) const HELD_WATCH_REGISTRATIONS: usize = 32;
 
 /// One item's lock, as far as we know.
 #[derive(Debug, Clone)]
@@ -126,6 +133,10 @@ pub(super) struct LockTable {
     unwatched: BTreeMap<usize, String>,
     /// When the oldest lock in `unwatched` was taken: its watch is asked for `2 × time_boundary` later at the latest.
     unwatched_since: Option<Instant>,
+    /// Held locks whose watch is due, waiting for one of the [`HELD_WATCH_REGISTRATIONS`] (item → our node).
+    to_watch: VecDeque<(usize, String)>,
+    /// Held-lock watches being registered (requests not answered yet).
+    registering: HashSet<ReqId>,
     /// The in-flight window, adapted to the server's latency ([`window`](super::window)).
     window: Window,
     /// Releases in flight, with the `release_set()` calls each answers.
@@ -153,6 +164,8 @@ impl LockTable {
             work_at: now,
             unwatched: BTreeMap::new(),
             unwatched_since: None,
+            to_watch: VecDeque::new(),
+            registering: HashSet::new(),
             window,
             releases: HashMap::new(),
             nonce,
@@ -217,6 +230,7 @@ impl LockTable {
 
     /// The session is gone and every node with it: nothing to release or delete, and nothing wanted.
     pub fn forget_all(&mut self) {
+        self.to_watch.clear();
         self.want.clear();
         self.entries.clear();
         self.held.clear();
@@ -254,6 +268,11 @@ impl LockTable {
     /// request), `failed` or not, even when the reply is no longer wanted.
     pub fn timed(&mut self, id: ReqId, ops: usize, failed: bool, now: Instant) {
         self.window.replied(id, ops, failed, now);
+    }
+
+    /// Request `id` was answered for good: if it was a held-lock watch's registration, its slot is free.
+    pub fn watch_answered(&mut self, id: ReqId) {
+        self.registering.remove(&id);
     }
 
     /// A lock request for `count` items was answered at `now`.
