@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shared item set benchmark of BENCHMARKS.md ("Changing the set"): a party of 10 members over 10,000 and 100,000
+# The shared set benchmark of BENCHMARKS.md ("Changing the set"): a party of 10 members over 10,000 and 100,000
 # items; an admin adds 1 item, adds 1,000, removes 1,000; time until every member is ACQUIRED again, ZooKeeper requests,
 # items moved, and items that kept their owner but were stopped anyway.
 #

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use support::party::{connect, converged, owners, release_when_asked};
 use support::{counter_delta, mntr};
-use zk_partitioner::{Item, ItemSet, PartitionState, Rebalance, Rendezvous, SetPartitioner};
+use zk_partitioner::{Item, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet};
 
 struct Args {
     connect: String,
@@ -132,14 +132,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn run(args: &Args) -> Result<(), String> {
     let admin = connect(&args.connect).await?;
     let path = format!("{}-{}-{}", args.path, args.items, std::process::id());
-    let set = ItemSet::new(admin.clone(), path.clone()).map_err(|e| e.to_string())?;
+    let set = SharedSet::new(admin.clone(), path.clone()).map_err(|e| e.to_string())?;
     set.create_if_missing((0..args.items).map(Item::from)).await.map_err(|e| format!("seed the set: {e}"))?;
     let mut members = Vec::new();
     for k in 0..args.members {
         let client = connect(&args.connect).await?;
         let member = SetPartitioner::builder(client, path.clone(), Vec::<Item>::new())
             .identifier(format!("m{k}"))
-            .shared_item_set(true)
+            .shared_set(true)
             .partition_func(Rendezvous::default())
             .rebalance(args.rebalance)
             .time_boundary(args.time_boundary)

@@ -1,4 +1,4 @@
-//! The shared item set benchmark (BENCHMARKS.md, "Changing the set"): a party of members (in this process, each on
+//! The shared set benchmark (BENCHMARKS.md, "Changing the set"): a party of members (in this process, each on
 //! its own ZooKeeper session) over a shared set of N items; an admin on another session adds 1 item, adds 1,000,
 //! then removes 1,000. For each change: the time from the update's return until every member is `ACQUIRED` at the
 //! new version with a disjoint cover of the set, the ZooKeeper requests the server received meanwhile (`mntr`), how
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use support::party::{connect, converged, owners, release_when_asked};
 use support::{counter_delta, mntr};
-use zk_partitioner::{Item, ItemSet, Rebalance, Rendezvous, SetPartitioner};
+use zk_partitioner::{Item, Rebalance, Rendezvous, SetPartitioner, SharedSet};
 
 struct Args {
     connect: String,
@@ -98,7 +98,7 @@ fn main() -> ExitCode {
 async fn run(args: &Args) -> Result<(), String> {
     let admin_client = connect(&args.connect).await?;
     let path = format!("{}-{}-{}", args.path, args.items, std::process::id());
-    let set = ItemSet::new(admin_client.clone(), path.clone()).map_err(|e| e.to_string())?;
+    let set = SharedSet::new(admin_client.clone(), path.clone()).map_err(|e| e.to_string())?;
     let seed: Vec<Item> = (0..args.items).map(Item::from).collect();
     let started = Instant::now();
     set.create_if_missing(seed).await.map_err(|e| format!("seed the set: {e}"))?;
@@ -109,7 +109,7 @@ async fn run(args: &Args) -> Result<(), String> {
         let client = connect(&args.connect).await?;
         let member = SetPartitioner::builder(client, path.clone(), Vec::<Item>::new())
             .identifier(format!("m{k}"))
-            .shared_item_set(true)
+            .shared_set(true)
             .partition_func(Rendezvous::default())
             .rebalance(args.rebalance)
             .time_boundary(args.time_boundary)

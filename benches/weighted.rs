@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use support::{process_cpu_nanos, thread_cpu_nanos};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    FencingToken, Item, ItemSet, PartitionFn, PartitionState, Rebalance, Rendezvous, SetPartitioner, Weight, Weighted,
-    WeightedRendezvous,
+    FencingToken, Item, PartitionFn, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet, Weight,
+    Weighted, WeightedRendezvous,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -195,7 +195,7 @@ async fn join(args: &Args, path: &str, name: &str, capacity: u32) -> Result<Memb
     let inner = args.function.build();
     let partitioner = SetPartitioner::builder(client, path.to_owned(), Vec::<Item>::new())
         .identifier(name)
-        .shared_item_set(true)
+        .shared_set(true)
         .partition_func(CpuTimed { inner, nanos: cpu.clone() })
         .capacity(capacity)
         .rebalance(Rebalance::Incremental)
@@ -312,7 +312,7 @@ async fn run(args: &Args) -> Result<(), String> {
     let admin = connect(&args.connect).await?;
     let function = args.function.name();
     let path = format!("{}-{}-{}", args.path, function.replace("::", "-"), std::process::id());
-    let set = ItemSet::new(admin, path.clone()).map_err(|e| e.to_string())?;
+    let set = SharedSet::new(admin, path.clone()).map_err(|e| e.to_string())?;
     let mut weights = zipf_weights(args.items, args.zipf);
     let started = Instant::now();
     set.create_if_missing((0..args.items).map(Item::from)).await.map_err(|e| format!("seed the set: {e}"))?;

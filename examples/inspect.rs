@@ -17,13 +17,13 @@
 //! dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load bound
 //! is passed; and the weight it actually holds. With `--shared-set`, it also prints the set's lineage trees, if it has
 //! any (each item with parents, children or closed: ready, waiting on which parents, or finished by whom), as
-//! `item_set lineage` does. `--json` prints the same as one JSON document; `--watch` prints again
+//! `shared_set lineage` does. `--json` prints the same as one JSON document; `--watch` prints again
 //! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
 //! Sessions are printed in decimal (a number in the JSON), as the worker prints its own.
 //!
 //! Exit status: 0 on success, 1 on an error (a missing path, a missing chroot, an unreachable server: the same
-//! messages as the worker's and item_set's), 2 on bad arguments (checked before connecting). `--connect` is
-//! required, as by worker and item_set.
+//! messages as the worker's and shared_set's), 2 on bad arguments (checked before connecting). `--connect` is
+//! required, as by worker and shared_set.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -68,7 +68,7 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     items: Option<Vec<String>>,
 
-    /// The members follow the path's shared item set: read it, with its weights, as the items the members divide
+    /// The members follow the path's shared set: read it, with its weights, as the items the members divide
     /// (instead of --items) [default: off]
     #[arg(long, conflicts_with = "items")]
     shared_set: bool,
@@ -134,7 +134,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Partition::Sticky => Some(Box::new(WeightedRendezvous::default().sticky())),
     };
     let options = || {
-        let mut options = DescribeOptions::new().shared_item_set(args.shared_set);
+        let mut options = DescribeOptions::new().shared_set(args.shared_set);
         if let Some(items) = &items {
             options = options.items(items);
         }
@@ -242,8 +242,8 @@ fn table(d: &Description, limit: usize) -> String {
         d.contended().count(),
         d.orphans.len()
     );
-    if let Some(version) = d.item_set_version {
-        let _ = writeln!(out, "shared item set: version {version}");
+    if let Some(version) = d.shared_set_version {
+        let _ = writeln!(out, "shared set: version {version}");
     }
     let _ = writeln!(out, "\nMEMBERS");
     let rows: Vec<[String; 7]> = d
@@ -439,8 +439,8 @@ struct Document<'a> {
     outside_share: Option<Vec<OutsideJson<'a>>>,
     owner_counts: &'a BTreeMap<String, usize>,
     foreign_party_nodes: &'a [String],
-    item_set_version: Option<u64>,
-    /// With `--shared-set`: the lineage trees (see `item_set lineage --json`).
+    shared_set_version: Option<u64>,
+    /// With `--shared-set`: the lineage trees (see `shared_set lineage --json`).
     lineage: Option<serde_json::Value>,
     /// With `--partition sticky`: the placement record the shares come from.
     placement: Option<PlacementJson>,
@@ -595,7 +595,7 @@ impl<'a> From<&'a Description> for Document<'a> {
             }),
             owner_counts: &d.owner_counts,
             foreign_party_nodes: &d.foreign_party_nodes,
-            item_set_version: d.item_set_version,
+            shared_set_version: d.shared_set_version,
             lineage: d.lineage.as_ref().map(lineage::to_json),
             placement: d.placement.as_ref().map(|p| PlacementJson { items: p.items, current: p.current }),
         }

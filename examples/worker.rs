@@ -9,7 +9,7 @@
 //! standard`, `--time-boundary 30`. `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the
 //! same partition function.
 //!
-//! `--partition weighted` ([`WeightedRendezvous::default()`]) divides the items' weights (set with `item_set weigh`)
+//! `--partition weighted` ([`WeightedRendezvous::default()`]) divides the items' weights (set with `shared_set weigh`)
 //! in proportion to the members' capacities: `--capacity N` (default 1) is this member's
 //! ([`Builder::capacity`](zk_partitioner::Builder::capacity)), announced to the others. When ACQUIRED, the worker prints
 //! its load: per dimension of the weights, the weight of its share against its ideal share, and `OVER CAPACITY` when
@@ -32,25 +32,25 @@
 //! partitioner's state is then FAILURE with cause `partitioner finished`: `finish()` was called, every lock and the
 //! party node are gone). Also, when they apply: `set_version`, `added` and `removed` (`--shared-set`: the version of
 //! the shared set the assignment follows and what its latest change did), `disagreements` (other members announcing
-//! another item set or partition function: the party may stall until one side is reconfigured), and `checkpoints`
+//! another set of items or partition function: the party may stall until one side is reconfigured), and `checkpoints`
 //! (`--checkpoints`: for each item taken now, how many owners have taken it, read from and written to its fenced
 //! checkpoint), and `load` when ACQUIRED (`capacity`, `dimensions`: `[{dimension, assigned, ideal}]`, `imbalance`,
 //! `over_capacity`).
 //!
 //! `--drain-secs N` (with `--shared-set`) is the lineage worker: an item this member holds that its source closed
-//! (`item_set close`, `split` or `merge`) is drained for N seconds, then finished
+//! (`shared_set close`, `split` or `merge`) is drained for N seconds, then finished
 //! ([`SetPartitioner::finish_item`]), so that its children can start; each finish is printed (`finished` with the
 //! item and the children it made ready, `{"ts", "finished_item", "ready"}` with `--json`). Which held items are
 //! closed comes from the snapshot ([`Snapshot::closed`](zk_partitioner::Snapshot::closed)), checked once a second.
 //!
 //! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
-//! when it does not exist yet. Change it with the admin command: `cargo run --example item_set -- --connect .. --path
+//! when it does not exist yet. Change it with the admin command: `cargo run --example shared_set -- --connect .. --path
 //! /p add e,f` (or `remove`, `replace`, `show`).
 //!
 //! Logs (the library's, through `tracing`) go to stderr, filtered by `RUST_LOG` (default `info`). On SIGINT
 //! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE, or when it cannot connect or join, it exits 1
 //! with the cause; on bad arguments (checked before connecting: the path, the identifier, the items, every
-//! duration) it exits 2 with the usage. `--connect` is required, as by inspect and item_set.
+//! duration) it exits 2 with the usage. `--connect` is required, as by inspect and shared_set.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,11 +122,11 @@ struct Args {
     /// session timeout]
     #[arg(long, value_name = "SECS", requires = "static_membership", value_parser = seconds)]
     max_identity_wait: Option<Duration>,
-    /// Take the items from the shared item set in ZooKeeper (`<path>/items`) and follow its changes; --items or
-    /// --items-file seed it if it does not exist yet (change it with `cargo run --example item_set`)
+    /// Take the items from the shared set in ZooKeeper (`<path>/items`) and follow its changes; --items or
+    /// --items-file seed it if it does not exist yet (change it with `cargo run --example shared_set`)
     #[arg(long)]
     shared_set: bool,
-    /// With --shared-set: finish each item this member holds once it has been closed (`item_set close`, or a split
+    /// With --shared-set: finish each item this member holds once it has been closed (`shared_set close`, or a split
     /// or merge of it) and drained for this many seconds, so that its children can start; prints each finish
     #[arg(long, value_name = "SECS", requires = "shared_set", value_parser = seconds)]
     drain_secs: Option<Duration>,
@@ -410,7 +410,7 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
         builder = builder.max_identity_wait(limit);
     }
     if args.shared_set {
-        builder = builder.shared_item_set(true);
+        builder = builder.shared_set(true);
     }
     if args.session.auth.is_some() {
         builder = builder.acls(zk_partitioner::zookeeper_client::Acls::creator_all());

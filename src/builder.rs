@@ -40,7 +40,7 @@ pub struct Builder {
     rebalance: Rebalance,
     static_membership: bool,
     max_identity_wait: Option<Duration>,
-    shared_item_set: bool,
+    shared_set: bool,
     capacity: u32,
     acls: Option<NodeAcls>,
 }
@@ -59,7 +59,7 @@ impl fmt::Debug for Builder {
             .field("rebalance", &self.rebalance)
             .field("static_membership", &self.static_membership)
             .field("max_identity_wait", &self.max_identity_wait)
-            .field("shared_item_set", &self.shared_item_set)
+            .field("shared_set", &self.shared_set)
             .field("capacity", &self.capacity)
             .field("acls", &self.acls)
             .finish()
@@ -115,7 +115,7 @@ impl Builder {
     }
 
     /// How long the party must go without a change before the items are divided; default 30 s, as kazoo. Every party
-    /// change restarts the wait. A change of the [shared item set](Builder::shared_item_set) starts it only when no
+    /// change restarts the wait. A change of the [shared set](Builder::shared_set) starts it only when no
     /// wait is under way, so a stream of set changes (a burst of finishes) waits after its first change, not after its
     /// last: `time_boundary` under [`Rebalance::Eager`](crate::Rebalance::Eager), where every member releases
     /// everything; a quarter of it under [`Rebalance::Incremental`](crate::Rebalance::Incremental), where nobody stops
@@ -242,7 +242,7 @@ impl Builder {
     ///
     /// // An 8-core machine among 2-core ones.
     /// let partitioner = SetPartitioner::builder(client, "/work_queues", Vec::<String>::new())
-    ///     .shared_item_set(true)
+    ///     .shared_set(true)
     ///     .partition_func(WeightedRendezvous::default())
     ///     .capacity(4)
     ///     .build()
@@ -338,10 +338,10 @@ impl Builder {
     }
 
     /// The ACL of every node this partitioner creates: `<path>`, `party`, `locks` and the lock directories if missing,
-    /// its party node and lock contenders, the shared item set's nodes, checkpoints. Default: kazoo's open ACL
+    /// its party node and lock contenders, the shared set's nodes, checkpoints. Default: kazoo's open ACL
     /// (`world:anyone`, every permission), which lets **any client of the ZooKeeper ensemble** delete a member's
     /// held lock node (another process can then take the item), add fake members to the party (stalling every
-    /// allocation), or rewrite the shared item set and checkpoints.
+    /// allocation), or rewrite the shared set and checkpoints.
     ///
     /// On a shared ZooKeeper, authenticate every member's session with the same identity and create nodes
     /// creator-all: only that identity can then touch them. Nodes that already exist keep their ACL (ZooKeeper sets
@@ -378,12 +378,12 @@ impl Builder {
         self
     }
 
-    /// Take the items from the shared item set in ZooKeeper (`<path>/items`, see [`ItemSet`](crate::ItemSet)) and
+    /// Take the items from the shared set in ZooKeeper (`<path>/items`, see [`SharedSet`](crate::SharedSet)) and
     /// follow its changes, instead of a set fixed at build time. Off by default (kazoo's fixed set).
     ///
     /// With it, the builder's items only seed the set: if `<path>/items` does not exist yet, `build()` creates it with
     /// them; if it exists, they are ignored (an empty list is then fine). Anyone may change the set at run time, with
-    /// [`SetPartitioner::item_set`] or a standalone [`ItemSet`](crate::ItemSet). Every member watches it, and a change
+    /// [`SetPartitioner::shared_set`] or a standalone [`SharedSet`](crate::SharedSet). Every member watches it, and a change
     /// goes through the same machinery as a party change: debounced by [`time_boundary`](Builder::time_boundary) (a
     /// quarter of it under Incremental); under
     /// [`Rebalance::Eager`](crate::Rebalance::Eager) every member releases everything and allocates again; under
@@ -400,20 +400,27 @@ impl Builder {
     /// use zk_partitioner::{Item, Rebalance, SetPartitioner};
     ///
     /// let partitioner = SetPartitioner::builder(client, "/shards", ["shard-1", "shard-2"])
-    ///     .shared_item_set(true)
+    ///     .shared_set(true)
     ///     .rebalance(Rebalance::Incremental)
     ///     .build()
     ///     .await?;
     /// // Any process may change the set; every member follows.
-    /// if let Some(set) = partitioner.item_set() {
+    /// if let Some(set) = partitioner.shared_set() {
     ///     set.add(["shard-3"]).await?;
     /// }
     /// # Ok(())
     /// # }
     /// ```
-    pub fn shared_item_set(mut self, enabled: bool) -> Self {
-        self.shared_item_set = enabled;
+    pub fn shared_set(mut self, enabled: bool) -> Self {
+        self.shared_set = enabled;
         self
+    }
+
+    /// [`shared_set`](Self::shared_set) under its former name.
+    #[deprecated(since = "0.1.0", note = "renamed `shared_set`: one name for the shared set")]
+    #[doc(hidden)]
+    pub fn shared_item_set(self, enabled: bool) -> Self {
+        self.shared_set(enabled)
     }
 
     /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
@@ -426,7 +433,7 @@ impl Builder {
     /// - [`Error::InvalidConfig`] or [`Error::InvalidItem`] for bad options, before any request is sent;
     /// - [`Error::IdentifierInUse`] under static membership, if another party node carries the identifier for longer
     ///   than `max_identity_wait`;
-    /// - [`Error::ItemSetMissing`] under [`shared_item_set`](Builder::shared_item_set) with no items to seed the set,
+    /// - [`Error::SharedSetMissing`] under [`shared_set`](Builder::shared_set) with no items to seed the set,
     ///   if the path has none: checked before anything is created, so nothing is left behind;
     /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if creating the paths or joining fails.
     ///
@@ -487,7 +494,7 @@ impl Builder {
             check_duration("max_allocation_time", limit)?;
         }
         // A shared set is all of one kind (its node records which, so that members parse it alike).
-        let items = validate_items(self.items, self.partition_fn.is_none() || self.shared_item_set)?;
+        let items = validate_items(self.items, self.partition_fn.is_none() || self.shared_set)?;
         let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
         let settings = Settings {
             path: self.path.clone(),
@@ -501,13 +508,13 @@ impl Builder {
             rebalance: self.rebalance,
             static_membership: self.static_membership,
             identity_wait,
-            shared_item_set: self.shared_item_set,
+            shared_set: self.shared_set,
             capacity,
             acls: self.acls.unwrap_or_default(),
             window: DEFAULT_WINDOW,
             batch: crate::lock_requests::LOCK_BATCH,
             jitter_parties: proto::decision::JitterParties::default(),
-            set_chunk: crate::item_set::CHUNK_OPS,
+            set_chunk: crate::shared_set::CHUNK_OPS,
         };
         Ok((self.client, settings))
     }
@@ -574,7 +581,7 @@ impl SetPartitioner {
             rebalance: Rebalance::Eager,
             static_membership: false,
             max_identity_wait: None,
-            shared_item_set: false,
+            shared_set: false,
             capacity: 1,
             acls: None,
         }

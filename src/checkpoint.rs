@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client::Client;
 
-use crate::item_set::{Finisher, SharedSet};
 use crate::paths::Paths;
 use crate::retry::{is_transient, retry_transient, session_end};
 use crate::session::SessionRef;
+use crate::shared_set::{Finisher, SetStore};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
 
@@ -215,7 +215,7 @@ impl CheckpointWriter {
 
 impl CheckpointWriter {
     /// Finishes the item, if this member still holds it through this writer's lock node: the item was closed
-    /// ([`ItemSet::close`](crate::ItemSet::close), or a split or merge of it) and the worker has drained it. One
+    /// ([`SharedSet::close`](crate::SharedSet::close), or a split or merge of it) and the worker has drained it. One
     /// `multi` checks the lock node (the same fence as [`save`](CheckpointWriter::save)), marks the item finished in
     /// its lineage node, takes it out of the shared set (its owner then lets it go, as for any removed item), and
     /// puts in every child of it whose parents have all finished now; with `final_checkpoint`, it also writes that
@@ -242,10 +242,10 @@ impl CheckpointWriter {
     /// - [`Error::CheckpointFenced`] if the member no longer holds the item through this writer's lock node: nothing
     ///   was written;
     /// - [`Error::InvalidItem`] if the item is not closed;
-    /// - [`Error::EmptyItemSet`] if it is the set's last item and no child of it would enter the set (a shared set
+    /// - [`Error::EmptySharedSet`] if it is the set's last item and no child of it would enter the set (a shared set
     ///   is never empty: add its successor first);
-    /// - [`Error::ItemSetMissing`] if the partition has no shared item set;
-    /// - [`Error::CheckpointTooLarge`], and the errors of [`ItemSet::read`](crate::ItemSet::read).
+    /// - [`Error::SharedSetMissing`] if the partition has no shared set;
+    /// - [`Error::CheckpointTooLarge`], and the errors of [`SharedSet::read`](crate::SharedSet::read).
     ///
     /// # Cancel safety
     /// As [`save`](CheckpointWriter::save): a dropped finish may or may not have been applied; if it was, it was
@@ -266,7 +266,7 @@ impl<Z: ZooKeeper> Writer<Z> {
             }
             None => None,
         };
-        let set = SharedSet::new(self.store.session.clone(), &self.store.path, self.store.paths.acls.clone());
+        let set = SetStore::new(self.store.session.clone(), &self.store.path, self.store.paths.acls.clone());
         let finisher =
             Finisher { item: &self.item, lock_node: &self.lock_node, token: self.token.get(), member: &self.member };
         let extra: Vec<WriteOp<'_>> =

@@ -124,51 +124,51 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
-    /// There is no shared item set at this path yet (create one with
-    /// [`ItemSet::create_if_missing`](crate::ItemSet::create_if_missing), or give the builder items to seed it).
-    #[error("no shared item set at {path}: create it first (or give the builder items to seed it)")]
-    ItemSetMissing {
+    /// There is no shared set at this path yet (create one with
+    /// [`SharedSet::create_if_missing`](crate::SharedSet::create_if_missing), or give the builder items to seed it).
+    #[error("no shared set at {path}: create it first (or give the builder items to seed it)")]
+    SharedSetMissing {
         /// The set's node, `<path>/items`.
         path: String,
     },
 
-    /// The shared item set's node holds something this crate did not write.
-    #[error("the shared item set at {path} is unreadable: {reason}")]
-    ItemSetCorrupt {
+    /// The shared set's node holds something this crate did not write.
+    #[error("the shared set at {path} is unreadable: {reason}")]
+    SharedSetCorrupt {
         /// The set's node.
         path: String,
         /// What is wrong with it.
         reason: String,
     },
 
-    /// A conditional update of the shared item set found another version than the one it was based on.
-    #[error("the shared item set at {path} changed meanwhile: {reason}")]
-    ItemSetConflict {
+    /// A conditional update of the shared set found another version than the one it was based on.
+    #[error("the shared set at {path} changed meanwhile: {reason}")]
+    SharedSetConflict {
         /// The set's node.
         path: String,
         /// Which versions, or how often it was retried.
         reason: String,
     },
 
-    /// The session ended while the commit of an update of the shared item set had its reply lost, before the
+    /// The session ended while the commit of an update of the shared set had its reply lost, before the
     /// update's outcome marker could be looked for: the update may be in force or not. Its token says which: the
     /// set's header lists the tokens of its latest updates (read it on a new session, with
-    /// [`ItemSet::lineage`](crate::ItemSet) or by hand, before many more updates land).
+    /// [`SharedSet::lineage`](crate::SharedSet) or by hand, before many more updates land).
     #[error(
-        "the update {token} of the shared item set at {path} may or may not have been applied: the session ended \
+        "the update {token} of the shared set at {path} may or may not have been applied: the session ended \
          before its outcome could be read"
     )]
-    ItemSetOutcomeUnknown {
+    SharedSetOutcomeUnknown {
         /// The set's node.
         path: String,
         /// The update's token (16 hex digits), as the header's `log=` records it if the update landed.
         token: String,
     },
 
-    /// An update would leave the shared item set empty. A set of nothing would silently stop every member's work;
+    /// An update would leave the shared set empty. A set of nothing would silently stop every member's work;
     /// to retire a partition path, stop its members instead.
-    #[error("refusing to leave the shared item set at {path} empty")]
-    EmptyItemSet {
+    #[error("refusing to leave the shared set at {path} empty")]
+    EmptySharedSet {
         /// The set's node.
         path: String,
     },
@@ -216,7 +216,7 @@ pub enum Error {
 
     /// The partitioner's background task is gone: its Tokio runtime shut down, or it ended (after
     /// [`finish`](crate::SetPartitioner::finish) or a failure) and released the member's session, which the handle's
-    /// checkpoint reads and [`item_set`](crate::SetPartitioner::item_set) then no longer use.
+    /// checkpoint reads and [`shared_set`](crate::SetPartitioner::shared_set) then no longer use.
     #[error("partitioner task stopped")]
     Stopped,
 

@@ -184,8 +184,8 @@
 //!
 //! # A set that changes
 //!
-//! With [`Builder::shared_item_set`] the items live in ZooKeeper (`<path>/items`) instead of being fixed at build
-//! time: any process changes them with [`ItemSet`] (add, remove, replace, compare-and-set; atomic and versioned), and
+//! With [`Builder::shared_set`] the items live in ZooKeeper (`<path>/items`) instead of being fixed at build
+//! time: any process changes them with [`SharedSet`] (add, remove, replace, compare-and-set; atomic and versioned), and
 //! every member follows, through the same machinery as a party change. [`Snapshot::added`] and [`Snapshot::removed`]
 //! say what the latest change did.
 //!
@@ -217,7 +217,6 @@ pub mod describe;
 mod driver;
 mod error;
 mod handle;
-mod item_set;
 mod lock_requests;
 mod membership;
 pub mod metrics;
@@ -226,6 +225,7 @@ mod paths;
 mod placement;
 mod retry;
 mod session;
+mod shared_set;
 #[cfg(test)]
 mod sim;
 mod snapshot;
@@ -255,7 +255,17 @@ pub type Orphan = describe::Orphan;
 #[deprecated(note = "use zk_partitioner::describe::OutsideShare")]
 pub type OutsideShare = describe::OutsideShare;
 pub use error::Error;
-pub use item_set::{ItemLineage, ItemSet, Lineage, LineageStatus, SharedItems};
+pub use shared_set::{ItemLineage, Lineage, LineageStatus, SharedSet, SharedSetVersion};
+
+/// The shared set's handle under its former name.
+#[deprecated(since = "0.1.0", note = "renamed `SharedSet`: one name for the shared set")]
+#[doc(hidden)]
+pub type ItemSet = SharedSet;
+
+/// A read of the shared set under its former name.
+#[deprecated(since = "0.1.0", note = "renamed `SharedSetVersion`")]
+#[doc(hidden)]
+pub type SharedItems = SharedSetVersion;
 pub use partitioner::SetPartitioner;
 // The protocol's types a user names, from the crate this one is built on.
 pub use proto::{
@@ -301,7 +311,7 @@ mod tests {
         same::<describe::MemberInfo>(None, None::<MemberInfo>);
         same::<describe::Orphan>(None, None::<Orphan>);
         same::<describe::OutsideShare>(None, None::<OutsideShare>);
-        let _ = (SetPartitioner::failure, SetPartitioner::save_checkpoint, ItemSet::with_acls);
+        let _ = (SetPartitioner::failure, SetPartitioner::save_checkpoint, SharedSet::with_acls);
         let _ = DescribeOptions::partition_fn;
         let _ = metrics::describe;
         drop(connect_with(zookeeper_client::Client::connector(), "", std::time::Duration::ZERO)); // never polled

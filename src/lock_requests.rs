@@ -146,7 +146,7 @@ pub(crate) async fn list_dirs<Z: ZooKeeper>(zk: &Z, dirs: &[DirRead]) -> Result<
             _ => 0,
         };
         let finished = match lineage.as_ref().and_then(|_| results.next()) {
-            Some(ReadResult::Data(data, _)) => crate::item_set::finished(&data),
+            Some(ReadResult::Data(data, _)) => crate::shared_set::finished(&data),
             _ => false,
         };
         listings.push(match children {

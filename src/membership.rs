@@ -1,7 +1,7 @@
 //! Party membership: one ephemeral node per member under `<path>/party`.
 //!
 //! A member's node is `<32 lowercase hex>-<identifier>-<10-digit sequence>` (ephemeral sequential), its data the
-//! identifier, then a line announcing its item set and partition function (see `announcement`). kazoo's `ShallowParty`
+//! identifier, then a line announcing its set of items and partition function (see `announcement`). kazoo's `ShallowParty`
 //! names a member by the text after the first `-` of its node, so this member's name is `<identifier>-<sequence>`
 //! (unique even when identifiers repeat) and a kazoo member's name is its identifier. The random hex prefix lets a
 //! member recognise its own node after a create whose reply was lost.

@@ -22,11 +22,11 @@
 //! | [`zk_partitioner_ideal_weight`](IDEAL_WEIGHT) | gauge | `path`, `dimension` | the member's ideal share of each dimension: its total × the member's capacity / the party's |
 //! | [`zk_partitioner_load_imbalance`](LOAD_IMBALANCE) | gauge | `path` | the largest assigned / ideal over the dimensions (1: exactly its share) |
 //! | [`zk_partitioner_over_capacity`](OVER_CAPACITY) | gauge | `path` | 1 when the member carries more than the partition function's load bound allows in some dimension, else 0 |
-//! | [`zk_partitioner_item_set_reads_total`](ITEM_SET_READS) | counter | `path`, `read` | reads of the shared item set by the member: `read="header"` when its header held every change since the member's last listing, `read="listing"` when every item was listed |
+//! | [`zk_partitioner_shared_set_reads_total`](SHARED_SET_READS) | counter | `path`, `read` | reads of the shared set by the member: `read="header"` when its header held every change since the member's last listing, `read="listing"` when every item was listed |
 //! | [`zk_partitioner_weight_chunk_reads_total`](WEIGHT_CHUNK_READS) | counter | `path` | chunks of the shared set's weight table the member read: a new table's chunks it did not already have |
 //!
-//! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `item_set_changed`
-//! (the [shared item set](crate::ItemSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
+//! The `cause` of a rebalance is one of [`CAUSES`]: `party_changed` (a member joined or left), `shared_set_changed`
+//! (the [shared set](crate::SharedSet) changed), `connection` (the connection was suspended), `lock_lost` (a lock
 //! node did not survive a suspension, or someone else deleted a held one), `release_set` (the worker called
 //! `release_set()` while `ACQUIRED`), or `other`.
 //!
@@ -82,7 +82,7 @@ pub const SESSION_SUSPENSIONS: &str = "zk_partitioner_session_suspensions_total"
 pub const SESSION_EXPIRIES: &str = "zk_partitioner_session_expiries_total";
 
 /// Histogram: seconds each call of the partition function took, by the wall clock (it runs synchronously on the
-/// partitioner's task, once per stable party or item set, so this is its CPU time unless the machine is short of
+/// partitioner's task, once per stable party or shared set, so this is its CPU time unless the machine is short of
 /// cores). Label `path`.
 pub const PARTITION_FN_SECONDS: &str = "zk_partitioner_partition_fn_seconds";
 
@@ -95,7 +95,7 @@ pub const STATE: &str = "zk_partitioner_state";
 /// long a member has been in a state as `time() - zk_partitioner_state_entered_timestamp_seconds`. Label `path`.
 pub const STATE_ENTERED: &str = "zk_partitioner_state_entered_timestamp_seconds";
 /// Gauge: the number of items in the set the member divides, as it sees it: the fixed set, or the shared set as it
-/// last read it ([`ItemSet`](crate::ItemSet)). Once the party is stable, its members' [`ITEMS_HELD`] add up to this.
+/// last read it ([`SharedSet`](crate::SharedSet)). Once the party is stable, its members' [`ITEMS_HELD`] add up to this.
 /// Label `path`.
 pub const ITEMS: &str = "zk_partitioner_items";
 
@@ -118,16 +118,16 @@ pub const LOAD_IMBALANCE: &str = "zk_partitioner_load_imbalance";
 /// ([`Load::over_capacity`](crate::Load::over_capacity)). Label `path`.
 pub const OVER_CAPACITY: &str = "zk_partitioner_over_capacity";
 
-/// Counter: the member read the [shared item set](crate::ItemSet) (at start, and after each change of it). Labels
+/// Counter: the member read the [shared set](crate::SharedSet) (at start, and after each change of it). Labels
 /// `path`, `read`: `header` when the set's header recorded every change since the member's last listing, so that
 /// reading the header was the whole read; `listing` when the member listed every item (at start, after a staged
 /// update or a change too large to record, or after falling more than a few kilobytes of changes behind). A member
 /// whose `listing` reads grow with every change of a large set reads far more than it needs: see
-/// [`ItemSet`](crate::ItemSet)'s notes on reads.
-pub const ITEM_SET_READS: &str = "zk_partitioner_item_set_reads_total";
+/// [`SharedSet`](crate::SharedSet)'s notes on reads.
+pub const SHARED_SET_READS: &str = "zk_partitioner_shared_set_reads_total";
 
-/// The values of [`ITEM_SET_READS`]' `read` label.
-pub const ITEM_SET_READ_KINDS: [&str; 2] = ["header", "listing"];
+/// The values of [`SHARED_SET_READS`]' `read` label.
+pub const SHARED_SET_READ_KINDS: [&str; 2] = ["header", "listing"];
 
 /// Counter: chunks of the shared set's weight table the member read (label `path`). A member reads a table when the
 /// set's header names a new one, and then only the chunks it does not already have: changing a few weights costs
@@ -152,7 +152,7 @@ pub const NAMES: [&str; 18] = [
     IDEAL_WEIGHT,
     LOAD_IMBALANCE,
     OVER_CAPACITY,
-    ITEM_SET_READS,
+    SHARED_SET_READS,
     WEIGHT_CHUNK_READS,
 ];
 
@@ -160,7 +160,8 @@ pub const NAMES: [&str; 18] = [
 pub const STATES: [&str; 4] = ["ALLOCATING", "ACQUIRED", "RELEASE", "FAILURE"];
 
 /// The values of [`REBALANCES`]' `cause` label.
-pub const CAUSES: [&str; 6] = ["party_changed", "item_set_changed", "connection", "lock_lost", "release_set", "other"];
+pub const CAUSES: [&str; 6] =
+    ["party_changed", "shared_set_changed", "connection", "lock_lost", "release_set", "other"];
 
 /// The former name of [`register_descriptions`] (the crate root's [`describe`](crate::describe()) reads a
 /// partition path, which is another thing).
@@ -188,14 +189,14 @@ pub fn register_descriptions() {
     describe_gauge!(IDEAL_WEIGHT, "The member's ideal share of each dimension's weight (label dimension)");
     describe_gauge!(LOAD_IMBALANCE, "Largest assigned / ideal weight of the member over the dimensions");
     describe_gauge!(OVER_CAPACITY, "1 when the member carries more than the load bound allows, else 0");
-    describe_counter!(ITEM_SET_READS, Unit::Count, "Reads of the shared item set: by its header alone, or listing it");
+    describe_counter!(SHARED_SET_READS, Unit::Count, "Reads of the shared set: by its header alone, or listing it");
     describe_counter!(WEIGHT_CHUNK_READS, Unit::Count, "Chunks of the shared set's weight table read by the member");
 }
 
-/// The member at `paths` read the shared item set: by its header alone, or by `listing` every item.
-pub(crate) fn item_set_read(paths: &Paths, listing: bool) {
-    let read = ITEM_SET_READ_KINDS[usize::from(listing)];
-    ::metrics::counter!(ITEM_SET_READS, "path" => path_of(paths), "read" => read).increment(1);
+/// The member at `paths` read the shared set: by its header alone, or by `listing` every item.
+pub(crate) fn shared_set_read(paths: &Paths, listing: bool) {
+    let read = SHARED_SET_READ_KINDS[usize::from(listing)];
+    ::metrics::counter!(SHARED_SET_READS, "path" => path_of(paths), "read" => read).increment(1);
 }
 
 /// The member at `paths` read `chunks` chunks of the shared set's weight table.
@@ -617,7 +618,7 @@ mod tests {
             }
         }
         assert_eq!(PartyChanged.rebalance_cause(), Some("party_changed"));
-        assert_eq!(ItemSetChanged.rebalance_cause(), Some("item_set_changed"));
+        assert_eq!(SharedSetChanged.rebalance_cause(), Some("shared_set_changed"));
         assert_eq!(HeldLockDeleted.rebalance_cause(), Some("lock_lost"));
         assert_eq!(AllAcquired.rebalance_cause(), None);
     }

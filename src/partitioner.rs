@@ -10,14 +10,14 @@ use tokio::sync::watch;
 use zookeeper_client::Client;
 
 use crate::handle::Handle;
-use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, PartitionState, Snapshot};
+use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, PartitionState, SharedSet, Snapshot};
 
 /// A member of a party dividing a set of items with the others, kazoo's `SetPartitioner`.
 ///
 /// A cheap handle (`Clone + Send + Sync`) on a background task that owns the ZooKeeper conversation. Reading the state
 /// is synchronous; waiting is async. Dropping the last handle makes the task release every lock and leave the party,
 /// as [`finish`](SetPartitioner::finish) does. The handle uses the member's session for
-/// [checkpoints](SetPartitioner::checkpoint_writer) and the [shared set](SetPartitioner::item_set) only while the task
+/// [checkpoints](SetPartitioner::checkpoint_writer) and the [shared set](SetPartitioner::shared_set) only while the task
 /// runs: once it has ended (and deleted the member's nodes, or failed to), the handle no longer keeps the session
 /// open, so a session whose nodes could not be deleted closes with the crate's last clone of the client (keep no
 /// clone of your own for this to happen; a clone you keep is yours to drop).
@@ -55,7 +55,7 @@ use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, ItemSet, Pa
 pub struct SetPartitioner {
     /// Snapshot reads, commands, checkpoints: the workings, shared with the simulation (`handle.rs`).
     handle: Handle<Client>,
-    item_set: Option<Arc<ItemSet>>,
+    shared_set: Option<Arc<SharedSet>>,
 }
 
 impl fmt::Debug for SetPartitioner {
@@ -72,8 +72,8 @@ impl fmt::Debug for SetPartitioner {
 
 impl SetPartitioner {
     /// Wraps a started member's handle (see `startup::launch`). [`SetPartitioner::builder`] is in `builder.rs`.
-    pub(crate) fn new(handle: Handle<Client>, item_set: Option<Arc<ItemSet>>) -> Self {
-        SetPartitioner { handle, item_set }
+    pub(crate) fn new(handle: Handle<Client>, shared_set: Option<Arc<SharedSet>>) -> Self {
+        SetPartitioner { handle, shared_set }
     }
 
     /// Reads the latest snapshot (a `Failure` with [`Error::Stopped`] once the task is gone without publishing one).
@@ -368,12 +368,19 @@ impl SetPartitioner {
         self.read(|snapshot| snapshot.member.clone())
     }
 
-    /// The shared item set this member follows ([`Builder::shared_item_set`](crate::Builder::shared_item_set)), on the
+    /// The shared set this member follows ([`Builder::shared_set`](crate::Builder::shared_set)), on the
     /// member's own session; `None` with a fixed set. Changing it changes every member's set. Once the partitioner's
-    /// task has ended, its methods fail with [`Error::Stopped`] (the member's session is released); use an [`ItemSet`]
+    /// task has ended, its methods fail with [`Error::Stopped`] (the member's session is released); use a [`SharedSet`]
     /// on a client of your own to change the set from a process that is not a member.
-    pub fn item_set(&self) -> Option<&ItemSet> {
-        self.item_set.as_deref()
+    pub fn shared_set(&self) -> Option<&SharedSet> {
+        self.shared_set.as_deref()
+    }
+
+    /// [`shared_set`](Self::shared_set) under its former name.
+    #[deprecated(since = "0.1.0", note = "renamed `shared_set`: one name for the shared set")]
+    #[doc(hidden)]
+    pub fn item_set(&self) -> Option<&SharedSet> {
+        self.shared_set()
     }
 
     /// A copy of the latest published snapshot.

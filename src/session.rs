@@ -1,4 +1,4 @@
-//! The member's ZooKeeper session as the parts of a handle reach it (checkpoints, the shared item set), released when
+//! The member's ZooKeeper session as the parts of a handle reach it (checkpoints, the shared set), released when
 //! the partitioner's background task ends.
 //!
 //! A member's locks and party node are ephemeral nodes of its session: they go when the session closes, and the
@@ -15,7 +15,7 @@ use crate::zookeeper::ZooKeeper;
 /// A client, owned or borrowed from a member that may release it.
 #[derive(Clone, Debug)]
 pub(crate) enum SessionRef<Z> {
-    /// A standalone handle's own client (an [`ItemSet`](crate::ItemSet) made by the user).
+    /// A standalone handle's own client (a [`SharedSet`](crate::SharedSet) made by the user).
     Owned(Z),
     /// The member's client, for as long as its background task runs.
     Member(Arc<RwLock<Option<Z>>>),

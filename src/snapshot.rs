@@ -41,7 +41,7 @@ pub struct Snapshot {
     /// [`release_set`](crate::SetPartitioner::release_set), which waits for the session's fate and may return
     /// to `Acquired` with the same items.
     pub suspended: bool,
-    /// The version of the [shared item set](crate::Builder::shared_item_set) the current assignment was computed
+    /// The version of the [shared set](crate::Builder::shared_set) the current assignment was computed
     /// from (`None` with a fixed set, and until the first allocation).
     pub set_version: Option<u64>,
     /// The items the latest change of the shared set added, among those the current assignment covers: empty with a
@@ -49,7 +49,7 @@ pub struct Snapshot {
     pub added: Arc<[Item]>,
     /// The items the latest change of the shared set removed (stop any work on them for good); empty otherwise.
     pub removed: Arc<[Item]>,
-    /// Members of the party that announce a different item set or partition function: while this is not empty, the
+    /// Members of the party that announce a different set of items or partition function: while this is not empty, the
     /// members may compute overlapping shares and wait forever for each other's locks. Reported at the first party
     /// read that shows it, in every state. Kazoo members announce nothing: they are listed
     /// ([`DisagreementKind::Unannounced`](crate::DisagreementKind::Unannounced)) only when this member's function does not answer as kazoo's does.
@@ -59,13 +59,13 @@ pub struct Snapshot {
     /// large for any member's room). `None` until the first allocation.
     pub load: Option<Arc<crate::Load>>,
     /// The items of [`items`](Snapshot::items) that are closed, in the same order: their source produces nothing new
-    /// ([`ItemSet::close`](crate::ItemSet::close), or a split or merge of them), so drain each, then
-    /// [`finish_item`](crate::SetPartitioner::finish_item) it. Only with a [shared item set](crate::Builder::shared_item_set)
+    /// ([`SharedSet::close`](crate::SharedSet::close), or a split or merge of them), so drain each, then
+    /// [`finish_item`](crate::SetPartitioner::finish_item) it. Only with a [shared set](crate::Builder::shared_set)
     /// that has lineage: each member reads its items' lineage after each version of the set and after it lists new
     /// items, at most once per `time_boundary`, so a close shows here within about `time_boundary`; an item shows
     /// closed only under the ownership it was read under (an item taken again, or a name retired and used again for a
     /// new item, is read again first). The rest of the
-    /// set's trees (waiting children, finished items) are read with [`ItemSet::lineage`](crate::ItemSet::lineage) or
+    /// set's trees (waiting children, finished items) are read with [`SharedSet::lineage`](crate::SharedSet::lineage) or
     /// [`describe`](crate::describe()).
     pub closed: Arc<[Item]>,
     /// Our lock node's name (in the item's lock directory) for each item in [`items`](Snapshot::items), in the same

@@ -17,13 +17,13 @@ use crate::driver::publish::Publisher;
 use crate::driver::requests::Context;
 use crate::driver::{self, Driver};
 use crate::handle::Handle;
-use crate::item_set::{SharedItems, SharedSet};
 use crate::membership::{self, Membership, Naming};
 use crate::paths::Paths;
 use crate::retry::retry_transient;
 use crate::session::SessionRef;
+use crate::shared_set::{SetStore, SharedSetVersion};
 use crate::zookeeper::ZooKeeper;
-use crate::{Error, Item, ItemSet, PartitionFn, Rebalance, SessionPolicy, SetPartitioner, Snapshot};
+use crate::{Error, Item, PartitionFn, Rebalance, SessionPolicy, SetPartitioner, SharedSet, Snapshot};
 use proto::announcement::Agreement;
 use proto::decision::{Core, CoreConfig};
 
@@ -44,7 +44,7 @@ pub(crate) struct Settings {
     pub static_membership: bool,
     /// Under static membership, how long to wait for another node carrying the identifier to go.
     pub identity_wait: Duration,
-    pub shared_item_set: bool,
+    pub shared_set: bool,
     /// This member's capacity, announced in its party node ([`Builder::capacity`](crate::Builder::capacity)).
     pub capacity: u32,
     pub acls: NodeAcls,
@@ -53,7 +53,7 @@ pub(crate) struct Settings {
     pub batch: proto::decision::Batch,
     /// The party sizes from which the debounce's jitter starts and is full ([`proto::decision::JitterParties`]).
     pub jitter_parties: proto::decision::JitterParties,
-    /// Operations per `multi` of the shared set's updates (see [`SharedSet::with_chunk`]).
+    /// Operations per `multi` of the shared set's updates (see [`SetStore::with_chunk`]).
     pub set_chunk: usize,
 }
 
@@ -76,13 +76,13 @@ pub(crate) async fn start<Z: ZooKeeper>(
 ) -> Result<Started, Error> {
     let mut paths = Paths::new(&settings.path);
     paths.acls = settings.acls.clone();
-    let set = settings.shared_item_set.then(|| {
-        SharedSet::new(SessionRef::Owned(zk.clone()), &settings.path, paths.acls.clone()).with_chunk(settings.set_chunk)
+    let set = settings.shared_set.then(|| {
+        SetStore::new(SessionRef::Owned(zk.clone()), &settings.path, paths.acls.clone()).with_chunk(settings.set_chunk)
     });
     // A shared set with nothing to seed it must exist already: read it before creating anything, so that a path
     // without a set is an error that leaves no `<path>`, `party` or `locks` behind. Only a committed set is read.
-    let nonempty = |set: &SharedSet<Z>, read: SharedItems| {
-        if read.items.is_empty() { Err(Error::EmptyItemSet { path: set.paths().node.clone() }) } else { Ok(read) }
+    let nonempty = |set: &SetStore<Z>, read: SharedSetVersion| {
+        if read.items.is_empty() { Err(Error::EmptySharedSet { path: set.paths().node.clone() }) } else { Ok(read) }
     };
     let followed = match &set {
         Some(set) if settings.items.is_empty() => Some(nonempty(set, set.read().await?)?),
@@ -162,9 +162,9 @@ pub(crate) async fn launch(
     // The handle reaches the member's session only while the background task runs (see `session.rs`).
     let (member_session, release_session) = SessionRef::member(client.clone());
     let checkpoints = Arc::new(Checkpoints::new(member_session.clone(), &path, paths.clone()));
-    let item_set = started.context.set.as_ref().map(|_| {
-        let on_member = SharedSet::new(member_session.clone(), &path, paths.acls.clone());
-        Arc::new(ItemSet::from_shared(on_member))
+    let shared_set = started.context.set.as_ref().map(|_| {
+        let on_member = SetStore::new(member_session.clone(), &path, paths.acls.clone());
+        Arc::new(SharedSet::from_shared(on_member))
     });
     let span = tracing::info_span!("partitioner", path = %path, member = %started.membership.name);
     let (commands, command_rx) = mpsc::unbounded_channel();
@@ -175,7 +175,7 @@ pub(crate) async fn launch(
     let driver = Driver::new(client, Arc::new(context), core, membership, session, command_rx, publisher);
     runtime.spawn(driver::supervise(driver, release_session).instrument(span));
     guard.disarm();
-    Ok(SetPartitioner::new(Handle::new(commands, snapshot, checkpoints), item_set))
+    Ok(SetPartitioner::new(Handle::new(commands, snapshot, checkpoints), shared_set))
 }
 
 /// Deletes our party node if `build()` is dropped between sending the join and handing the member to its driver.

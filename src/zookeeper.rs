@@ -2,7 +2,7 @@
 //! model in the deterministic simulation (`src/sim/`).
 //!
 //! Everything that talks to ZooKeeper (the request path that performs the decision core's operations, the shared
-//! item set's protocol, checkpoints, start-up) is written once against [`ZooKeeper`], as FoundationDB's actors are
+//! shared set's protocol, checkpoints, start-up) is written once against [`ZooKeeper`], as FoundationDB's actors are
 //! written against its `INetwork`: the simulation then runs the code that ships, error handling included, instead of
 //! a copy of it.
 //!

@@ -265,13 +265,13 @@ async fn items_added_to_a_shared_set_that_sort_first_can_be_checkpointed() {
     // given: one member of a shared set of strings i00..i09
     let ctx = Ctx::new().await;
     let seed: Vec<Item> = (0..10).map(|i| Item::from(format!("i{i:02}"))).collect();
-    let member = ctx.member_with("saver", seed.clone(), |b| b.shared_item_set(true)).await;
+    let member = ctx.member_with("saver", seed.clone(), |b| b.shared_set(true)).await;
     member.wait_items(&seed, timing(Duration::from_secs(10))).await;
     let _worker = auto_release(&member.partitioner);
 
     // when: an admin adds a00..a09, which sort before every item the member had
     let added: Vec<Item> = (0..10).map(|i| Item::from(format!("a{i:02}"))).collect();
-    let set = zk_partitioner::ItemSet::new(ctx.client().await, PATH).expect("a set handle");
+    let set = zk_partitioner::SharedSet::new(ctx.client().await, PATH).expect("a set handle");
     let after = set.add(added.clone()).await.expect("add");
     let mut all = after.items.clone();
     all.sort();

@@ -15,7 +15,7 @@ use common::{Ctx, timing, wait_for, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    DescribeOptions, Description, Error, Item, ItemSet, KazooStride, PartitionState, Weight, WeightedRendezvous,
+    DescribeOptions, Description, Error, Item, KazooStride, PartitionState, SharedSet, Weight, WeightedRendezvous,
     describe, describe_with,
 };
 use zk_partitioner_testing::lock_contenders;
@@ -216,7 +216,7 @@ async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
 async fn weighted_member(ctx: &Ctx, identifier: &str, capacity: u32) -> (Member, AbortOnDrop) {
     let member = ctx
         .member_with(identifier, Vec::new(), |b| {
-            b.shared_item_set(true)
+            b.shared_set(true)
                 .partition_func(WeightedRendezvous::default())
                 .capacity(capacity)
                 .time_boundary(Duration::from_millis(500))
@@ -229,7 +229,7 @@ async fn weighted_member(ctx: &Ctx, identifier: &str, capacity: u32) -> (Member,
 /// Waits until `members` are ACQUIRED at the shared set's version, then describes the party (the shared set, the
 /// members' function) until it has settled: every item owned, none outside its holder's share, and each member's
 /// load the one it reports itself.
-async fn weighted_description(ctx: &Ctx, set: &ItemSet, members: &[&Member]) -> Description {
+async fn weighted_description(ctx: &Ctx, set: &SharedSet, members: &[&Member]) -> Description {
     let version = set.read().await.expect("read the set").version;
     wait_until("every member ACQUIRED at the set's version", timing(Duration::from_secs(20)), || async {
         members.iter().all(|m| {
@@ -242,9 +242,9 @@ async fn weighted_description(ctx: &Ctx, set: &ItemSet, members: &[&Member]) -> 
     described_when(
         ctx,
         "settled: no item outside its share, each member's load as it reports it",
-        || DescribeOptions::new().shared_item_set(true).partition_func(function),
+        || DescribeOptions::new().shared_set(true).partition_func(function),
         |d| {
-            let settled = d.item_set_version == Some(version)
+            let settled = d.shared_set_version == Some(version)
                 && d.unowned.is_empty()
                 && d.outside_share.as_ref().is_some_and(Vec::is_empty)
                 && members.iter().all(|m| {
@@ -261,7 +261,7 @@ async fn weighted_description(ctx: &Ctx, set: &ItemSet, members: &[&Member]) -> 
 async fn describe_reports_a_weighted_partys_capacities_and_loads() {
     // given: a shared set of 24 items, two of them heavy, divided by members of capacities 1 and 3
     let ctx = Ctx::new().await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("a handle on the set");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("a handle on the set");
     set.create_if_missing((0..24).map(Item::from)).await.expect("create the set");
     set.set_weights([(0, Weight::new(6)), (1, Weight::new(4))]).await.expect("weigh");
     let (small, _small_loop) = weighted_member(&ctx, "small", 1).await;
@@ -296,13 +296,13 @@ async fn describe_reports_a_weighted_partys_capacities_and_loads() {
     assert_eq!(dimensions, ["bytes", "cpu", "weight"], "{load}");
     assert!(d.members.iter().all(|m| m.held == m.load), "{d:#?}");
     // and a description without the function has no load, but still what each member holds
-    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().shared_item_set(true)).await.unwrap();
+    let d = describe_with(&ctx.observer, PATH, DescribeOptions::new().shared_set(true)).await.unwrap();
     assert!(d.members.iter().all(|m| m.load.is_none() && m.held.is_some() && m.capacity >= 1), "{d:#?}");
     // and reading the shared set of a path that has none is the set's error
     ctx.observer.create("/no-set", b"", &common::persistent()).await.expect("create /no-set");
-    let options = DescribeOptions::new().shared_item_set(true);
+    let options = DescribeOptions::new().shared_set(true);
     let missing = describe_with(&ctx.observer, "/no-set", options).await;
-    assert!(matches!(&missing, Err(Error::ItemSetMissing { path }) if path == "/no-set/items"), "{missing:?}");
+    assert!(matches!(&missing, Err(Error::SharedSetMissing { path }) if path == "/no-set/items"), "{missing:?}");
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::members::{AbortOnDrop, Member, PATH, assert_disjoint_cover, auto_release, build_member, wait_snapshot};
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
-use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, LineageStatus, PartitionState, Rebalance, Weight};
+use zk_partitioner::{DisagreementKind, Error, Item, LineageStatus, PartitionState, Rebalance, SharedSet, Weight};
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(300);
 /// How long a worker "drains" a closed item before it finishes it.
@@ -26,7 +26,7 @@ fn items(names: &[&str]) -> Vec<Item> {
 
 async fn shared_member(client: zk_partitioner::zookeeper_client::Client, name: &str) -> Member {
     build_member(client, name, &[], |b| {
-        b.shared_item_set(true).rebalance(Rebalance::Incremental).time_boundary(TIME_BOUNDARY)
+        b.shared_set(true).rebalance(Rebalance::Incremental).time_boundary(TIME_BOUNDARY)
     })
     .await
 }
@@ -49,7 +49,7 @@ type Gate = tokio::sync::watch::Receiver<BTreeSet<Item>>;
 /// A user's worker loop: on every new ownership, reads the item's parents' final checkpoints (each must be there);
 /// a closed item is drained for [`DRAIN`] (and for as long as the `gate` holds it back), then finished with its final
 /// checkpoint, `final:<item>`.
-fn worker(member: &Member, set: ItemSet, log: Arc<Mutex<Log>>, mut gate: Gate) -> AbortOnDrop {
+fn worker(member: &Member, set: SharedSet, log: Arc<Mutex<Log>>, mut gate: Gate) -> AbortOnDrop {
     let partitioner = member.partitioner.clone();
     let me = partitioner.snapshot().member.to_string();
     AbortOnDrop(tokio::spawn(async move {
@@ -113,7 +113,7 @@ async fn start_worker(
     gate: &Gate,
 ) -> Worker {
     let member = shared_member(client, name).await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let release = auto_release(&member.partitioner);
     let work = worker(&member, set, log.clone(), gate.clone());
     Worker { member, _release: release, _work: work }
@@ -122,7 +122,7 @@ async fn start_worker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_generations_are_processed_in_order_while_members_join_crash_and_expire() {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let plain = items(&["p1", "p2", "p3", "p4"]);
     let mut first = plain.clone();
     first.push(item("root"));
@@ -216,7 +216,7 @@ async fn three_generations_are_processed_in_order_while_members_join_crash_and_e
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_waits_for_both_parents() {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing(items(&["left", "right", "other"])).await.expect("create");
     admin.merge(["left", "right"], "merged").await.expect("merge");
     admin.set_weights([("left", Weight::new(5))]).await.expect("weigh left");
@@ -265,7 +265,7 @@ async fn a_merge_waits_for_both_parents() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finishing_is_fenced_and_only_for_closed_items() {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing(items(&["a", "b"])).await.expect("create");
     let member = shared_member(ctx.client().await, "solo").await;
     let _release = auto_release(&member.partitioner);
@@ -296,7 +296,7 @@ async fn finishing_is_fenced_and_only_for_closed_items() {
     // The last item stays until it has a successor: a shared set is never empty.
     admin.close(["b"]).await.expect("close");
     let last = second.partitioner.finish_item(&item("b"), None).await;
-    assert!(matches!(last, Err(Error::EmptyItemSet { .. })), "{last:?}");
+    assert!(matches!(last, Err(Error::EmptySharedSet { .. })), "{last:?}");
     admin.add_child("c", ["b"]).await.expect("a successor");
     assert_eq!(second.partitioner.finish_item(&item("b"), None).await.expect("finish"), items(&["c"]));
 }
@@ -306,7 +306,7 @@ async fn finishing_is_fenced_and_only_for_closed_items() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_shows_which_of_its_items_are_closed() {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let names: Vec<String> = (0..8).map(|k| format!("shard-{k}")).collect();
     admin.create_if_missing(names.iter().map(|n| Item::from(n.as_str()))).await.expect("create");
     let first = shared_member(ctx.client().await, "first").await;
@@ -367,14 +367,14 @@ async fn a_snapshot_shows_which_of_its_items_are_closed() {
 #[tokio::test]
 async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing(items(&["a", "b"])).await.expect("create");
     let before = admin.read().await.expect("read");
-    let invalid = |result: Result<zk_partitioner::SharedItems, Error>, needle: &str| match result {
+    let invalid = |result: Result<zk_partitioner::SharedSetVersion, Error>, needle: &str| match result {
         Err(Error::InvalidItem { reason, .. }) if reason.contains(needle) => {}
         other => panic!("expected an InvalidItem error about {needle:?}, got {other:?}"),
     };
-    invalid(admin.split("nope", ["c"]).await, "not in the shared item set");
+    invalid(admin.split("nope", ["c"]).await, "not in the shared set");
     invalid(admin.split("a", ["b"]).await, "already exists");
     invalid(admin.split("a", Vec::<Item>::new()).await, "no children");
     invalid(admin.split("a", ["c", "c"]).await, "twice");
@@ -382,7 +382,7 @@ async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
     invalid(admin.merge(["a"], "c").await, "two parents");
     invalid(admin.add_child("c", ["ghost"]).await, "unknown parent");
     invalid(admin.split("a", [7]).await, "kind");
-    invalid(admin.close(["ghost"]).await, "not in the shared item set");
+    invalid(admin.close(["ghost"]).await, "not in the shared set");
     assert_eq!(admin.read().await.expect("read").version, before.version, "nothing changed");
     assert!(admin.lineage().await.expect("lineage").items.is_empty());
 
@@ -405,7 +405,7 @@ async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kazoo_member_in_a_party_whose_set_has_lineage_is_reported() {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let ints = [Item::from(1), Item::from(2)];
     admin.create_if_missing(ints.clone()).await.expect("create");
     let kazoo = common::kazoo::KazooWorker::start(&ctx, PATH, "kazoo", &ints, TIME_BOUNDARY).await;

@@ -1,8 +1,8 @@
 //! Writers whose reply is lost while other writers land many versions (issue 44): an update of the shared set, a
 //! lineage change, a creation and a retirement each learn their exact outcome from the marker their commit created,
 //! however many versions landed meanwhile, and never apply their change twice. The admin whose reply is lost is an
-//! `item_set` process behind a proxy that lets its commit reach the server and drops the reply; the other admin's
-//! updates are `item_set` processes too.
+//! `shared_set` process behind a proxy that lets its commit reach the server and drops the reply; the other admin's
+//! updates are `shared_set` processes too.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{Ctx, Proxy, example, timing, wait_for};
 use serde_json::Value;
 use tokio::process::{Child, Command};
-use zk_partitioner::{Item, ItemSet};
+use zk_partitioner::{Item, SharedSet};
 
 const PATH: &str = "/partitioner";
 /// How many other updates land while the first admin is cut off: more than the 16 tokens the set's header keeps.
@@ -19,9 +19,9 @@ const OTHERS: usize = 20;
 /// ZooKeeper's type of a write `multi` (the commit of every update).
 const MULTI: i32 = 14;
 
-/// Runs `item_set` on `cluster` (the namespace's connect string, or a proxy's) with `args`, as a process.
-fn item_set(cluster: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(example("item_set"));
+/// Runs `shared_set` on `cluster` (the namespace's connect string, or a proxy's) with `args`, as a process.
+fn shared_set(cluster: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(example("shared_set"));
     command
         .args(["--connect", cluster, "--path", PATH, "--json", "--session-timeout", "30"])
         .args(args)
@@ -31,21 +31,21 @@ fn item_set(cluster: &str, args: &[&str]) -> Command {
     command
 }
 
-/// Runs `item_set` to the end; its JSON output (it must succeed).
+/// Runs `shared_set` to the end; its JSON output (it must succeed).
 async fn admin(cluster: &str, args: &[&str]) -> Value {
-    let output = item_set(cluster, args).output().await.expect("run item_set");
+    let output = shared_set(cluster, args).output().await.expect("run shared_set");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "item_set {args:?}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("item_set {args:?} printed {stdout:?}: {err}"))
+    assert!(output.status.success(), "shared_set {args:?}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("shared_set {args:?} printed {stdout:?}: {err}"))
 }
 
-/// Starts `item_set` with `args` through a fresh proxy that cuts the connection right after its first write `multi`
+/// Starts `shared_set` with `args` through a fresh proxy that cuts the connection right after its first write `multi`
 /// reaches the server (the commit: its reply is lost), and waits until that happened. The process waits, cut off.
 async fn started_and_cut_after_its_commit(ctx: &Ctx, args: &[&str]) -> (Child, Proxy) {
     let proxy = Proxy::start(ctx.addr).await;
     proxy.cut_after(MULTI, 1);
     let cluster = format!("{}{}", proxy.endpoint(), ctx.namespace);
-    let child = item_set(&cluster, args).spawn().expect("spawn item_set");
+    let child = shared_set(&cluster, args).spawn().expect("spawn shared_set");
     wait_for("the commit to reach the server, and the proxy to cut", timing(Duration::from_secs(20)), || async {
         if proxy.is_cut() { Ok(()) } else { Err("not yet".to_owned()) }
     })
@@ -59,7 +59,7 @@ async fn healed_and_finished(child: Child, proxy: &Proxy, what: &str) -> Value {
     let output = tokio::time::timeout(timing(Duration::from_secs(30)), child.wait_with_output())
         .await
         .unwrap_or_else(|_| panic!("{what} did not end"))
-        .expect("item_set's output");
+        .expect("shared_set's output");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{what}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{what} printed {stdout:?}: {err}"))
@@ -88,7 +88,7 @@ async fn a_lost_reply_followed_by_twenty_updates_never_undoes_an_acknowledged_ch
     admin(&cluster, &["create", "a,b,x"]).await;
 
     let (a, proxy) = started_and_cut_after_its_commit(&ctx, &["remove", "x"]).await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("the set's handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("the set's handle");
     assert!(!set.read().await.expect("read").items.contains(&Item::from("x")), "A's removal landed");
     // B: x back, acknowledged; then 20 more versions.
     let back = admin(&cluster, &["add", "x"]).await;
@@ -137,7 +137,7 @@ async fn create_if_missing_knows_it_created_the_set_after_a_lost_reply() {
 
     let (a, proxy) = started_and_cut_after_its_commit(&ctx, &["create", "a,b"]).await;
     wait_for("the set to exist", timing(Duration::from_secs(10)), || async {
-        let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+        let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
         set.read().await.map(drop).map_err(|err| err.to_string())
     })
     .await;
@@ -155,11 +155,11 @@ async fn a_retirement_whose_reply_is_lost_takes_the_checkpoint_with_it() {
     use common::members::{auto_release, build_member};
     let ctx = Ctx::new().await;
     let item = |name: &str| Item::from(name);
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing([item("s0"), item("s1")]).await.expect("create");
     admin.split("s0", ["s0a"]).await.expect("split");
     let member = build_member(ctx.client().await, "solo", &[], |b| {
-        b.shared_item_set(true).rebalance(zk_partitioner::Rebalance::Incremental)
+        b.shared_set(true).rebalance(zk_partitioner::Rebalance::Incremental)
     })
     .await;
     let _release = auto_release(&member.partitioner);
@@ -181,7 +181,7 @@ async fn a_retirement_whose_reply_is_lost_takes_the_checkpoint_with_it() {
     // The retirement's commit lands; its reply is lost.
     let proxy = Proxy::start(ctx.addr).await;
     let client = common::connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(30)).await;
-    let retirer = ItemSet::new(client, PATH).expect("handle");
+    let retirer = SharedSet::new(client, PATH).expect("handle");
     proxy.cut_after(MULTI, 1);
     let retirement = tokio::spawn(async move { retirer.retire(Duration::ZERO).await });
     wait_for("the retirement's commit to reach the server", deadline, || async {

@@ -21,7 +21,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::registry::{AtomicStorage, Registry};
 use tokio::sync::oneshot;
 use zk_partitioner::{
-    Builder, Item, ItemSet, Load, PartitionState, SetPartitioner, Weight, WeightedRendezvous, metrics as names,
+    Builder, Item, Load, PartitionState, SetPartitioner, SharedSet, Weight, WeightedRendezvous, metrics as names,
 };
 
 const PATH: &str = "/partitioner";
@@ -149,7 +149,7 @@ async fn a_partitioner_records_its_metrics() {
     // and m0's suspension (Standard policy) made it release: a rebalance caused by the connection
     assert_eq!(totals.counter(names::REBALANCES, Some("connection")), 1);
     // (Every metric but the shared set's reads: this party divides a fixed set. The tests of those reads are below.)
-    let shared_set = [names::ITEM_SET_READS, names::WEIGHT_CHUNK_READS];
+    let shared_set = [names::SHARED_SET_READS, names::WEIGHT_CHUNK_READS];
     let recorded = |name: &&str| shared_set.contains(name) || totals.recorded(name);
     assert!(names::NAMES.iter().all(recorded), "every metric recorded");
 }
@@ -215,9 +215,9 @@ impl Kept {
         self.counter(names::WEIGHT_CHUNK_READS, None)
     }
 
-    /// The member's reads of the shared set of this `read` kind ([`names::ITEM_SET_READS`]).
+    /// The member's reads of the shared set of this `read` kind ([`names::SHARED_SET_READS`]).
     fn reads(&self, read: &str) -> u64 {
-        self.counter(names::ITEM_SET_READS, Some(read))
+        self.counter(names::SHARED_SET_READS, Some(read))
     }
 
     /// The counter `name` of [`PATH`] with this `read` label (`None`: without one), 0 if never counted.
@@ -382,11 +382,11 @@ async fn the_items_gauge_follows_the_shared_set() {
     let deadline = timing(Duration::from_secs(20));
     // given: a member of a shared set seeded with 3 items, ACQUIRED with them
     let ctx = Ctx::new().await;
-    let (m0, k0, _t0) = apart(&ctx, "m0", ints(3), |b| b.shared_item_set(true)).await;
+    let (m0, k0, _t0) = apart(&ctx, "m0", ints(3), |b| b.shared_set(true)).await;
     let _worker = auto_release(&m0.partitioner);
     m0.wait_items(&ints(3), deadline).await;
     assert_eq!((k0.items(), k0.held()), (Some(3.0), Some(3.0)));
-    let set = ItemSet::new(ctx.client().await, PATH).expect("the set's handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("the set's handle");
 
     // when: 2 items are added, then: 5; when: 1 is removed, then: 4
     set.add([Item::from(3), Item::from(4)]).await.expect("add to the set");
@@ -403,11 +403,11 @@ async fn a_weighted_members_load_gauges_follow_its_load() {
     // given: a shared set of 8 items, item 0 weighing 4 cpu (and nothing else), divided by weight between members of
     // capacities 1 and 3
     let ctx = Ctx::new().await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("the set's handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("the set's handle");
     set.create_if_missing(ints(8)).await.expect("create the set");
     set.set_weights([(0, Weight::named([("cpu", 4)]).expect("a weight"))]).await.expect("weigh");
     let weighted = |capacity| {
-        move |b: Builder| b.shared_item_set(true).partition_func(WeightedRendezvous::default()).capacity(capacity)
+        move |b: Builder| b.shared_set(true).partition_func(WeightedRendezvous::default()).capacity(capacity)
     };
     let (small, k_small, _t0) = apart(&ctx, "small", Vec::new(), weighted(1)).await;
     let (big, k_big, _t1) = apart(&ctx, "big", Vec::new(), weighted(3)).await;
@@ -453,9 +453,9 @@ async fn a_shared_set_member_reads_small_changes_from_the_header_alone() {
     let deadline = timing(Duration::from_secs(20));
     // given: a shared set of 2,000 items, and a member following it
     let ctx = Ctx::new().await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let (created, _) = set.create_if_missing(ints(2_000)).await.expect("create the set");
-    let (m0, k0, _t0) = apart(&ctx, "m0", ints(2_000), |b| b.shared_item_set(true)).await;
+    let (m0, k0, _t0) = apart(&ctx, "m0", ints(2_000), |b| b.shared_set(true)).await;
     let _worker = auto_release(&m0.partitioner);
     let follows = |version: u64, items: Vec<Item>| {
         let m0 = &m0;
@@ -502,10 +502,10 @@ async fn a_member_reads_only_the_weight_chunks_that_changed() {
     let deadline = timing(Duration::from_secs(20));
     // given: 20,000 items, every one weighted (a table of about 20 chunks), and a member following them
     let ctx = Ctx::new().await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
     set.create_if_missing(ints(20_000)).await.expect("create the set");
     let weighed = set.set_weights((0..20_000).map(|i| (i, Weight::new(i as u64 % 7 + 1)))).await.expect("weigh all");
-    let (m0, k0, _t0) = apart(&ctx, "m0", Vec::new(), |b| b.shared_item_set(true)).await;
+    let (m0, k0, _t0) = apart(&ctx, "m0", Vec::new(), |b| b.shared_set(true)).await;
     let _worker = auto_release(&m0.partitioner);
     let at = |version: u64| {
         let m0 = &m0;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{Ctx, timing, wait_for};
 use tokio::task::JoinHandle;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Error, Item, ItemSet, PartitionState, Rebalance, Rendezvous, SetPartitioner, Snapshot};
+use zk_partitioner::{Error, Item, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet, Snapshot};
 
 const PATH: &str = "/work_queues";
 
@@ -62,7 +62,7 @@ pub async fn run_worker(
     seen: Arc<Mutex<Vec<Snapshot>>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let builder = SetPartitioner::builder(client, PATH, Vec::<Item>::new()).shared_item_set(true).rebalance(rebalance);
+    let builder = SetPartitioner::builder(client, PATH, Vec::<Item>::new()).shared_set(true).rebalance(rebalance);
     let builder = match rebalance {
         Rebalance::Incremental => builder.partition_func(Rendezvous::default()),
         _ => builder,
@@ -136,7 +136,7 @@ fn the_loop_is_the_readmes() {
 async fn three_members_and_an_add(rebalance: Rebalance) {
     *TASKS.lock().unwrap() = Some(Tasks::default());
     let ctx = Ctx::new().await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
     set.create_if_missing(["a", "b", "c", "d", "e", "f"].map(Item::from)).await.expect("create");
     let mut workers = Vec::new();
     let mut stops = Vec::new();

@@ -1,4 +1,4 @@
-//! The shared item set is atomic on a real ZooKeeper: a reader never sees part of an update, whatever happens to its
+//! The shared set is atomic on a real ZooKeeper: a reader never sees part of an update, whatever happens to its
 //! writer (a connection cut part-way, a session that expires part-way, a concurrent writer, a lost reply); an
 //! update abandoned part-way is finished or undone by the party's first member within its writer's session timeout;
 //! a member started while an update is under way starts from the committed set; and a member following another
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::members::{Member, Recorder, auto_release};
 use common::{Ctx, timing, wait_for, wait_until};
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{DisagreementKind, Error, Item, ItemSet, PartitionState};
+use zk_partitioner::{DisagreementKind, Error, Item, PartitionState, SharedSet};
 use zk_partitioner_testing::Proxy;
 
 const PATH: &str = "/partitioner";
@@ -46,7 +46,7 @@ struct Reader {
 }
 
 impl Reader {
-    fn start(set: ItemSet, allowed: Vec<BTreeSet<Item>>, missing_ok: bool) -> Reader {
+    fn start(set: SharedSet, allowed: Vec<BTreeSet<Item>>, missing_ok: bool) -> Reader {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let (mut reads, mut wrong) = (0, Vec::new());
@@ -59,7 +59,7 @@ impl Reader {
                             wrong.push(format!("version {} with {} items", read.version, items.len()));
                         }
                     }
-                    Err(Error::ItemSetMissing { .. }) if missing_ok => reads += 1,
+                    Err(Error::SharedSetMissing { .. }) if missing_ok => reads += 1,
                     Err(err) => wrong.push(format!("read failed: {err}")),
                 }
                 tokio::select! {
@@ -119,12 +119,12 @@ async fn writer_stopped(ctx: &Ctx, proxy: &Proxy, path: &str, state: &str) {
 async fn a_large_creation_cut_part_way_is_whole_or_absent() {
     let ctx = Ctx::new().await;
     let items = names("i", 0..5000);
-    let reader = Reader::start(ItemSet::new(ctx.client().await, PATH).expect("set"), vec![set_of(&items)], true);
+    let reader = Reader::start(SharedSet::new(ctx.client().await, PATH).expect("set"), vec![set_of(&items)], true);
 
     // A cut of one second in the middle: the writer reconnects on the same session and carries on.
     // Stopped after its first request of items, for a second.
     let (client, proxy) = admin_behind_proxy(&ctx).await;
-    let set = ItemSet::new(client, PATH).expect("set");
+    let set = SharedSet::new(client, PATH).expect("set");
     proxy.cut_after_containing(MULTI, b"/items/i");
     let create = tokio::spawn({
         let items = items.clone();
@@ -140,10 +140,10 @@ async fn a_large_creation_cut_part_way_is_whole_or_absent() {
 
     // The same on another path, with the writer's session expiring part-way.
     let path = "/partitioner2";
-    let reader = Reader::start(ItemSet::new(ctx.client().await, path).expect("set"), vec![set_of(&items)], true);
+    let reader = Reader::start(SharedSet::new(ctx.client().await, path).expect("set"), vec![set_of(&items)], true);
     let (client, proxy) = admin_behind_proxy(&ctx).await;
     let session = client.session_id().0;
-    let set = ItemSet::new(client, path).expect("set");
+    let set = SharedSet::new(client, path).expect("set");
     proxy.cut_after_containing(MULTI, b"/items/i");
     let create = tokio::spawn({
         let items = items.clone();
@@ -154,7 +154,7 @@ async fn a_large_creation_cut_part_way_is_whole_or_absent() {
     let failed = create.await.expect("task");
     assert!(failed.is_err(), "a creation whose session expired part-way reports it: {failed:?}");
     // Another process creates the set: it undoes the abandoned creation (its writer's lease is gone) and starts over.
-    let other = ItemSet::new(ctx.client().await, path).expect("set");
+    let other = SharedSet::new(ctx.client().await, path).expect("set");
     let (created, fresh) = other.create_if_missing(items.clone()).await.expect("created after the abandoned one");
     assert!(fresh);
     assert_eq!(set_of(&created.items), set_of(&items));
@@ -169,21 +169,21 @@ async fn a_large_creation_cut_part_way_is_whole_or_absent() {
 async fn two_admins_racing_a_large_removal_both_land_whole() {
     let ctx = Ctx::new().await;
     let start = names("k", 0..3000);
-    ItemSet::new(ctx.client().await, PATH).expect("set").create_if_missing(start.clone()).await.expect("create");
+    SharedSet::new(ctx.client().await, PATH).expect("set").create_if_missing(start.clone()).await.expect("create");
     let removed = names("k", 0..2500);
     let added = Item::from("zz1");
     let after_remove: BTreeSet<Item> = names("k", 2500..3000).into_iter().collect();
     let after_add: BTreeSet<Item> = set_of(&start).into_iter().chain([added.clone()]).collect();
     let both: BTreeSet<Item> = after_remove.iter().cloned().chain([added.clone()]).collect();
     let reader = Reader::start(
-        ItemSet::new(ctx.client().await, PATH).expect("set"),
+        SharedSet::new(ctx.client().await, PATH).expect("set"),
         vec![set_of(&start), after_remove.clone(), after_add, both.clone()],
         false,
     );
 
     // The remover is held up after its first staging request; the adder comes meanwhile and waits for it.
     let (client, proxy) = admin_behind_proxy(&ctx).await;
-    let first = ItemSet::new(client, PATH).expect("set");
+    let first = SharedSet::new(client, PATH).expect("set");
     proxy.cut_after_containing(MULTI, b"/remove/");
     let remove = tokio::spawn({
         let removed = removed.clone();
@@ -194,7 +194,7 @@ async fn two_admins_racing_a_large_removal_both_land_whole() {
     // lease (an `exists` on `<path>/item-writers/<tag>`), then waits.
     let (adder, adder_proxy) = admin_behind_proxy(&ctx).await;
     let lease_watched = adder_proxy.watch_for(EXISTS, format!("{PATH}/item-writers/").as_bytes());
-    let second = ItemSet::new(adder.clone(), PATH).expect("set");
+    let second = SharedSet::new(adder.clone(), PATH).expect("set");
     let add = tokio::spawn({
         let added = added.clone();
         async move { second.add([added]).await }
@@ -211,7 +211,7 @@ async fn two_admins_racing_a_large_removal_both_land_whole() {
     proxy.heal();
     let remove = remove.await.expect("task").expect("the removal lands whole");
     let add = add.await.expect("task").expect("the add lands after the removal");
-    let second = ItemSet::new(ctx.client().await, PATH).expect("set");
+    let second = SharedSet::new(ctx.client().await, PATH).expect("set");
     assert_eq!((remove.version, add.version), (2, 3), "the removal first, then the add");
     assert_eq!(set_of(&add.items), both);
     let last = second.read().await.expect("read");
@@ -228,7 +228,7 @@ async fn two_admins_racing_a_large_removal_both_land_whole() {
 async fn an_update_whose_reply_is_lost_reports_what_happened() {
     let ctx = Ctx::new().await;
     let (client, proxy) = admin_behind_proxy(&ctx).await;
-    let set = ItemSet::new(client, PATH).expect("set");
+    let set = SharedSet::new(client, PATH).expect("set");
     set.create_if_missing(common::members::ints(10)).await.expect("create");
 
     proxy.lose_reply_to_next(MULTI);
@@ -280,17 +280,17 @@ fn assert_only_committed(recorder: &Recorder, versions: &[(u64, &BTreeSet<Item>)
 async fn an_update_abandoned_part_way_is_undone_or_finished_by_a_member() {
     let ctx = Ctx::new().await;
     let start = common::members::ints(20);
-    let member = ctx.member_with("m", start.clone(), |b| b.shared_item_set(true)).await;
+    let member = ctx.member_with("m", start.clone(), |b| b.shared_set(true)).await;
     let recorder = Recorder::start(&member.partitioner);
     let _worker = auto_release(&member.partitioner);
     wait_alone_at(&member, 1, &set_of(&start), timing(Duration::from_secs(10))).await;
 
     // Stopped after its first staging request, or after its commit.
     for (round, state, request) in [(0, "staging", &b"/add/"[..]), (1, "applying", &b"state=applying"[..])] {
-        let before = ItemSet::new(ctx.client().await, PATH).expect("set").read().await.expect("read");
+        let before = SharedSet::new(ctx.client().await, PATH).expect("set").read().await.expect("read");
         let (client, proxy) = admin_behind_proxy(&ctx).await;
         let session = client.session_id().0;
-        let admin = ItemSet::new(client, PATH).expect("set");
+        let admin = SharedSet::new(client, PATH).expect("set");
         let more: Vec<Item> = (1000 + round * 5000..4000 + round * 5000).map(|n| Item::from(n as i64)).collect();
         proxy.cut_after_containing(MULTI, request);
         let update = tokio::spawn({
@@ -304,7 +304,7 @@ async fn an_update_abandoned_part_way_is_undone_or_finished_by_a_member() {
         let outcome = update.await.expect("task");
         wait_header(&ctx.observer, PATH, "ready", timing(ADMIN_SESSION + Duration::from_secs(8))).await;
         let recovered = cut_at.elapsed();
-        let after = ItemSet::new(ctx.client().await, PATH).expect("set").read().await.expect("read");
+        let after = SharedSet::new(ctx.client().await, PATH).expect("set").read().await.expect("read");
         let grown: BTreeSet<Item> = set_of(&before.items).into_iter().chain(more.iter().cloned()).collect();
         match state {
             // Staged, not committed: undone; the writer was told it failed (or that the outcome is unknown).
@@ -336,9 +336,9 @@ async fn an_update_abandoned_part_way_is_undone_or_finished_by_a_member() {
 async fn a_member_started_during_an_update_starts_from_the_committed_set() {
     let ctx = Ctx::new().await;
     let start = common::members::ints(20);
-    ItemSet::new(ctx.client().await, PATH).expect("set").create_if_missing(start.clone()).await.expect("create");
+    SharedSet::new(ctx.client().await, PATH).expect("set").create_if_missing(start.clone()).await.expect("create");
     let (client, proxy) = admin_behind_proxy(&ctx).await;
-    let admin = ItemSet::new(client, PATH).expect("set");
+    let admin = SharedSet::new(client, PATH).expect("set");
     let more: Vec<Item> = (1000..4000).map(Item::from).collect();
     // The writer is held up after its first staging request (within its session timeout) while the member starts.
     proxy.cut_after_containing(MULTI, b"/add/");
@@ -347,7 +347,7 @@ async fn a_member_started_during_an_update_starts_from_the_committed_set() {
         async move { admin.add(more).await }
     });
     writer_stopped(&ctx, &proxy, PATH, "staging").await;
-    let member = ctx.member_with("m", Vec::new(), |b| b.shared_item_set(true)).await;
+    let member = ctx.member_with("m", Vec::new(), |b| b.shared_set(true)).await;
     let recorder = Recorder::start(&member.partitioner);
     let _worker = auto_release(&member.partitioner);
     wait_alone_at(&member, 1, &set_of(&start), timing(Duration::from_secs(10))).await;
@@ -360,11 +360,11 @@ async fn a_member_started_during_an_update_starts_from_the_committed_set() {
 }
 
 /// A member whose party node announces another version of the shared set (`set=shared@<version>`) is reported as an
-/// `ItemSetVersion` disagreement, which ends once it announces the version the others follow.
+/// `SetVersion` disagreement, which ends once it announces the version the others follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_on_another_version_is_a_reported_disagreement() {
     let ctx = Ctx::new().await;
-    let member = ctx.member_with("m", common::members::ints(5), |b| b.shared_item_set(true)).await;
+    let member = ctx.member_with("m", common::members::ints(5), |b| b.shared_set(true)).await;
     let _worker = auto_release(&member.partitioner);
     wait_alone_at(&member, 1, &set_of(&common::members::ints(5)), timing(Duration::from_secs(10))).await;
     // Our member's announcement, as another member on version 0 would write it.
@@ -394,7 +394,7 @@ async fn a_member_on_another_version_is_a_reported_disagreement() {
             .ok_or_else(|| format!("none yet: {:?}", snapshot.disagreements))
     })
     .await;
-    assert_eq!(report.kind, DisagreementKind::ItemSetVersion);
+    assert_eq!(report.kind, DisagreementKind::SetVersion);
     // The ghost catches up: the report ends (the member reads announcements again while one lags).
     let path = format!("{party}/0123456789abcdef0123456789abcdef-ghost-{sequence}");
     ghost_client.set_data(&path, text.replacen("m\n", "ghost\n", 1).as_bytes(), None).await.expect("catch up");

@@ -1,4 +1,4 @@
-//! The shared item set on a real ZooKeeper: members follow additions and removals under every rebalance mode (only
+//! The shared set on a real ZooKeeper: members follow additions and removals under every rebalance mode (only
 //! the owners of changed items stop under `Rebalance::Incremental`), concurrent admins lose nothing, a member joins
 //! while the set changes, members whose configurations disagree say so at once, and bad input gets clear errors.
 
@@ -12,7 +12,7 @@ use common::members::{AbortOnDrop, Member, Recorder, assert_disjoint_cover, auto
 use common::{Ctx, timing, wait_for, wait_until};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    DisagreementKind, Error, FencingToken, Item, ItemSet, PartitionState, Rebalance, Rendezvous, SetPartitioner,
+    DisagreementKind, Error, FencingToken, Item, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet,
     Snapshot,
 };
 
@@ -27,7 +27,7 @@ struct Worker {
 async fn shared_member(ctx: &Ctx, name: &str, seed: &[i64], rebalance: Rebalance) -> Worker {
     let member = ctx
         .member_with(name, items_of(seed), |b| {
-            b.shared_item_set(true).rebalance(rebalance).partition_func(Rendezvous::default())
+            b.shared_set(true).rebalance(rebalance).partition_func(Rendezvous::default())
         })
         .await;
     let recorder = Recorder::start(&member.partitioner);
@@ -36,7 +36,7 @@ async fn shared_member(ctx: &Ctx, name: &str, seed: &[i64], rebalance: Rebalance
 }
 
 /// Waits until every member is ACQUIRED at the set's current version and the claims are a disjoint cover of it.
-async fn wait_cover(ctx: &Ctx, workers: &[&Worker], set: &ItemSet) -> Vec<Item> {
+async fn wait_cover(ctx: &Ctx, workers: &[&Worker], set: &SharedSet) -> Vec<Item> {
     let expected = set.read().await.expect("read the set");
     let party = workers.len();
     wait_until("every member ACQUIRED at the set's version", timing(Duration::from_secs(20)), || async {
@@ -77,14 +77,14 @@ async fn follows_changes(rebalance: Rebalance) {
     let b = shared_member(&ctx, "b", &[], rebalance).await;
     let c = shared_member(&ctx, "c", &[], rebalance).await;
     let workers = [&a, &b, &c];
-    let set = a.member.partitioner.item_set().expect("a shared set").clone();
+    let set = a.member.partitioner.shared_set().expect("a shared set").clone();
     let before = wait_cover(&ctx, &workers, &set).await;
     assert_eq!(before, items_of(&seed));
 
     // Two items are added: they are covered, and under incremental rebalancing every item that keeps its owner
     // keeps its lock node (its fencing token) throughout: it never stopped.
     let tokens = ownership(&workers);
-    let added = ItemSet::new(ctx.client().await, PATH).expect("handle").add(items_of(&[6, 7])).await.expect("add");
+    let added = SharedSet::new(ctx.client().await, PATH).expect("handle").add(items_of(&[6, 7])).await.expect("add");
     assert_eq!(added.items, items_of(&[0, 1, 2, 3, 4, 5, 6, 7]));
     let after = wait_cover(&ctx, &workers, &set).await;
     assert_eq!(after.len(), 8);
@@ -133,7 +133,7 @@ async fn incremental_members_stop_only_what_changes_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_admins_lose_no_change() {
     let ctx = Ctx::new().await;
-    let first = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let first = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let (created, fresh) = first.create_if_missing(items_of(&[1000, 1001, 1002, 1003])).await.expect("create");
     assert!(fresh);
     let (again, fresh) = first.create_if_missing(items_of(&[5])).await.expect("exists");
@@ -142,7 +142,7 @@ async fn concurrent_admins_lose_no_change() {
 
     let mut admins = Vec::new();
     for k in 0..8i64 {
-        let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+        let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
         admins.push(tokio::spawn(async move {
             for round in 0..5i64 {
                 set.add(items_of(&[k * 100 + round])).await.expect("add");
@@ -164,7 +164,7 @@ async fn concurrent_admins_lose_no_change() {
 
     // A compare-and-set against a stale version fails and changes nothing.
     let stale = first.replace_if(created.version, items_of(&[9])).await;
-    assert!(matches!(stale, Err(Error::ItemSetConflict { .. })), "{stale:?}");
+    assert!(matches!(stale, Err(Error::SharedSetConflict { .. })), "{stale:?}");
     assert_eq!(first.read().await.expect("read").items, after.items);
     let done = first.replace_if(after.version, items_of(&[9])).await.expect("fresh version");
     assert_eq!(done.items, items_of(&[9]));
@@ -176,7 +176,7 @@ async fn a_member_joining_while_the_set_changes() {
     let ctx = Ctx::new().await;
     let a = shared_member(&ctx, "a", &[0, 1, 2], Rebalance::Incremental).await;
     let b = shared_member(&ctx, "b", &[], Rebalance::Incremental).await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
     let admin = {
         let set = set.clone();
         tokio::spawn(async move {
@@ -225,12 +225,12 @@ async fn members_with_different_sets_say_so_at_once() {
     let started = tokio::time::Instant::now();
     let new = fixed_member(&ctx, "new", &["b", "c"], false, tb).await;
     let within = timing(tb + Duration::from_secs(1));
-    let seen_by_new = wait_disagreement(&new, "old", DisagreementKind::ItemSet, within).await;
-    let seen_by_old = wait_disagreement(&old, "new", DisagreementKind::ItemSet, within).await;
+    let seen_by_new = wait_disagreement(&new, "old", DisagreementKind::Items, within).await;
+    let seen_by_old = wait_disagreement(&old, "new", DisagreementKind::Items, within).await;
     assert!(started.elapsed() <= within, "reported after {:?}", started.elapsed());
     let d = &seen_by_new.disagreements[0];
     assert!(d.ours.contains("set=") && d.theirs.contains("set=") && d.ours != d.theirs, "{d:?}");
-    assert!(d.to_string().contains("different item set"), "{d}");
+    assert!(d.to_string().contains("different set of items"), "{d}");
     assert_eq!(seen_by_old.disagreements.len(), 1);
 
     // The newcomer leaves: the report goes away.
@@ -281,20 +281,20 @@ async fn agreeing_members_and_kazoo_members_report_nothing() {
 async fn bad_input_gets_clear_errors_and_changes_nothing() {
     let ctx = Ctx::new().await;
     let client: Client = ctx.client().await;
-    let set = ItemSet::new(client.clone(), PATH).expect("handle");
-    assert!(matches!(ItemSet::new(client.clone(), "relative"), Err(Error::InvalidConfig { .. })));
-    assert!(matches!(set.read().await, Err(Error::ItemSetMissing { .. })));
+    let set = SharedSet::new(client.clone(), PATH).expect("handle");
+    assert!(matches!(SharedSet::new(client.clone(), "relative"), Err(Error::InvalidConfig { .. })));
+    assert!(matches!(set.read().await, Err(Error::SharedSetMissing { .. })));
     // No set and nothing to seed it with: an error, and no `<path>`, `party` or `locks` left behind.
-    let built = SetPartitioner::builder(client.clone(), PATH, Vec::<Item>::new()).shared_item_set(true).build().await;
-    assert!(matches!(built, Err(Error::ItemSetMissing { .. })), "{built:?}");
+    let built = SetPartitioner::builder(client.clone(), PATH, Vec::<Item>::new()).shared_set(true).build().await;
+    assert!(matches!(built, Err(Error::SharedSetMissing { .. })), "{built:?}");
     assert_eq!(client.check_stat(PATH).await.expect("stat"), None, "{PATH} was created");
     // Nor under a path that exists (another application's, or a fixed set's party): nothing added to it.
     let other = "/elsewhere";
     client.create(other, b"", &common::persistent()).await.expect("create");
-    let built = SetPartitioner::builder(client.clone(), other, Vec::<Item>::new()).shared_item_set(true).build().await;
-    assert!(matches!(built, Err(Error::ItemSetMissing { .. })), "{built:?}");
+    let built = SetPartitioner::builder(client.clone(), other, Vec::<Item>::new()).shared_set(true).build().await;
+    assert!(matches!(built, Err(Error::SharedSetMissing { .. })), "{built:?}");
     assert_eq!(client.list_children(other).await.expect("children"), Vec::<String>::new());
-    assert!(matches!(set.create_if_missing(Vec::<Item>::new()).await, Err(Error::EmptyItemSet { .. })));
+    assert!(matches!(set.create_if_missing(Vec::<Item>::new()).await, Err(Error::EmptySharedSet { .. })));
 
     let member = shared_member(&ctx, "a", &[1, 2, 3], Rebalance::Incremental).await;
     common::members::wait_snapshot(&member.member.partitioner, "ACQUIRED", timing(Duration::from_secs(10)), |s| {
@@ -306,14 +306,14 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
     let absent = set.remove(items_of(&[2, 99])).await;
     assert!(matches!(&absent, Err(Error::InvalidItem { item, .. }) if item == "99"), "{absent:?}");
     let empty = set.remove(items_of(&[1, 2, 3])).await;
-    assert!(matches!(empty, Err(Error::EmptyItemSet { .. })), "{empty:?}");
+    assert!(matches!(empty, Err(Error::EmptySharedSet { .. })), "{empty:?}");
     // An item of the other kind: the error names it (not an item of the set) and says what is wrong.
     let mixed = set.add([Item::from("x")]).await;
     assert!(matches!(&mixed, Err(Error::InvalidItem { item, .. }) if item == "x"), "{mixed:?}");
     let message = mixed.unwrap_err().to_string();
     assert!(
         message.starts_with(&format!(
-            "invalid item \"x\": is a string but the shared item set at {PATH}/items holds integers (such as the \
+            "invalid item \"x\": is a string but the shared set at {PATH}/items holds integers (such as the \
              integer 1)"
         )),
         "{message}"
@@ -345,7 +345,7 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
     let (header, _) = client.get_data(&format!("{PATH}/items")).await.expect("read the header");
     client.set_data(&format!("{PATH}/items"), b"{\"items\": [1, 2]}", None).await.expect("overwrite");
     let corrupt = set.read().await;
-    assert!(matches!(corrupt, Err(Error::ItemSetCorrupt { .. })), "{corrupt:?}");
+    assert!(matches!(corrupt, Err(Error::SharedSetCorrupt { .. })), "{corrupt:?}");
     for child in ["5", "6"] {
         client.create(&format!("{PATH}/items/{child}"), b"", &common::persistent()).await.expect("a child by hand");
     }

@@ -1,5 +1,5 @@
-//! The worker example as users run it. The shared item set: `worker --shared-set` members in separate processes, changed with the
-//! `item_set` admin command, under both rebalance modes; and the rolling deploy (`--items a,b,c` beside
+//! The worker example as users run it. The shared set: `worker --shared-set` members in separate processes, changed with the
+//! `shared_set` admin command, under both rebalance modes; and the rolling deploy (`--items a,b,c` beside
 //! `--items b,c`), which both members report at once in their JSON. And `--checkpoints`: a worker resumes from the
 //! fenced checkpoint its predecessor wrote.
 
@@ -75,14 +75,14 @@ impl Worker {
 
 /// Runs the admin command; returns its stdout (it must succeed).
 async fn admin(ctx: &Ctx, args: &[&str]) -> String {
-    let output = Command::new(example("item_set"))
+    let output = Command::new(example("shared_set"))
         .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH, "--int-items"])
         .args(args)
         .output()
         .await
-        .expect("run the item_set example");
+        .expect("run the shared_set example");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "item_set {args:?}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "shared_set {args:?}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
     stdout
 }
 
@@ -108,7 +108,7 @@ async fn wait_cover(workers: &[&Worker], version: u64, expected: &[i64]) {
 }
 
 fn version_of(admin_output: &str) -> u64 {
-    let json: Value = serde_json::from_str(admin_output.trim()).expect("item_set --json prints one JSON object");
+    let json: Value = serde_json::from_str(admin_output.trim()).expect("shared_set --json prints one JSON object");
     json["version"].as_u64().expect("a version")
 }
 
@@ -160,7 +160,7 @@ async fn worker_processes_follow_the_shared_set_eagerly() {
     processes_follow_the_set("eager").await;
 }
 
-/// The reproduction: an `item_set add` of 3,000 items killed with SIGKILL part-way (here: stopped by its
+/// The reproduction: an `shared_set add` of 3,000 items killed with SIGKILL part-way (here: stopped by its
 /// proxy right after its first staging request, or right after its commit, then killed). The worker that is first
 /// in the party finds the admin's lease gone once its session expires (the admin's default 6 s) and undoes or
 /// finishes the update: the set is whole (the old one or the new one), `ready` again, and the workers follow it.
@@ -184,14 +184,14 @@ async fn an_admin_killed_part_way_leaves_no_update_unfinished() {
         let list = more.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let proxy = zk_partitioner_testing::Proxy::start(ctx.addr).await;
         proxy.cut_after_containing(14, request);
-        let mut child = Command::new(example("item_set"))
+        let mut child = Command::new(example("shared_set"))
             .args(["--connect", &format!("{}{}", proxy.endpoint(), ctx.namespace), "--path", PATH, "--int-items"])
             .args(["add", &list])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("spawn item_set");
+            .expect("spawn shared_set");
         common::wait_until("the admin to be stopped part-way", timing(Duration::from_secs(20)), || async {
             proxy.is_cut() && header().await.contains(&format!("state={state}"))
         })
@@ -230,7 +230,7 @@ async fn workers_with_different_items_print_the_disagreement() {
             let line = worker.last();
             let reported = line["disagreements"].as_array().cloned().unwrap_or_default();
             match reported.iter().find(|d| d.as_str().is_some_and(|d| d.contains(other))) {
-                Some(d) if d.as_str().is_some_and(|d| d.contains("different item set")) => Ok(()),
+                Some(d) if d.as_str().is_some_and(|d| d.contains("different set of items")) => Ok(()),
                 _ => Err(format!("last line {line}")),
             }
         })
@@ -247,17 +247,17 @@ async fn the_admin_command_refuses_bad_changes() {
     let run = |args: Vec<&'static str>| {
         let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
         async move {
-            Command::new(example("item_set"))
+            Command::new(example("shared_set"))
                 .args(["--connect", &connect, "--path", PATH, "--int-items"])
                 .args(args)
                 .output()
                 .await
-                .expect("run item_set")
+                .expect("run shared_set")
         }
     };
     for (args, message) in [
-        (vec!["remove", "3"], "is not in the shared item set"),
-        (vec!["remove", "1,2"], "refusing to leave the shared item set"),
+        (vec!["remove", "3"], "is not in the shared set"),
+        (vec!["remove", "1,2"], "refusing to leave the shared set"),
         (vec!["replace", "5", "--if-version", "99"], "changed meanwhile"),
     ] {
         let output = run(args.clone()).await;

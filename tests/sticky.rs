@@ -12,7 +12,7 @@ use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, 
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    DescribeOptions, Error, Item, ItemSet, PartitionState, Rebalance, Weight, WeightedRendezvous, describe_with,
+    DescribeOptions, Error, Item, PartitionState, Rebalance, SharedSet, Weight, WeightedRendezvous, describe_with,
 };
 
 const PATH: &str = "/partitioner";
@@ -30,7 +30,7 @@ async fn sticky_member(ctx: &Ctx, name: &str, capacity: u32, rebalance: Rebalanc
 /// A sticky member on `client`'s session (one through a proxy the test can cut, say).
 async fn sticky_member_on(client: Client, name: &str, capacity: u32, rebalance: Rebalance) -> Worker {
     let member = build_member(client, name, &[], |b| {
-        b.shared_item_set(true)
+        b.shared_set(true)
             .rebalance(rebalance)
             .partition_func(WeightedRendezvous::default().sticky())
             .capacity(capacity)
@@ -44,7 +44,7 @@ async fn sticky_member_on(client: Client, name: &str, capacity: u32, rebalance: 
 /// Each item's owner (member name), once every worker is ACQUIRED over the same party of `workers` at the set's
 /// current version, the claims a disjoint cover, and the record names that assignment (its digest line checked by
 /// the crate; here: it exists and is written for this party).
-async fn settled(ctx: &Ctx, workers: &[&Worker], set: &ItemSet) -> BTreeMap<Item, String> {
+async fn settled(ctx: &Ctx, workers: &[&Worker], set: &SharedSet) -> BTreeMap<Item, String> {
     let expected = set.read().await.expect("read the set");
     wait_until(
         "every member ACQUIRED over the party at the set's version",
@@ -130,7 +130,7 @@ async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
 /// greedy (what `--partition weighted` gives), the shares are not the party's.
 async fn described_as_held(ctx: &Ctx) {
     let sticky = WeightedRendezvous::default().sticky();
-    let options = DescribeOptions::new().shared_item_set(true).partition_func(&sticky);
+    let options = DescribeOptions::new().shared_set(true).partition_func(&sticky);
     let view = describe_with(&ctx.observer, PATH, options).await.expect("describe");
     assert_eq!(view.outside_share, Some(Vec::new()));
     let placement = view.placement.expect("the record");
@@ -140,7 +140,7 @@ async fn described_as_held(ctx: &Ctx) {
         assert_eq!(member.load, member.held, "{}: its share's load is not what it holds", member.name);
     }
     let greedy = WeightedRendezvous::default();
-    let options = DescribeOptions::new().shared_item_set(true).partition_func(&greedy);
+    let options = DescribeOptions::new().shared_set(true).partition_func(&greedy);
     let view = describe_with(&ctx.observer, PATH, options).await.expect("describe");
     assert!(view.outside_share.is_some_and(|outside| !outside.is_empty()), "the greedy's shares are the party's");
     assert_eq!(view.placement, None);
@@ -180,7 +180,7 @@ fn moved(before: &BTreeMap<Item, String>, after: &BTreeMap<Item, String>) -> Vec
 async fn join_weight_change_and_leave(rebalance: Rebalance) {
     common::init_tracing();
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing((0..ITEMS).map(Item::from)).await.expect("create");
     admin.set_weights([(0, Weight::new(5)), (1, Weight::new(3))]).await.expect("weights");
     let a = sticky_member(&ctx, "a", 1, rebalance).await;
@@ -226,7 +226,7 @@ async fn incremental_members_keep_the_placement_through_a_join_a_weight_change_a
 async fn a_record_chunk_deleted_by_hand_is_replaced_not_named_again() {
     common::init_tracing();
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing((0..ITEMS).map(Item::from)).await.expect("create");
     let a = sticky_member(&ctx, "a", 1, Rebalance::Incremental).await;
     let b = sticky_member(&ctx, "b", 2, Rebalance::Incremental).await;
@@ -255,7 +255,7 @@ async fn a_record_chunk_deleted_by_hand_is_replaced_not_named_again() {
 async fn the_writer_expires(rebalance: Rebalance) {
     common::init_tracing();
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing((0..ITEMS).map(Item::from)).await.expect("create");
     admin.set_weights([(0, Weight::new(5)), (1, Weight::new(3))]).await.expect("weights");
     let proxy = Proxy::start(ctx.addr).await;
@@ -321,7 +321,7 @@ impl zk_partitioner::PartitionFn for Rotating {
 
 async fn rotating_member(ctx: &Ctx, name: &str) -> Worker {
     let member = build_member(ctx.client().await, name, &[], |b| {
-        b.shared_item_set(true)
+        b.shared_set(true)
             .static_membership(true)
             .rebalance(Rebalance::Incremental)
             .partition_func(Rotating)
@@ -340,7 +340,7 @@ async fn rotating_member(ctx: &Ctx, name: &str) -> Worker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_that_moves_nothing_leaves_a_restarted_member_on_the_recorded_placement() {
     let ctx = Ctx::new().await;
-    let set = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let set = SharedSet::new(ctx.client().await, PATH).expect("handle");
     set.create_if_missing((0..9).map(Item::from)).await.expect("create");
     let s0 = rotating_member(&ctx, "s0").await;
     let s1 = rotating_member(&ctx, "s1").await;

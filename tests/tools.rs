@@ -1,8 +1,8 @@
-//! The three command-line tools (`examples/worker.rs`, `inspect.rs`, `item_set.rs`) as a new user meets them, with
+//! The three command-line tools (`examples/worker.rs`, `inspect.rs`, `shared_set.rs`) as a new user meets them, with
 //! one set of rules: `--connect` is required by each, bad arguments exit 2 with the usage before any connection, a
 //! session that cannot be opened exits 1 with the library's per-server diagnosis, a missing chroot is reported as
 //! such, sessions are printed the same way (decimal), and bad input changes nothing. And weights end to end: set with
-//! `item_set weigh`, divided by `worker --partition weighted --capacity N`, shown by `inspect`.
+//! `shared_set weigh`, divided by `worker --partition weighted --capacity N`, shown by `inspect`.
 
 mod common;
 
@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-const TOOLS: [&str; 3] = ["worker", "inspect", "item_set"];
+const TOOLS: [&str; 3] = ["worker", "inspect", "shared_set"];
 
 /// What `tool` needs besides the session flags to get as far as connecting.
 fn rest(tool: &str) -> &'static [&'static str] {
@@ -73,12 +73,12 @@ async fn bad_arguments_are_refused_before_connecting() {
         ("worker", &["--path", "/p", "--items", "a", "--session-timeout", "86401"], "greater than 0 and at most 86400"),
         ("worker", &["--path", "/p", "--items", "a", "--auth", "digest"], "must be SCHEME:CREDENTIALS"),
         ("inspect", &["--path", "/p/"], "invalid path: \"/p/\" ends with '/'"),
-        ("item_set", &["--path", "/zookeeper/p", "show"], "inside ZooKeeper's reserved /zookeeper subtree"),
-        ("item_set", &["--path", "/p", "add", "a/b"], "invalid item \"a/b\": contains '/'"),
+        ("shared_set", &["--path", "/zookeeper/p", "show"], "inside ZooKeeper's reserved /zookeeper subtree"),
+        ("shared_set", &["--path", "/p", "add", "a/b"], "invalid item \"a/b\": contains '/'"),
         ("worker", &["--path", "/p", "--items", "a", "--capacity", "0"], "invalid capacity \"0\""),
         ("worker", &["--path", "/p", "--items", "a", "--capacity", "x"], "invalid capacity \"x\""),
-        ("item_set", &["--path", "/p", "weigh", "a", "5", "b"], "\"b\" has no weight"),
-        ("item_set", &["--path", "/p", "weigh", "a", "cpu=-1"], "invalid weight \"cpu=-1\""),
+        ("shared_set", &["--path", "/p", "weigh", "a", "5", "b"], "\"b\" has no weight"),
+        ("shared_set", &["--path", "/p", "weigh", "a", "cpu=-1"], "invalid weight \"cpu=-1\""),
     ];
     for (tool, args, message) in cases {
         // when: a tool gets a bad argument
@@ -151,18 +151,18 @@ async fn worker_shared_set_without_a_set_fails_and_leaves_nothing() {
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
     let (code, stderr) = run("worker", &["--connect", &connect, "--path", "/p", "--shared-set"]).await;
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("no shared item set at /p/items"), "{stderr}");
+    assert!(stderr.contains("no shared set at /p/items"), "{stderr}");
     assert_eq!(ctx.observer.check_stat("/p").await.expect("stat"), None, "/p was created");
 }
 
 #[tokio::test]
-async fn item_set_names_the_new_item_of_the_other_kind() {
+async fn shared_set_names_the_new_item_of_the_other_kind() {
     // given: a set of strings
     let ctx = Ctx::new().await;
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
     let admin = |args: &'static [&'static str]| {
         let connect = connect.clone();
-        async move { run("item_set", &[&["--connect", &connect, "--path", "/p"], args].concat()).await }
+        async move { run("shared_set", &[&["--connect", &connect, "--path", "/p"], args].concat()).await }
     };
     assert_eq!(admin(&["create", "a,b"]).await.0, Some(0));
     // when: an integer is added to it
@@ -171,16 +171,16 @@ async fn item_set_names_the_new_item_of_the_other_kind() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.starts_with(
-            "item_set: invalid item \"5\": is an integer but the shared item set at /p/items holds strings (such as \
+            "shared_set: invalid item \"5\": is an integer but the shared set at /p/items holds strings (such as \
              the string \"a\")"
         ),
         "{stderr}"
     );
-    let shown = Command::new(example("item_set"))
+    let shown = Command::new(example("shared_set"))
         .args(["--connect", &connect, "--path", "/p", "show"])
         .output()
         .await
-        .expect("run item_set show");
+        .expect("run shared_set show");
     assert!(String::from_utf8_lossy(&shown.stdout).contains("version 1: 2 items: a,b"), "{shown:?}");
 }
 
@@ -238,24 +238,24 @@ async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
 
 #[tokio::test]
 async fn weigh_divide_by_capacity_and_inspect_the_loads() {
-    // given: a shared set of 8 items, a and b made heavy with item_set weigh
+    // given: a shared set of 8 items, a and b made heavy with shared_set weigh
     let ctx = Ctx::new().await;
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
-    let item_set = |args: &[&str]| {
+    let shared_set = |args: &[&str]| {
         let args = [&["--connect", &connect, "--path", "/p"], args].concat();
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        async move { output("item_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+        async move { output("shared_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
     };
-    assert_eq!(item_set(&["create", "a,b,c,d,e,f,g,h"]).await.0, Some(0));
-    let (code, stdout, stderr) = item_set(&["weigh", "a", "5", "b", "3"]).await;
+    assert_eq!(shared_set(&["create", "a,b,c,d,e,f,g,h"]).await.0, Some(0));
+    let (code, stdout, stderr) = shared_set(&["weigh", "a", "5", "b", "3"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("version 2: 8 items: a,b,c,d,e,f,g,h\n"), "{stdout}");
     assert!(stdout.contains("weights of 2 items (the others weigh 1): a 5; b 3"), "{stdout}");
-    let (_, json, _) = item_set(&["--json", "show"]).await;
+    let (_, json, _) = shared_set(&["--json", "show"]).await;
     let shown: Value = serde_json::from_str(&json).expect("one JSON object");
     assert_eq!(shown["weights"], serde_json::json!({"a": {"weight": 5}, "b": {"weight": 3}}), "{shown}");
     // and an item outside the set is refused, changing nothing
-    let (code, _, stderr) = item_set(&["weigh", "z", "2"]).await;
+    let (code, _, stderr) = shared_set(&["weigh", "z", "2"]).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("invalid item \"z\""), "{stderr}");
 
@@ -313,7 +313,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
         if settled { Ok(doc) } else { Err(format!("{doc}\nthe workers printed {printed:?}")) }
     })
     .await;
-    assert_eq!(doc["item_set_version"], 2);
+    assert_eq!(doc["shared_set_version"], 2);
     let members = doc["members"].as_array().expect("members");
     let by_identifier = |id: &str| members.iter().find(|m| m["identifier"] == id).expect("a member").clone();
     let (big, small) = (by_identifier("big"), by_identifier("small"));
@@ -330,7 +330,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     // and the table says the same
     let table = inspect(false).await;
     println!("{table}");
-    assert!(table.contains("shared item set: version 2\n"), "{table}");
+    assert!(table.contains("shared set: version 2\n"), "{table}");
     let load_rows: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("LOAD (")).skip(2).take(2).collect();
     for (row, (member, ideal)) in load_rows.iter().zip([(&big, "10.5"), (&small, "3.5")]) {
         let name = member["name"].as_str().unwrap_or_default();
@@ -343,7 +343,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     }
 
     // when: one item outweighs what the bound lets any member carry (109 in all: the big worker may carry 90)
-    assert_eq!(item_set(&["weigh", "a", "100"]).await.0, Some(0));
+    assert_eq!(shared_set(&["weigh", "a", "100"]).await.0, Some(0));
     // then: its holder says it is over capacity, and so does inspect, in the JSON and in the table
     wait_for("a worker over capacity, as inspect shows it", timing(Duration::from_secs(30)), || async {
         let doc: Value = serde_json::from_str(&inspect(true).await).map_err(|e| e.to_string())?;
@@ -353,7 +353,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
         let reported = over.is_some_and(|m| {
             printed.iter().flatten().any(|line| line["member"] == m["name"] && line["load"]["over_capacity"] == true)
         });
-        if doc["item_set_version"] == 3 && reported { Ok(()) } else { Err(format!("{doc}\n{printed:?}")) }
+        if doc["shared_set_version"] == 3 && reported { Ok(()) } else { Err(format!("{doc}\n{printed:?}")) }
     })
     .await;
     let table = inspect(false).await;
@@ -361,7 +361,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     assert_eq!(table.matches("OVER CAPACITY").count(), 1, "{table}");
 
     // when: the weights are reset
-    let (code, stdout, _) = item_set(&["reset-weights", "a,b"]).await;
+    let (code, stdout, _) = shared_set(&["reset-weights", "a,b"]).await;
     // then: the set has none
     assert_eq!(code, Some(0));
     assert!(stdout.starts_with("version 4: 8 items") && !stdout.contains("weights"), "{stdout}");
@@ -371,26 +371,26 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     }
 }
 
-/// Lineage end to end: `item_set split` and `merge`, `worker --drain-secs` finishing the closed items it holds so that
-/// the children start, `item_set lineage` and `inspect --shared-set` showing the trees.
+/// Lineage end to end: `shared_set split` and `merge`, `worker --drain-secs` finishing the closed items it holds so that
+/// the children start, `shared_set lineage` and `inspect --shared-set` showing the trees.
 #[tokio::test]
 async fn split_drain_finish_and_show_the_trees() {
     let ctx = Ctx::new().await;
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
-    let item_set = |args: &[&str]| {
+    let shared_set = |args: &[&str]| {
         let args = [&["--connect", &connect, "--path", "/p"], args].concat();
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        async move { output("item_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+        async move { output("shared_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
     };
-    assert_eq!(item_set(&["create", "s1,s2,other"]).await.0, Some(0));
-    let (code, stdout, stderr) = item_set(&["split", "s1", "s3,s4"]).await;
+    assert_eq!(shared_set(&["create", "s1,s2,other"]).await.0, Some(0));
+    let (code, stdout, stderr) = shared_set(&["split", "s1", "s3,s4"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("version 2: 3 items: other,s1,s2\n"), "the children wait: {stdout}");
-    assert_eq!(item_set(&["merge", "s2,s4", "s5"]).await.0, Some(0));
-    let (code, _, stderr) = item_set(&["split", "s1", "s2"]).await;
+    assert_eq!(shared_set(&["merge", "s2,s4", "s5"]).await.0, Some(0));
+    let (code, _, stderr) = shared_set(&["split", "s1", "s2"]).await;
     assert_eq!(code, Some(1), "a child must be new: {stderr}");
     assert!(stderr.contains("already exists"), "{stderr}");
-    let (_, json, _) = item_set(&["--json", "lineage"]).await;
+    let (_, json, _) = shared_set(&["--json", "lineage"]).await;
     let lineage: Value = serde_json::from_str(&json).expect("one JSON object");
     assert_eq!(lineage["items"]["s5"]["status"], "waiting", "{lineage}");
     assert_eq!(lineage["items"]["s5"]["waiting_on"], serde_json::json!(["s2", "s4"]), "{lineage}");
@@ -418,7 +418,7 @@ async fn split_drain_finish_and_show_the_trees() {
         }
     });
     wait_for("s5 in the set and every closed item finished", timing(Duration::from_secs(40)), || async {
-        let (_, json, _) = item_set(&["--json", "show"]).await;
+        let (_, json, _) = shared_set(&["--json", "show"]).await;
         let shown: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
         let done = shown["items"] == serde_json::json!(["other", "s3", "s5"]);
         if done { Ok(()) } else { Err(format!("{shown}; finished {:?}", finished.lock().unwrap())) }

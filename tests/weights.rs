@@ -12,8 +12,8 @@ use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, items_of};
 use common::{Ctx, timing, wait_until};
 use zk_partitioner::{
-    DisagreementKind, Error, FencingToken, InputError, Item, ItemSet, PartitionState, Rebalance, SetPartitioner,
-    SharedItems, Weight, WeightedRendezvous, capacity_limit,
+    DisagreementKind, Error, FencingToken, InputError, Item, PartitionState, Rebalance, SetPartitioner, SharedSet,
+    SharedSetVersion, Weight, WeightedRendezvous, capacity_limit,
 };
 use zk_partitioner_testing::wait_snapshot;
 
@@ -28,7 +28,7 @@ struct Worker {
 async fn weighted_member(ctx: &Ctx, name: &str, capacity: u32, rebalance: Rebalance) -> Worker {
     let member = ctx
         .member_with(name, Vec::new(), |b| {
-            b.shared_item_set(true)
+            b.shared_set(true)
                 .rebalance(rebalance)
                 .partition_func(WeightedRendezvous::with_load_factor(BOUND))
                 .capacity(capacity)
@@ -40,13 +40,13 @@ async fn weighted_member(ctx: &Ctx, name: &str, capacity: u32, rebalance: Rebala
 }
 
 /// The weight of `item` in the set as read (1 unless it names one).
-fn weight_of(set: &SharedItems, item: &Item) -> u64 {
+fn weight_of(set: &SharedSetVersion, item: &Item) -> u64 {
     set.weights.get(item).map_or(1, |w| w.get(zk_partitioner::DEFAULT_DIMENSION))
 }
 
 /// Waits until every member is ACQUIRED at the set's version, checks the claims are a disjoint cover, and checks each
 /// member's reported load against the set's weights: what it holds, its capacity, within the load bound.
-async fn wait_weighted_cover(ctx: &Ctx, workers: &[&Worker], capacities: &[u32], set: &ItemSet) -> SharedItems {
+async fn wait_weighted_cover(ctx: &Ctx, workers: &[&Worker], capacities: &[u32], set: &SharedSet) -> SharedSetVersion {
     let expected = set.read().await.expect("read the set");
     wait_until("every member ACQUIRED at the set's version", timing(Duration::from_secs(20)), || async {
         workers.iter().all(|w| {
@@ -80,7 +80,7 @@ fn ownership(workers: &[&Worker]) -> BTreeMap<Item, (String, FencingToken)> {
 
 async fn capacities_and_a_weight_change(rebalance: Rebalance) {
     let ctx = Ctx::new().await;
-    let admin = ItemSet::new(ctx.client().await, PATH).expect("handle");
+    let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing((0..60).map(Item::from)).await.expect("create");
     admin.set_weights([(0, Weight::new(8)), (1, Weight::new(8))]).await.expect("weights");
     let capacities = [1, 2, 3];
@@ -171,15 +171,15 @@ async fn a_kazoo_member_in_a_weighted_party_is_reported() {
 async fn weights_change_atomically_and_bad_input_is_refused() {
     let ctx = Ctx::new().await;
     let client = ctx.client().await;
-    let admin = ItemSet::new(client.clone(), PATH).expect("handle");
-    assert!(matches!(admin.set_weights([(1, Weight::new(2))]).await, Err(Error::ItemSetMissing { .. })));
+    let admin = SharedSet::new(client.clone(), PATH).expect("handle");
+    assert!(matches!(admin.set_weights([(1, Weight::new(2))]).await, Err(Error::SharedSetMissing { .. })));
     let created = admin.create_if_missing((0..3000).map(Item::from)).await.expect("create").0;
     // An item not in the set: refused, nothing changed (the version stays).
     let refused = admin.set_weights([(1, Weight::new(2)), (5000, Weight::new(3))]).await;
     assert!(matches!(&refused, Err(Error::InvalidItem { item, .. }) if item == "5000"), "{refused:?}");
     assert_eq!(admin.read().await.expect("read").version, created.version);
     assert!(matches!("-3".parse::<Weight>(), Err(InputError::InvalidWeight { .. })));
-    let built = SetPartitioner::builder(client.clone(), PATH, Vec::<Item>::new()).shared_item_set(true).capacity(0);
+    let built = SetPartitioner::builder(client.clone(), PATH, Vec::<Item>::new()).shared_set(true).capacity(0);
     assert!(matches!(built.build().await, Err(Error::InvalidCapacity { capacity: 0, .. })));
 
     // Every item weighted at once: a table of several chunks, read back whole.
@@ -234,7 +234,7 @@ async fn a_large_weighted_sets_updates_keep_the_admins_session_connected() {
     let mut states = client.state_watcher();
     // Any change of the session's state (a lost connection first) ends this task.
     let watch = tokio::spawn(async move { states.changed().await });
-    let set = ItemSet::new(client, PATH).expect("handle");
+    let set = SharedSet::new(client, PATH).expect("handle");
     let ints = |range: std::ops::Range<i64>| range.map(Item::from).collect::<Vec<_>>();
     set.create_if_missing(ints(0..N)).await.expect("create the set");
     set.set_weights((0..N).map(|i| (i, Weight::new(i as u64 % 5 + 1)))).await.expect("weigh every item");

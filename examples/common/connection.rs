@@ -1,4 +1,4 @@
-//! The session flags the worker, inspect and item_set examples share (each includes this file with `#[path]`, beside
+//! The session flags the worker, inspect and shared_set examples share (each includes this file with `#[path]`, beside
 //! `common/tls.rs`): `--connect`, required by all three (there is no default server: a tool that quietly reached
 //! 127.0.0.1:2181 could read or change the wrong cluster), `--connect-timeout`, `--fail-fast`, `--auth` and the TLS
 //! flags, checked while the arguments are parsed, and one connect error: the library's, which says what went wrong
@@ -32,7 +32,7 @@ pub struct SessionArgs {
     #[arg(long)]
     pub fail_fast: bool,
     /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (to read or change nodes whose ACL
-    /// grants that identity alone; worker and item_set then create their nodes creator-all, for that identity only)
+    /// grants that identity alone; worker and shared_set then create their nodes creator-all, for that identity only)
     #[arg(long, value_name = "SCHEME:CREDENTIALS", value_parser = auth)]
     pub auth: Option<(String, String)>,
     #[command(flatten)]

@@ -1,4 +1,4 @@
-//! `--tls-ca`, `--tls-cert` and `--tls-key`, shared by the worker, inspect and item_set examples (each includes this
+//! `--tls-ca`, `--tls-cert` and `--tls-key`, shared by the worker, inspect and shared_set examples (each includes this
 //! file with `#[path]`).
 
 use std::path::PathBuf;

@@ -20,7 +20,7 @@ use crate::lock_requests::READ_BATCH;
 use crate::paths::Paths;
 use crate::placement::store;
 use crate::retry::retry_transient;
-use crate::{Error, FencingToken, Item, ItemSet, Lineage, Load, PartitionFn, SharedItems, Weight};
+use crate::{Error, FencingToken, Item, Lineage, Load, PartitionFn, SharedSet, SharedSetVersion, Weight};
 use proto::announcement::Agreement;
 use proto::layout;
 use proto::layout::{contenders_in_order, sequence};
@@ -50,7 +50,7 @@ const DEFAULT_CONCURRENCY: usize = 8;
 pub struct DescribeOptions<'a> {
     items: Option<&'a [Item]>,
     weights: Option<&'a BTreeMap<Item, Weight>>,
-    shared_item_set: bool,
+    shared_set: bool,
     partition_fn: Option<&'a dyn PartitionFn>,
     concurrency: usize,
 }
@@ -60,7 +60,7 @@ impl fmt::Debug for DescribeOptions<'_> {
         f.debug_struct("DescribeOptions")
             .field("items", &self.items.map(<[Item]>::len))
             .field("weights", &self.weights.map(BTreeMap::len))
-            .field("shared_item_set", &self.shared_item_set)
+            .field("shared_set", &self.shared_set)
             .field("partition_fn", &self.partition_fn.is_some())
             .field("concurrency", &self.concurrency)
             .finish()
@@ -72,7 +72,7 @@ impl Default for DescribeOptions<'_> {
         DescribeOptions {
             items: None,
             weights: None,
-            shared_item_set: false,
+            shared_set: false,
             partition_fn: None,
             concurrency: DEFAULT_CONCURRENCY,
         }
@@ -93,20 +93,27 @@ impl<'a> DescribeOptions<'a> {
         self
     }
 
-    /// The weights of the [expected items](Self::items), as [`SharedItems::weights`] names them (items not named
+    /// The weights of the [expected items](Self::items), as [`SharedSetVersion::weights`] names them (items not named
     /// weigh 1): what [`MemberInfo::load`] and [`MemberInfo::held`] weigh. Without it, every item weighs 1.
     pub fn weights(mut self, weights: &'a BTreeMap<Item, Weight>) -> Self {
         self.weights = Some(weights);
         self
     }
 
-    /// Whether the members follow the path's shared item set
-    /// ([`Builder::shared_item_set`](crate::Builder::shared_item_set)): if so, [`describe_with`] reads it (as
-    /// [`ItemSet::read`] does) and uses its items and weights as the [expected items](Self::items) and
+    /// Whether the members follow the path's shared set
+    /// ([`Builder::shared_set`](crate::Builder::shared_set)): if so, [`describe_with`] reads it (as
+    /// [`SharedSet::read`] does) and uses its items and weights as the [expected items](Self::items) and
     /// [weights](Self::weights), in place of any given here. Default `false`.
-    pub fn shared_item_set(mut self, shared: bool) -> Self {
-        self.shared_item_set = shared;
+    pub fn shared_set(mut self, shared: bool) -> Self {
+        self.shared_set = shared;
         self
+    }
+
+    /// [`shared_set`](Self::shared_set) under its former name.
+    #[deprecated(since = "0.1.0", note = "renamed `shared_set`: one name for the shared set")]
+    #[doc(hidden)]
+    pub fn shared_item_set(self, shared: bool) -> Self {
+        self.shared_set(shared)
     }
 
     /// The partition function the members use: fills [`Description::outside_share`] with the items a member holds
@@ -170,9 +177,9 @@ pub struct Description {
     /// Children of `<path>/party` that are not member nodes (not `<32 hex>-<name>`): ignored by this crate's
     /// members, but counted by kazoo's, which then leave a share unowned.
     pub foreign_party_nodes: Vec<String>,
-    /// With [`shared_item_set`](DescribeOptions::shared_item_set): the version of the shared set that was read.
-    pub item_set_version: Option<u64>,
-    /// With [`shared_item_set`](DescribeOptions::shared_item_set): the set's lineage ([`ItemSet::lineage`]), where
+    /// With [`shared_set`](DescribeOptions::shared_set): the version of the shared set that was read.
+    pub shared_set_version: Option<u64>,
+    /// With [`shared_set`](DescribeOptions::shared_set): the set's lineage ([`SharedSet::lineage`]), where
     /// each item with parents, children or closed stands: ready, waiting on which parents, or finished. Read just
     /// after the set (its [`version`](Lineage::version) says which one it belongs to).
     pub lineage: Option<Lineage>,
@@ -218,13 +225,13 @@ pub struct MemberInfo {
     /// member that announces none (a kazoo member) or one that cannot be read, as the members count it.
     pub capacity: u32,
     /// With a [partition function](DescribeOptions::partition_func) and the [expected items](DescribeOptions::items)
-    /// (or the [shared set](DescribeOptions::shared_item_set)): its load under the function for the party as read:
+    /// (or the [shared set](DescribeOptions::shared_set)): its load under the function for the party as read:
     /// per dimension of the weights, the weight of its share and its ideal share, the imbalance, and whether the
     /// function's load bound is passed. Once the party has settled, what the member itself reports
     /// ([`Snapshot::load`](crate::Snapshot::load)). The capacities are those the function is given: as announced for
     /// a function with a [load bound](PartitionFn::load_bound), 1 each for one without (which ignores them).
     pub load: Option<Load>,
-    /// With the [expected items](DescribeOptions::items) (or the [shared set](DescribeOptions::shared_item_set)):
+    /// With the [expected items](DescribeOptions::items) (or the [shared set](DescribeOptions::shared_set)):
     /// the same for the items its session actually holds (their locks), against the same ideal share
     /// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned) is then the weight held). Without a partition
     /// function, the announced capacities count, and it is never over capacity.
@@ -367,8 +374,8 @@ pub async fn describe(client: &Client, path: &str) -> Result<Description, Error>
 /// - [`Error::PathNotFound`] if `path` does not exist (a missing `party` or `locks` under an existing path only
 ///   means no members or no items);
 /// - [`Error::ZooKeeper`] or [`Error::SessionLost`] if a read fails otherwise;
-/// - with [`shared_item_set`](DescribeOptions::shared_item_set), the errors of [`ItemSet::read`]
-///   ([`Error::ItemSetMissing`] if the path has no shared set);
+/// - with [`shared_set`](DescribeOptions::shared_set), the errors of [`SharedSet::read`]
+///   ([`Error::SharedSetMissing`] if the path has no shared set);
 /// - [`Error::PartitionFn`] if the partition function panics or returns items outside the set (or one twice).
 ///
 /// # Cancel safety
@@ -401,10 +408,10 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
 
     let (member_names, foreign) = split_party(party_children);
     let shared = async {
-        if !options.shared_item_set {
+        if !options.shared_set {
             return Ok(None);
         }
-        let set = ItemSet::new(client.clone(), path)?;
+        let set = SharedSet::new(client.clone(), path)?;
         let items = set.read().await?;
         Ok::<_, Error>(Some((items, set.lineage().await?)))
     };
@@ -420,7 +427,7 @@ pub async fn describe_with(client: &Client, path: &str, options: DescribeOptions
         shared
     );
     let members = members?;
-    let (shared, lineage): (Option<SharedItems>, Option<Lineage>) = shared?.unzip();
+    let (shared, lineage): (Option<SharedSetVersion>, Option<Lineage>) = shared?.unzip();
     let mut dirs_read: Vec<(String, Vec<RawContender>)> = Vec::with_capacity(dirs.len());
     for batch in listings {
         dirs_read.extend(batch?);
@@ -634,7 +641,7 @@ fn assemble(
     mut foreign: Vec<String>,
     dirs: Vec<(String, Vec<RawContender>)>,
     options: &DescribeOptions<'_>,
-    shared: Option<SharedItems>,
+    shared: Option<SharedSetVersion>,
     record: Option<Record>,
 ) -> Result<Description, Error> {
     let no_weights = BTreeMap::new();
@@ -769,7 +776,7 @@ fn assemble(
         outside_share,
         owner_counts,
         foreign_party_nodes: foreign,
-        item_set_version: shared.map(|set| set.version),
+        shared_set_version: shared.map(|set| set.version),
         lineage: None,
         placement,
     })

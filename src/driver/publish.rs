@@ -125,7 +125,7 @@ fn log(before: &Snapshot, transition: &Transition, reason: &str) {
             version = set.version,
             added = set.added.len(),
             removed = set.removed.len(),
-            "following a new version of the shared item set"
+            "following a new version of the shared set"
         );
     }
     if !transition.new_episode {

@@ -10,13 +10,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::item_set::{SharedSet, read_bridged, read_raw_cached};
 use crate::lock_requests::{self, NodeRef};
 use crate::membership::{self, Membership};
 use crate::paths::Paths;
 use crate::placement::store as placement;
 use crate::retry::{code_of, retry_transient};
 use crate::session::SessionRef;
+use crate::shared_set::{SetStore, read_bridged, read_raw_cached};
 use crate::zookeeper::{ReadOp, ReadResult, ZkError, ZooKeeper};
 use proto::decision::{Code, Failed, Op, PartyRead, Reply, ReqId};
 use proto::error::Detail;
@@ -252,7 +252,7 @@ pub(crate) async fn perform<Z: ZooKeeper>(
             };
             let nodes: Vec<String> =
                 items.iter().map(|&item| set.lineage_node(dir(item).rsplit('/').next().unwrap_or_default())).collect();
-            let result = crate::item_set::closed(&zk, &nodes).await;
+            let result = crate::shared_set::closed(&zk, &nodes).await;
             Done::reply_to(id, Reply::Closed(result.map_err(|err| failed("multi get_data", &set.lineage, err))))
         }
         Op::Watch { item, node } => {
@@ -293,9 +293,9 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         Op::RecoverSet(unfinished) => {
             let result = match &ctx.set {
                 Some(set) => {
-                    let shared = SharedSet::new(SessionRef::Owned(zk.clone()), &set.base, paths.acls.clone())
+                    let shared = SetStore::new(SessionRef::Owned(zk.clone()), &set.base, paths.acls.clone())
                         .with_chunk(ctx.set_chunk);
-                    let recovered = crate::item_set::recover(&zk, &shared, &unfinished).await;
+                    let recovered = crate::shared_set::recover(&zk, &shared, &unfinished).await;
                     if let Err(err) = &recovered {
                         tracing::warn!(%err, %unfinished, "could not finish or undo the shared set's update; trying again later");
                     }
@@ -375,7 +375,7 @@ async fn read_set<Z: ZooKeeper>(
                 Some(header) => read_bridged(zk, set, (&data, header, &stat), cache).await,
                 None => None,
             } {
-                crate::metrics::item_set_read(paths, false);
+                crate::metrics::shared_set_read(paths, false);
                 crate::metrics::weight_chunks_read(paths, SetCache::locked(cache).take_chunks_read());
                 return (read, Some(watch));
             }
@@ -400,7 +400,7 @@ async fn read_set<Z: ZooKeeper>(
         }
         Err(err) => return (Err(err), None),
     };
-    crate::metrics::item_set_read(paths, true);
+    crate::metrics::shared_set_read(paths, true);
     let read = read_raw_cached(zk, set, header.as_ref(), Some(cache)).await;
     crate::metrics::weight_chunks_read(paths, SetCache::locked(cache).take_chunks_read());
     (read, Some(watch))

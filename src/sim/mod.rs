@@ -5,7 +5,7 @@
 //! What runs is what ships: each member is the decision core fed by the request path ([`crate::driver::requests`]), the
 //! publisher and the handle ([`crate::handle`]), started by [`crate::startup`], on a [`SimClient`](net::SimClient) (the
 //! [`ZooKeeper`](crate::zookeeper::ZooKeeper) implementation of [`net`]); admins change the shared set with the
-//! production [`SharedSet`](crate::item_set::SharedSet). Only the driver's `select!` loop is the simulation's own: it
+//! production [`SetStore`](crate::shared_set::SetStore). Only the driver's `select!` loop is the simulation's own: it
 //! picks among the ready sources at random, as `select!` does. The network ([`net`]) queues each session's requests in
 //! order, serves them with latency, delivers replies and watch events in order per session, and loses, fails or delays
 //! requests at a cut.

@@ -127,11 +127,11 @@ impl Agreement {
     pub fn compare(&self, theirs: &Agreement) -> Option<crate::DisagreementKind> {
         match (self.set, theirs.set) {
             (SetSource::Shared(Some(ours)), SetSource::Shared(Some(other))) if ours != other => {
-                return Some(crate::DisagreementKind::ItemSetVersion);
+                return Some(crate::DisagreementKind::SetVersion);
             }
             // A member that does not say which version it follows is not compared on it.
             (SetSource::Shared(_), SetSource::Shared(_)) => {}
-            (ours, other) if ours != other => return Some(crate::DisagreementKind::ItemSet),
+            (ours, other) if ours != other => return Some(crate::DisagreementKind::Items),
             _ => {}
         }
         match (self.function, theirs.function) {
@@ -291,16 +291,16 @@ mod tests {
         let shared = Agreement::new(None, Some(3), &KazooStride, None);
         let (shared_4, shared_unsaid) =
             (Agreement::new(None, Some(4), &KazooStride, None), Agreement::new(None, None, &KazooStride, None));
-        assert_eq!(shared.compare(&shared_4), Some(crate::DisagreementKind::ItemSetVersion));
+        assert_eq!(shared.compare(&shared_4), Some(crate::DisagreementKind::SetVersion));
         assert_eq!(shared.compare(&shared_unsaid), None);
         assert_eq!(abc.compare(&abc), None);
-        assert_eq!(abc.compare(&bc), Some(crate::DisagreementKind::ItemSet));
-        assert_eq!(abc.compare(&shared), Some(crate::DisagreementKind::ItemSet));
+        assert_eq!(abc.compare(&bc), Some(crate::DisagreementKind::Items));
+        assert_eq!(abc.compare(&shared), Some(crate::DisagreementKind::Items));
         assert_eq!(abc.compare(&rendezvous), Some(crate::DisagreementKind::PartitionFn));
         // Integers and strings render alike but are different sets.
         let ints = Agreement::new(Some(&[Item::from(1)]), None, &KazooStride, None);
         let strs = Agreement::new(Some(&items(&["1"])), None, &KazooStride, None);
-        assert_eq!(ints.compare(&strs), Some(crate::DisagreementKind::ItemSet));
+        assert_eq!(ints.compare(&strs), Some(crate::DisagreementKind::Items));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The one way this crate stores a record too large for a node: an index node naming chunk nodes, each chunk written
 //! once under the tag of the record that first wrote it (`<tag>-<k>`) and shared by later records that hold the same
-//! bytes. The shared set's weight tables (`item_set/table.rs`) and the placement record (`placement/`) are both
+//! bytes. The shared set's weight tables (`shared_set/table.rs`) and the placement record (`placement/`) are both
 //! stored this way; their indexes' formats differ, their chunks' names, limits and cuts are the ones here.
 
 use std::collections::BTreeSet;

@@ -201,7 +201,7 @@ pub fn check_kind_of_set(added: &[Item], held: &Item, set: &str) -> Result<(), I
         Some(item) => Err(InputError::InvalidItem {
             item: item.to_string(),
             reason: format!(
-                "is {} but the shared item set at {set} holds {}s (such as {}): a shared set's items are all of one \
+                "is {} but the shared set at {set} holds {}s (such as {}): a shared set's items are all of one \
                  kind (give the item as {}, or replace the whole set to change its kind)",
                 item.a_kind(),
                 held.kind(),
@@ -263,14 +263,14 @@ mod tests {
         assert!(matches!(err, InputError::InvalidItem { ref item, .. } if item == "5"), "{err}");
         assert_eq!(
             err.to_string(),
-            "invalid item \"5\": is an integer but the shared item set at /p/items holds strings (such as the string \
+            "invalid item \"5\": is an integer but the shared set at /p/items holds strings (such as the string \
              \"a\"): a shared set's items are all of one kind (give the item as a string, or replace the whole set to \
              change its kind)"
         );
         let err = check_kind_of_set(&[Item::from("7")], &Item::from(1), "/p/items").unwrap_err();
         assert!(
             err.to_string().starts_with(
-                "invalid item \"7\": is a string but the shared item set at /p/items holds \
+                "invalid item \"7\": is a string but the shared set at /p/items holds \
              integers (such as the integer 1)"
             ),
             "{err}"

@@ -55,18 +55,18 @@ impl fmt::Display for PartitionState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DisagreementKind {
-    /// Its item set is different (or one member uses the shared set and the other a fixed one).
-    ItemSet,
+    /// Its set of items is different (or one member uses the shared set and the other a fixed one).
+    Items,
     /// Its partition function answers differently (same set).
     PartitionFn,
-    /// It follows another version of the shared item set: it has not caught up with a change (or lost its watch).
+    /// It follows another version of the shared set: it has not caught up with a change (or lost its watch).
     /// Every member follows a change in its own time, so this is reported only once it has lasted past the time a
     /// member needs to follow one (2 × `time_boundary` + 2 s), as read again then.
-    ItemSetVersion,
+    SetVersion,
     /// It holds another assignment than this member, under a function that [keeps the
     /// placement](crate::PartitionFn::keeps_placement): it computed from another placement record, or by another
     /// rule, so the two may wait for each other's items for good. Reported, like
-    /// [`ItemSetVersion`](DisagreementKind::ItemSetVersion), only once it has lasted past the time a member needs to
+    /// [`SetVersion`](DisagreementKind::SetVersion), only once it has lasted past the time a member needs to
     /// follow a change.
     Placement,
     /// It announces nothing: a kazoo member (or a build of this crate from before announcements), which computes
@@ -75,7 +75,7 @@ pub enum DisagreementKind {
     /// party with kazoo members must use `KazooStride`, which ignores weights and capacities.
     Unannounced,
     /// It announces nothing (a kazoo member, or an older build), and the shared set uses lineage
-    /// ([`ItemSet::split`](https://docs.rs/zk-partitioner/latest/zk_partitioner/struct.ItemSet.html#method.split) and the like), which such a member knows nothing of: it would take a
+    /// ([`SharedSet::split`](https://docs.rs/zk-partitioner/latest/zk_partitioner/struct.SharedSet.html#method.split) and the like), which such a member knows nothing of: it would take a
     /// child whenever its own item list says, whether or not the child's parents have finished. A party whose set
     /// uses lineage must be of this crate's members only.
     Lineage,
@@ -86,7 +86,7 @@ impl DisagreementKind {
     /// time (another version of the shared set, another assignment of a sticky function): reported only once it
     /// lasts.
     pub fn catching_up(self) -> bool {
-        matches!(self, DisagreementKind::ItemSetVersion | DisagreementKind::Placement)
+        matches!(self, DisagreementKind::SetVersion | DisagreementKind::Placement)
     }
 }
 
@@ -107,9 +107,9 @@ pub struct Disagreement {
 impl fmt::Display for Disagreement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.kind {
-            DisagreementKind::ItemSet => "item set",
+            DisagreementKind::Items => "set of items",
             DisagreementKind::PartitionFn => "partition function",
-            DisagreementKind::ItemSetVersion => "version of the shared item set",
+            DisagreementKind::SetVersion => "version of the shared set",
             DisagreementKind::Unannounced => "partition function, or none this crate can check",
             DisagreementKind::Lineage => "kind of set: this one has lineage, which it cannot follow",
             DisagreementKind::Placement => "assignment (another placement record, or another sticky rule)",

@@ -1,6 +1,6 @@
 //! Item weights and member capacities: what a weighted partition function divides by.
 //!
-//! An item weighs 1 unless the shared set says otherwise ([`ItemSet::set_weights`](https://docs.rs/zk-partitioner/latest/zk_partitioner/struct.ItemSet.html#method.set_weights));
+//! An item weighs 1 unless the shared set says otherwise ([`SharedSet::set_weights`](https://docs.rs/zk-partitioner/latest/zk_partitioner/struct.SharedSet.html#method.set_weights));
 //! a weight is one value or values in several named dimensions (`cpu=3,bytes=100`). A member's capacity
 //! ([`Builder::capacity`](https://docs.rs/zk-partitioner/latest/zk_partitioner/struct.Builder.html#method.capacity)) is its relative size: a member of capacity 4 should carry four
 //! times the weight of a member of capacity 1, in every dimension. Its **ideal share** of a dimension is that

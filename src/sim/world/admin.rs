@@ -1,4 +1,4 @@
-//! Admins: processes that change the shared set with the production [`SharedSet`], and what their reported results
+//! Admins: processes that change the shared set with the production [`SetStore`], and what their reported results
 //! are checked against.
 
 use std::collections::BTreeSet;
@@ -9,16 +9,16 @@ use futures::future::BoxFuture;
 
 use super::{Actor, PATH, SET_CHUNK, World, poll_with};
 use crate::acl::NodeAcls;
-use crate::item_set::SharedSet;
 use crate::session::SessionRef;
+use crate::shared_set::SetStore;
 use crate::sim::net::{ActorId, SimClient, lock};
 use crate::{Error, Item};
 
 /// An admin changing the shared set with the production code.
 pub(super) struct Admin {
     pub(super) zk: SimClient,
-    pub(super) set: SharedSet<SimClient>,
-    pub(super) op: Option<(String, BoxFuture<'static, Result<crate::SharedItems, Error>>)>,
+    pub(super) set: SetStore<SimClient>,
+    pub(super) op: Option<(String, BoxFuture<'static, Result<crate::SharedSetVersion, Error>>)>,
     /// Updates left in this admin's burst (each one starts when the one before returns).
     pub(super) burst: usize,
     /// Items the burst adds back first (what another admin's update, whose reply was lost, removed).
@@ -26,7 +26,7 @@ pub(super) struct Admin {
 }
 
 /// An admin's change in flight: what it is (for the log), and the call.
-type AdminOp = (String, BoxFuture<'static, Result<crate::SharedItems, Error>>);
+type AdminOp = (String, BoxFuture<'static, Result<crate::SharedSetVersion, Error>>);
 
 impl World {
     pub(super) fn drive_admin(&mut self, actor: ActorId, admin: &mut Admin) {
@@ -62,7 +62,7 @@ impl World {
                 }
             }
             // The one failure that may have changed the set, and says so.
-            Err(err @ Error::ItemSetOutcomeUnknown { .. }) => self.note(format!("a{actor} admin {what}: {err}")),
+            Err(err @ Error::SharedSetOutcomeUnknown { .. }) => self.note(format!("a{actor} admin {what}: {err}")),
             Err(err) => {
                 self.note(format!("a{actor} admin {what} failed: {err}"));
                 if let Some(token) = tokens.iter().find(|token| self.landed.contains(*token)) {
@@ -89,8 +89,7 @@ impl World {
                 let actor = self.actors.len();
                 let session = lock(&self.net).open_session(actor);
                 let zk = SimClient::new(self.net.clone(), session);
-                let set =
-                    SharedSet::new(SessionRef::Owned(zk.clone()), PATH, NodeAcls::default()).with_chunk(SET_CHUNK);
+                let set = SetStore::new(SessionRef::Owned(zk.clone()), PATH, NodeAcls::default()).with_chunk(SET_CHUNK);
                 self.add_actor(Actor::Admin(Box::new(Admin { zk, set, op: None, burst: 0, add_back: Vec::new() })))
             }
         }
@@ -107,11 +106,11 @@ impl World {
         let pick = Item::from(current[self.rng().below(current.len() as u64) as usize]);
         let close = self.rng().below(2) == 0;
         let change = match close {
-            true => crate::item_set::LineageChange::Close { items: vec![pick] },
+            true => crate::shared_set::LineageChange::Close { items: vec![pick] },
             false => {
                 let child = Item::from(self.next_value);
                 self.next_value += 1;
-                crate::item_set::LineageChange::Split { parent: pick, children: vec![child] }
+                crate::shared_set::LineageChange::Split { parent: pick, children: vec![child] }
             }
         };
         let Actor::Admin(admin) = &mut self.actors[actor] else { return };
@@ -155,7 +154,7 @@ impl World {
             (format!("{what} (its reply to be lost)"), future)
         } else if self.plan.lineage {
             let change =
-                crate::item_set::LineageChange::Split { parent: Item::from(pick), children: vec![Item::from(child)] };
+                crate::shared_set::LineageChange::Split { parent: Item::from(pick), children: vec![Item::from(child)] };
             (format!("{change:?} (its reply to be lost)"), async move { set.change_lineage(change).await }.boxed())
         } else {
             let items = vec![Item::from(pick)];
@@ -235,7 +234,8 @@ impl World {
             5.. => self.lineage_change(kind, &current, set.clone()),
             _ => None,
         };
-        let (what, future): (String, BoxFuture<'static, Result<crate::SharedItems, Error>>) = match (lineage, kind) {
+        let (what, future): (String, BoxFuture<'static, Result<crate::SharedSetVersion, Error>>) = match (lineage, kind)
+        {
             (Some(change), _) => change,
             (None, 0) if current.len() > count + 1 => {
                 let mut removed = Vec::new();

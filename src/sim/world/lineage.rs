@@ -1,5 +1,5 @@
 //! Lineage in the simulation (runs with [`Plan::lineage`](crate::sim::Plan::lineage)): admins split, merge, close and
-//! add children with the production [`SharedSet`]; each member's worker finishes the items its snapshot shows closed
+//! add children with the production [`SetStore`]; each member's worker finishes the items its snapshot shows closed
 //! through the handle's checkpoint writer; and the invariants, checked at every step:
 //!
 //! - the committed set never holds a finished item, nor a child one of whose parents is unfinished;
@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 
 use super::member::Member;
 use super::{Actor, LOCKS, World, poll_with};
-use crate::item_set::{LineageChange, LineageEntry, SharedItems, SharedSet};
+use crate::shared_set::{LineageChange, LineageEntry, SetStore, SharedSetVersion};
 use crate::sim::net::{self, ActorId, SimClient, lock};
 use crate::sim::zk;
 use crate::{Error, FencingToken, Item, PartitionState, Snapshot};
@@ -48,8 +48,8 @@ impl World {
         &mut self,
         kind: u64,
         current: &[i64],
-        set: SharedSet<SimClient>,
-    ) -> Option<(String, BoxFuture<'static, Result<SharedItems, Error>>)> {
+        set: SetStore<SimClient>,
+    ) -> Option<(String, BoxFuture<'static, Result<SharedSetVersion, Error>>)> {
         if kind == 9 {
             // Retirement of everything finished whose children started, then the lineage read the tools make; half
             // the time, a retired name is then used again for a new, unrelated item (its first owner must find no
@@ -179,9 +179,9 @@ impl World {
                     Error::CheckpointFenced { .. }
                     | Error::Stopped
                     | Error::SessionLost { .. }
-                    | Error::ItemSetOutcomeUnknown { .. }
-                    | Error::ItemSetConflict { .. }
-                    | Error::EmptyItemSet { .. },
+                    | Error::SharedSetOutcomeUnknown { .. }
+                    | Error::SharedSetConflict { .. }
+                    | Error::EmptySharedSet { .. },
                 ) => {}
                 Err(err) => self.violate(format!("a{actor}'s finish of {item} failed: {err}")),
             }

@@ -115,7 +115,7 @@ impl World {
             rebalance: plan.combo.rebalance,
             static_membership: plan.static_membership,
             identity_wait: plan.session * 2,
-            shared_item_set: plan.shared_set,
+            shared_set: plan.shared_set,
             capacity: if plan.weighted { capacity_of(slot) } else { 1 },
             acls: NodeAcls::default(),
             // Small, so batching and the window are exercised with few items.

@@ -31,7 +31,7 @@
 //! stands ([`PartitionFn::prepare`]: `Rendezvous` ranks the items then, while every member waits); the assignment
 //! is still decided only once the period has lasted `time_boundary`.
 //!
-//! The inputs of the assignment are the party and the item set. With the shared set in ZooKeeper, a read that shows
+//! The inputs of the assignment are the party and the set of items. With the shared set in ZooKeeper, a read that shows
 //! a different set is a change like a party change (debounced by the same `time_boundary`, and under Eager every
 //! "the party changes" row above applies), except that a set change does not restart a quiet period already under
 //! way: a stream of versions (a burst of finishes) waits after its first, not after its last. Under Incremental that

@@ -239,7 +239,7 @@ impl Core {
         // used, so a change waits one period after the first one at most: `time_boundary` under Eager (everyone
         // releases), a quarter of it under Incremental (a shorter wait there also leaves less time for members to
         // decide on different versions, whose answers differ for items near a load bound).
-        let set_change = reason == Reason::ItemSetChanged;
+        let set_change = reason == Reason::SharedSetChanged;
         if !set_change {
             self.party.restart_quiet_period(self.now);
         } else if self.share.target().is_some() && !self.share.outdated() {
@@ -262,7 +262,7 @@ impl Core {
     fn outdate_target(&mut self) {
         let catalogue = &self.set.catalogue();
         if self.share.outdate(|item| catalogue.contains(item)) {
-            self.on_new_episode(Reason::ItemSetChanged);
+            self.on_new_episode(Reason::SharedSetChanged);
         }
     }
 

@@ -127,7 +127,7 @@ impl Core {
             && !breaks(Sabotage::PlacementChangeIgnored)
             && self.placed_again().is_none_or(|again| again.owners != own.owners)
         {
-            self.on_inputs_changed(Reason::ItemSetChanged);
+            self.on_inputs_changed(Reason::SharedSetChanged);
         }
     }
 

@@ -76,7 +76,7 @@ pub enum Op {
     Verify(Vec<(usize, String)>),
     /// Leave the party: delete our party node.
     Leave,
-    /// Read the shared item set and arm a watch on its header (its firing is [`Event::SetChanged`]).
+    /// Read the shared set and arm a watch on its header (its firing is [`Event::SetChanged`]).
     ReadSet,
     /// Undo or finish the shared set's update whose writer is gone (the party's first member does it).
     RecoverSet(Unfinished),
@@ -325,7 +325,7 @@ pub enum Reason {
     ConnectionChanged,
     ConnectionSuspended,
     PartyChanged,
-    ItemSetChanged,
+    SharedSetChanged,
     ItemsRevoked,
     TakingGained,
     LockLostInSuspension,
@@ -347,7 +347,7 @@ impl Reason {
         Reason::ConnectionChanged,
         Reason::ConnectionSuspended,
         Reason::PartyChanged,
-        Reason::ItemSetChanged,
+        Reason::SharedSetChanged,
         Reason::ItemsRevoked,
         Reason::TakingGained,
         Reason::LockLostInSuspension,
@@ -366,7 +366,7 @@ impl Reason {
             Reason::ConnectionChanged => "connection state changed",
             Reason::ConnectionSuspended => "connection suspended",
             Reason::PartyChanged => "party changed",
-            Reason::ItemSetChanged => "item set changed",
+            Reason::SharedSetChanged => "shared set changed",
             Reason::ItemsRevoked => "party changed: items revoked",
             Reason::TakingGained => "taking gained items",
             Reason::LockLostInSuspension => "a lock node did not survive the suspension",
@@ -382,7 +382,7 @@ impl Reason {
     pub fn rebalance_cause(self) -> Option<&'static str> {
         match self {
             Reason::PartyChanged | Reason::ItemsRevoked | Reason::TakingGained => Some("party_changed"),
-            Reason::ItemSetChanged => Some("item_set_changed"),
+            Reason::SharedSetChanged => Some("shared_set_changed"),
             Reason::ConnectionChanged | Reason::ConnectionSuspended => Some("connection"),
             Reason::LockLostInSuspension | Reason::HeldLockDeleted => Some("lock_lost"),
             Reason::ReleaseSet => Some("release_set"),
@@ -413,7 +413,7 @@ mod tests {
             Reason::ConnectionChanged => 4,
             Reason::ConnectionSuspended => 5,
             Reason::PartyChanged => 6,
-            Reason::ItemSetChanged => 7,
+            Reason::SharedSetChanged => 7,
             Reason::ItemsRevoked => 8,
             Reason::TakingGained => 9,
             Reason::LockLostInSuspension => 10,

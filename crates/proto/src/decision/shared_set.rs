@@ -143,7 +143,7 @@ impl Core {
                 self.locks.grow_dirs(self.set.catalogue.len());
                 if !change.is_empty() || reweighed {
                     self.locks.set_want_is_target(false);
-                    self.on_inputs_changed(Reason::ItemSetChanged);
+                    self.on_inputs_changed(Reason::SharedSetChanged);
                 } else if self.set.in_force.generation == self.set.catalogue.generation()
                     && self.set.in_force.version.is_some()
                     && self.set.in_force.version != self.set.catalogue.version()

@@ -5,7 +5,7 @@
 //! and, when the header records every version after `v`, applies them to the items it has instead of listing every
 //! item again: a burst of finishes costs each member a header read per version, not a read of the whole set. It also
 //! keeps the weight table it read: the same table is not read again, and a new one only for the chunks it does not
-//! share with it (`zk-partitioner`'s `item_set::table`).
+//! share with it (`zk-partitioner`'s `shared_set::table`).
 //! The header's stat makes this exact. A client sees its node's `cversion` count every child created and deleted, and
 //! `numChildren` count the children, so the recorded changes must account for both moves since `v` exactly; any
 //! change to the base set that is not recorded (a staged update's apply, a set deleted and created again at the same
@@ -62,7 +62,7 @@ struct Listing {
 }
 
 impl SetCache {
-    /// A cache of weight tables alone, for a writer (`zk-partitioner`'s `SharedSet`): its updates read the set's
+    /// A cache of weight tables alone, for a writer (`zk-partitioner`'s `SetStore`): its updates read the set's
     /// listing whole, but a table only for the chunks it does not have.
     pub fn tables_only() -> Self {
         SetCache { tables_only: true, ..SetCache::default() }

@@ -1,5 +1,5 @@
-//! The shared item set's nodes, and what a read of them means: pure rules, shared by the members' decision core and
-//! by the writers (`zk-partitioner`'s `SharedSet`).
+//! The shared set's nodes, and what a read of them means: pure rules, shared by the members' decision core and
+//! by the writers (`zk-partitioner`'s `SetStore`).
 //!
 //! ```text
 //! <path>/items                      persistent, data = the header (below)
@@ -20,7 +20,7 @@
 //! `weights` names the weight table in force: the items it lists weigh what it says, the others 1 (no `weights`: all
 //! weigh 1). `lineage=on` says that some item has a lineage node (written by the first lineage change, kept after).
 //! A table is written under a fresh tag before a header write names it (its new chunks, then its index, which may also
-//! name chunks of the table it replaces: see `zk-partitioner`'s `item_set::table`), and its index and the chunks the next table
+//! name chunks of the table it replaces: see `zk-partitioner`'s `shared_set::table`), and its index and the chunks the next table
 //! does not name are deleted only once the header names another, so a reader that finds a table's index or a chunk
 //! missing read a header that has since moved on (torn).
 //! The set in force is:

@@ -79,7 +79,7 @@ fn a_member_on_another_version_of_the_shared_set_is_a_reported_disagreement_once
     assert_eq!(report.reason, Reason::Disagreement);
     assert!(!report.transition, "a disagreement is news beside the state, not a new episode");
     assert_eq!(report.disagreements.len(), 1);
-    assert_eq!(report.disagreements[0].kind, crate::DisagreementKind::ItemSetVersion);
+    assert_eq!(report.disagreements[0].kind, crate::DisagreementKind::SetVersion);
     assert_eq!(report.disagreements[0].member, "b-0000000001");
     assert!(report.disagreements[0].theirs.contains("set=shared@2"), "{:?}", report.disagreements[0]);
 

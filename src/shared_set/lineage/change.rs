@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::entry::Entry;
-use crate::item_set::{Attempts, Retry, SharedItems, SharedSet};
 use crate::retry::retry_transient;
+use crate::shared_set::{Attempts, Retry, SetStore, SharedSetVersion};
 use crate::zookeeper::{Stat, WriteOp, ZooKeeper};
 use crate::{Error, Item};
 use proto::item::{check_kind_of_set, validate_items};
@@ -71,10 +71,10 @@ impl LineageChange {
     }
 }
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Applies a lineage change: one new version of the set. A commit whose reply was lost is resolved by its
     /// outcome marker: never applied twice, never reported failed once landed.
-    pub async fn change_lineage(&self, change: LineageChange) -> Result<SharedItems, Error> {
+    pub async fn change_lineage(&self, change: LineageChange) -> Result<SharedSetVersion, Error> {
         change.check_shape()?;
         let zk = self.zk()?;
         let token = layout::token(zk.random());
@@ -89,7 +89,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             let Some(entries) = self.entries(&zk, &names).await? else { continue };
             let plan = plan(&change, &current, &entries)?;
             if plan.created.is_empty() && plan.updated.is_empty() {
-                return Ok(SharedItems::of(current));
+                return Ok(SharedSetVersion::of(current));
             }
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
@@ -111,7 +111,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             match written {
                 Ok(()) => {
                     let (mut ready, _) = layout::parse_names(current.header.kind, plan.ready);
-                    let mut after = SharedItems::of(current);
+                    let mut after = SharedSetVersion::of(current);
                     after.version += 1;
                     after.items.append(&mut ready);
                     after.items.sort();
@@ -180,7 +180,7 @@ fn plan(
             Some((e, _)) if e.finished.is_some() => Err(invalid(name, "has finished".into())),
             Some(_) => Ok(()),
             None if in_set(name) => Ok(()),
-            None => Err(invalid(name, "is not in the shared item set, nor waiting in its lineage".into())),
+            None => Err(invalid(name, "is not in the shared set, nor waiting in its lineage".into())),
         }
     };
     let new = |name: &str| -> Result<(), Error> {
@@ -232,7 +232,7 @@ fn plan(
                     None => {
                         return Err(invalid(
                             parent,
-                            "is not in the shared item set, nor in its lineage: an unknown parent".into(),
+                            "is not in the shared set, nor in its lineage: an unknown parent".into(),
                         ));
                     }
                 }

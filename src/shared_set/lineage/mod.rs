@@ -11,7 +11,7 @@
 //! any update, in the same `multi` as the lineage nodes it writes. So a lineage change and an update never interleave:
 //! each reads the header first, everything it checks after, and commits only if the header has not moved.
 //!
-//! - **split**, **merge**, **add child**, **close** are an admin's ([`ItemSet`](crate::ItemSet)): the children are
+//! - **split**, **merge**, **add child**, **close** are an admin's ([`SharedSet`](crate::SharedSet)): the children are
 //!   new items (so lineage never has a cycle) whose parents exist; a child all of whose parents already finished
 //!   enters the set at once.
 //! - **finish** is the owner's ([`CheckpointWriter::finish_item`](crate::CheckpointWriter::finish_item)): one `multi`
@@ -23,7 +23,7 @@
 //!   child added by hand would be read before its parents, and a parent removed by hand would strand its children.
 //!
 //! A finished item keeps its lineage node and its checkpoint (a child's first owner reads its parents' final
-//! checkpoints), until [`ItemSet::retire`](crate::ItemSet::retire) deletes those of items finished before a given
+//! checkpoints), until [`SharedSet::retire`](crate::SharedSet::retire) deletes those of items finished before a given
 //! age whose children have all started. A parent whose node was retired counts as finished; the same `multi` takes
 //! the retired item out of the lineage nodes that name it, so that its name, used again, is a new item's.
 
@@ -34,7 +34,7 @@ mod retire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Attempts, SharedSet};
+use super::{Attempts, SetStore};
 use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
@@ -77,7 +77,7 @@ pub struct ItemLineage {
     pub status: LineageStatus,
 }
 
-/// The lineage of a shared set ([`ItemSet::lineage`](crate::ItemSet::lineage)): every item that has a parent, a
+/// The lineage of a shared set ([`SharedSet::lineage`](crate::SharedSet::lineage)): every item that has a parent, a
 /// child, or was closed. Items of the set not listed here are plain ready items.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -175,7 +175,7 @@ pub(crate) fn parent_finished(entries: &BTreeMap<String, Entry>, name: &str) -> 
 /// Lineage nodes read per `multi` (each is a few lines).
 const ENTRIES_PER_READ: usize = 256;
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// The set's lineage, consistent with one version of the set: read after the header, and read again if the header
     /// moved meanwhile.
     pub async fn lineage(&self) -> Result<Lineage, Error> {
@@ -196,7 +196,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             return Ok(Lineage::of(current.version, current.header.kind, &current.items, &entries));
         }
-        Err(Error::ItemSetConflict {
+        Err(Error::SharedSetConflict {
             path: self.paths.node.clone(),
             reason: "the set kept changing while its lineage was read; try again".into(),
         })
@@ -219,7 +219,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                     ReadResult::Data(data, stat) => match Entry::parse(&data) {
                         Ok(entry) => Some((entry, stat)),
                         Err(reason) => {
-                            return Err(Error::ItemSetCorrupt {
+                            return Err(Error::SharedSetCorrupt {
                                 path: self.paths.lineage_node(name),
                                 reason: format!("a lineage node: {reason}"),
                             });

@@ -5,13 +5,13 @@ use std::collections::BTreeSet;
 
 use super::chunks::chunks;
 use super::read::read_raw;
-use super::{MAX_ATTEMPTS, SharedSet};
+use super::{MAX_ATTEMPTS, SetStore};
 use crate::Error;
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 use proto::set_layout::{Header, State};
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Applies the change the header says is `applying` to the base set, then says `ready`. Idempotent, and safe to
     /// run by several processes at once: each request checks that the header still says `applying` this change.
     pub async fn finish_applying(&self, zk: &Z, tag: &str) -> Result<(), Error> {

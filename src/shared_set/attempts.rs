@@ -1,11 +1,11 @@
 //! The optimistic update loop, the one every write to the set runs: read the set, decide, write conditionally on the
 //! version read, and start over when another writer got there first, up to [`MAX_ATTEMPTS`] attempts with a random
-//! back-off between them. A caller loops over [`SharedSet::settled`] (or [`Attempts::another`], for a read or a
+//! back-off between them. A caller loops over [`SetStore::settled`] (or [`Attempts::another`], for a read or a
 //! creation), deciding and writing in the loop's body: `continue` is "the set moved, read again".
 
 use std::time::Duration;
 
-use super::SharedSet;
+use super::SetStore;
 use crate::Error;
 use crate::zookeeper::ZooKeeper;
 use proto::set_layout::Committed;
@@ -40,13 +40,13 @@ impl Attempts {
     }
 }
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Starts another of `attempts` on a whole read of the committed set that has no unfinished staged change (one
     /// found is settled first: finished if committed, else undone; `own` are the change tags of this update's staged
     /// attempts, see `create_if_missing`), and returns the set read. A torn read or a settled change takes an attempt.
     ///
     /// # Errors
-    /// [`Error::ItemSetConflict`] once the attempts are spent; a missing or unreadable set at once.
+    /// [`Error::SharedSetConflict`] once the attempts are spent; a missing or unreadable set at once.
     pub(super) async fn settled(&self, zk: &Z, attempts: &mut Attempts, own: &[String]) -> Result<Committed, Error> {
         while attempts.another(zk).await {
             let Some(current) = self.committed(zk).await? else { continue };
@@ -60,7 +60,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     }
 
     pub(super) fn too_busy(&self) -> Error {
-        Error::ItemSetConflict {
+        Error::SharedSetConflict {
             path: self.paths.node.clone(),
             reason: format!("other writers changed the set {MAX_ATTEMPTS} times during this update; try again"),
         }

@@ -1,5 +1,5 @@
-//! [`ItemSet`], the public handle on a shared set: its admin operations (read, create, add, remove, replace), each
-//! change run on a task of its own over the protocol of [`SharedSet`].
+//! [`SharedSet`], the public handle on a shared set: its admin operations (read, create, add, remove, replace), each
+//! change run on a task of its own over the protocol of [`SetStore`].
 
 use std::fmt;
 use std::future::Future;
@@ -7,24 +7,24 @@ use std::future::Future;
 use zookeeper_client::Client;
 
 use super::lineage::{Lineage, LineageChange};
-use super::{SharedItems, SharedSet};
+use super::{SetStore, SharedSetVersion};
 use crate::acl::NodeAcls;
 use crate::session::SessionRef;
 use crate::{Error, Item};
 use proto::names::check_base_path;
 
-/// A handle on the shared item set of one partition path, for members and for tools that are not members.
+/// A handle on the shared set of one partition path, for members and for tools that are not members.
 ///
 /// Cheap to clone. A read is one request (two while a large update is being applied); an update that fits one
 /// request is a read and one conditional write; a larger one is staged, committed and applied (see the
-/// `item_set` module's docs in the source for why every reader sees either the set before or the set after).
+/// `shared_set` module's docs in the source for why every reader sees either the set before or the set after).
 ///
 /// **What members read.** Each member of the party watches the set's header, and reads the set again after every
 /// version. The header records what each of its latest versions added and removed (the newest few kilobytes of
 /// changes), so a member that read the previous versions reads the header alone: a stream of small changes (adds,
 /// removes, finishes, closes, weights) costs each member one small read per version, whatever the set's size. After a
 /// staged update, a change of more than about a kilobyte of names, or a member that fell behind, the member lists every
-/// item again ([`metrics::ITEM_SET_READS`](crate::metrics::ITEM_SET_READS) counts both kinds). A member also keeps the
+/// item again ([`metrics::SHARED_SET_READS`](crate::metrics::SHARED_SET_READS) counts both kinds). A member also keeps the
 /// weight table it read, and reads one only when the header names another, and then only the chunks that changed.
 ///
 /// **Lost replies** are resolved by the header's log of the latest 16 updates: if 16 others land while the reply of
@@ -32,25 +32,25 @@ use proto::names::check_base_path;
 /// retried `add` or `remove` is simply applied again, which changes nothing).
 ///
 /// # Cancel safety
-/// A [`read`](ItemSet::read) only reads. Every change runs on a task of its own, spawned on the caller's runtime when
+/// A [`read`](SharedSet::read) only reads. Every change runs on a task of its own, spawned on the caller's runtime when
 /// its future is first polled (a future dropped before that has sent nothing). Dropping the future later (a `timeout`,
 /// a `select!`) stops the waiting, not the change: the task, which holds a clone of the client, runs on until the
 /// change is done or has failed, exactly as if it had been awaited; only a later read tells which.
 ///
 /// Only if that task is itself stopped part-way (the runtime shuts down, the process exits) can an update too large for
 /// one request be left under way, under an ephemeral lease of the session it was written on. Readers then keep the set
-/// before it (flagged [`updating`](SharedItems::updating)), or see no set for a first version, until the lease goes
+/// before it (flagged [`updating`](SharedSetVersion::updating)), or see no set for a first version, until the lease goes
 /// with that session; then the next writer, or the party's first member, undoes it, or finishes it if it was already
 /// committed. An update that fits one request is one `multi`: it landed whole or not at all.
 ///
 /// # Examples
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
-/// use zk_partitioner::ItemSet;
+/// use zk_partitioner::SharedSet;
 /// use zk_partitioner::zookeeper_client::Client;
 ///
 /// let client = Client::connect("127.0.0.1:2181").await.expect("connect");
-/// let set = ItemSet::new(client, "/work_queues")?;
+/// let set = SharedSet::new(client, "/work_queues")?;
 /// set.create_if_missing(["queue-1", "queue-2"]).await?;
 /// let after = set.add(["queue-3"]).await?;
 /// assert!(after.items.contains(&"queue-3".into()));
@@ -59,17 +59,17 @@ use proto::names::check_base_path;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct ItemSet {
-    inner: SharedSet<Client>,
+pub struct SharedSet {
+    inner: SetStore<Client>,
 }
 
-impl fmt::Debug for ItemSet {
+impl fmt::Debug for SharedSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ItemSet").field("node", &self.inner.paths.node).finish_non_exhaustive()
+        f.debug_struct("SharedSet").field("node", &self.inner.paths.node).finish_non_exhaustive()
     }
 }
 
-impl ItemSet {
+impl SharedSet {
     /// A handle on the shared set of the partition path `path` (relative to the client's chroot), on `client`'s
     /// session. Nothing is read or written until a method is called.
     ///
@@ -78,7 +78,7 @@ impl ItemSet {
     pub fn new(client: Client, path: impl Into<String>) -> Result<Self, Error> {
         let base = path.into();
         check_base_path(&base)?;
-        Ok(ItemSet { inner: SharedSet::new(SessionRef::Owned(client), &base, NodeAcls::default()) })
+        Ok(SharedSet { inner: SetStore::new(SessionRef::Owned(client), &base, NodeAcls::default()) })
     }
 
     /// Creates the nodes it makes (the set's node, its items, and `<path>` if missing) with this ACL instead of
@@ -89,15 +89,15 @@ impl ItemSet {
         self
     }
 
-    /// The former name of [`acls`](ItemSet::acls), the builder's name for the same setting.
-    #[deprecated(note = "use ItemSet::acls, named as Builder::acls")]
+    /// The former name of [`acls`](SharedSet::acls), the builder's name for the same setting.
+    #[deprecated(note = "use SharedSet::acls, named as Builder::acls")]
     pub fn with_acls(self, acls: zookeeper_client::Acls<'_>) -> Self {
         self.acls(acls)
     }
 
     /// The same set on a member's session, which the member releases when its background task ends.
-    pub(crate) fn from_shared(inner: SharedSet<Client>) -> Self {
-        ItemSet { inner }
+    pub(crate) fn from_shared(inner: SetStore<Client>) -> Self {
+        SharedSet { inner }
     }
 
     /// The path of the set's node, `<path>/items`.
@@ -121,13 +121,13 @@ impl ItemSet {
     /// Reads the set in force.
     ///
     /// # Errors
-    /// [`Error::ItemSetMissing`] if there is none yet (or its first version is still being written),
-    /// [`Error::ItemSetCorrupt`] if its node was written by something else, [`Error::ZooKeeper`] or
+    /// [`Error::SharedSetMissing`] if there is none yet (or its first version is still being written),
+    /// [`Error::SharedSetCorrupt`] if its node was written by something else, [`Error::ZooKeeper`] or
     /// [`Error::SessionLost`] if ZooKeeper fails.
     ///
     /// # Cancel safety
     /// Cancel safe: it sends only reads, so a dropped call leaves nothing behind.
-    pub async fn read(&self) -> Result<SharedItems, Error> {
+    pub async fn read(&self) -> Result<SharedSetVersion, Error> {
         self.inner.read().await
     }
 
@@ -137,15 +137,15 @@ impl ItemSet {
     ///
     /// # Errors
     /// [`Error::InvalidItem`] for an item that is not a valid node name or mixes integers with strings,
-    /// [`Error::EmptyItemSet`] for no items, and the errors of [`read`](ItemSet::read).
+    /// [`Error::EmptySharedSet`] for no items, and the errors of [`read`](SharedSet::read).
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the creation: from the first poll it runs on a task of its own, which creates
     /// the set, finds one, or fails, exactly as if it had been awaited. Only if that task is stopped part-way can a
     /// first version too large for one request be left `creating` under this session's ephemeral lease: readers see no
     /// set until the lease goes with the session, and the next writer or the party's first member then undoes it
-    /// ([more](ItemSet#cancel-safety)).
-    pub async fn create_if_missing<I>(&self, items: I) -> Result<(SharedItems, bool), Error>
+    /// ([more](SharedSet#cancel-safety)).
+    pub async fn create_if_missing<I>(&self, items: I) -> Result<(SharedSetVersion, bool), Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -158,15 +158,15 @@ impl ItemSet {
     ///
     /// # Errors
     /// [`Error::InvalidItem`] naming the first item given that is not a valid node name or is not of the set's kind
-    /// (integers or strings), and the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
+    /// (integers or strings), and the errors of [`read`](SharedSet::read). Nothing is changed when it fails.
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the change: from the first poll it runs on a task of its own, which adds the
     /// items or fails, exactly as if it had been awaited. Only if that task is stopped part-way can an update too large
     /// for one request be left under way under this session's ephemeral lease: readers keep the set before it until the
     /// lease goes with the session, and the next writer or the party's first member then undoes it, or finishes it if
-    /// it was committed ([more](ItemSet#cancel-safety)).
-    pub async fn add<I>(&self, items: I) -> Result<SharedItems, Error>
+    /// it was committed ([more](SharedSet#cancel-safety)).
+    pub async fn add<I>(&self, items: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -178,13 +178,13 @@ impl ItemSet {
     /// Removes `items` and returns the set after the change.
     ///
     /// # Errors
-    /// [`Error::InvalidItem`] naming the first item that is not in the set, [`Error::EmptyItemSet`] if nothing would
-    /// be left, and the errors of [`read`](ItemSet::read). Nothing is changed when it fails. A removal whose reply was
+    /// [`Error::InvalidItem`] naming the first item that is not in the set, [`Error::EmptySharedSet`] if nothing would
+    /// be left, and the errors of [`read`](SharedSet::read). Nothing is changed when it fails. A removal whose reply was
     /// lost with the connection is sent again; items it finds already gone then count as removed.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add): a dropped call still removes the items or fails.
-    pub async fn remove<I>(&self, items: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add): a dropped call still removes the items or fails.
+    pub async fn remove<I>(&self, items: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -196,11 +196,11 @@ impl ItemSet {
     /// Makes the set exactly `items`, whatever it was, and returns it.
     ///
     /// # Errors
-    /// As [`add`](ItemSet::add), plus [`Error::EmptyItemSet`] for no items.
+    /// As [`add`](SharedSet::add), plus [`Error::EmptySharedSet`] for no items.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add): a dropped call still replaces the set or fails.
-    pub async fn replace<I>(&self, items: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add): a dropped call still replaces the set or fails.
+    pub async fn replace<I>(&self, items: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -209,17 +209,17 @@ impl ItemSet {
         self.detached(async move { inner.replace(None, items).await }).await
     }
 
-    /// Makes the set exactly `items` if its version is still `version` (from a [`read`](ItemSet::read)): a
+    /// Makes the set exactly `items` if its version is still `version` (from a [`read`](SharedSet::read)): a
     /// compare-and-set for tools that compute the new set from the old one. A write of ours whose reply was lost is
     /// recognised (by its token in the set's log of its latest updates) and returns `Ok`.
     ///
     /// # Errors
-    /// [`Error::ItemSetConflict`] if the set changed since that read (read it again and recompute), and the errors of
-    /// [`replace`](ItemSet::replace).
+    /// [`Error::SharedSetConflict`] if the set changed since that read (read it again and recompute), and the errors of
+    /// [`replace`](SharedSet::replace).
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add): a dropped call still replaces the set, or fails if its version moved on.
-    pub async fn replace_if<I>(&self, version: u64, items: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add): a dropped call still replaces the set, or fails if its version moved on.
+    pub async fn replace_if<I>(&self, version: u64, items: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -239,7 +239,7 @@ impl ItemSet {
     /// table it replaces, so changing a few weights costs the writer, and each member, a chunk or two and an index.
     ///
     /// ```no_run
-    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
     /// use zk_partitioner::Weight;
     ///
     /// set.set_weights([("queue-1", Weight::new(40)), ("queue-2", "cpu=2,bytes=100".parse()?)]).await?;
@@ -247,13 +247,13 @@ impl ItemSet {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidItem`] for an item not in the set, and the errors of [`read`](ItemSet::read). Nothing is
+    /// [`Error::InvalidItem`] for an item not in the set, and the errors of [`read`](SharedSet::read). Nothing is
     /// changed when it fails.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add): a dropped call still sets the weights or fails. A table whose writer stopped before
+    /// As [`add`](SharedSet::add): a dropped call still sets the weights or fails. A table whose writer stopped before
     /// its commit is deleted by the next weight change.
-    pub async fn set_weights<I, T>(&self, weights: I) -> Result<SharedItems, Error>
+    pub async fn set_weights<I, T>(&self, weights: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator<Item = (T, crate::Weight)>,
         T: Into<Item>,
@@ -264,14 +264,14 @@ impl ItemSet {
         self.detached(async move { inner.change_weights(changes).await }).await
     }
 
-    /// Gives `items` back the default weight of 1, all at once (as [`set_weights`](ItemSet::set_weights)).
+    /// Gives `items` back the default weight of 1, all at once (as [`set_weights`](SharedSet::set_weights)).
     ///
     /// # Errors
-    /// As [`set_weights`](ItemSet::set_weights).
+    /// As [`set_weights`](SharedSet::set_weights).
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add).
-    pub async fn reset_weights<I>(&self, items: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add).
+    pub async fn reset_weights<I>(&self, items: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -287,7 +287,7 @@ impl ItemSet {
     /// parent. One new version of the set.
     ///
     /// ```no_run
-    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
     /// set.split("shard-1", ["shard-2", "shard-3"]).await?;
     /// # Ok(()) }
     /// ```
@@ -295,11 +295,11 @@ impl ItemSet {
     /// # Errors
     /// [`Error::InvalidItem`] if `parent` is neither in the set nor waiting, or has finished; if a child already
     /// exists (in the set, waiting, or finished), is not a valid item of the set's kind, or is named twice; or if
-    /// there are no children. And the errors of [`read`](ItemSet::read). Nothing is changed when it fails.
+    /// there are no children. And the errors of [`read`](SharedSet::read). Nothing is changed when it fails.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add).
-    pub async fn split<P, I>(&self, parent: P, children: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add).
+    pub async fn split<P, I>(&self, parent: P, children: I) -> Result<SharedSetVersion, Error>
     where
         P: Into<Item>,
         I: IntoIterator,
@@ -314,11 +314,11 @@ impl ItemSet {
     /// enters the set once all of them have finished.
     ///
     /// # Errors
-    /// As [`split`](ItemSet::split), and [`Error::InvalidItem`] for fewer than two parents.
+    /// As [`split`](SharedSet::split), and [`Error::InvalidItem`] for fewer than two parents.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add).
-    pub async fn merge<I, C>(&self, parents: I, child: C) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add).
+    pub async fn merge<I, C>(&self, parents: I, child: C) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -333,12 +333,12 @@ impl ItemSet {
     /// (at once if they all have). A parent may be any item of the set, waiting or finished.
     ///
     /// # Errors
-    /// As [`split`](ItemSet::split); an unknown parent (not in the set nor in its lineage) is an
+    /// As [`split`](SharedSet::split); an unknown parent (not in the set nor in its lineage) is an
     /// [`Error::InvalidItem`].
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add).
-    pub async fn add_child<C, I>(&self, child: C, parents: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add).
+    pub async fn add_child<C, I>(&self, child: C, parents: I) -> Result<SharedSetVersion, Error>
     where
         C: Into<Item>,
         I: IntoIterator,
@@ -355,11 +355,11 @@ impl ItemSet {
     ///
     /// # Errors
     /// [`Error::InvalidItem`] for an item neither in the set nor waiting, or finished; and the errors of
-    /// [`read`](ItemSet::read). Nothing is changed when it fails.
+    /// [`read`](SharedSet::read). Nothing is changed when it fails.
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add).
-    pub async fn close<I>(&self, items: I) -> Result<SharedItems, Error>
+    /// As [`add`](SharedSet::add).
+    pub async fn close<I>(&self, items: I) -> Result<SharedSetVersion, Error>
     where
         I: IntoIterator,
         I::Item: Into<Item>,
@@ -372,7 +372,7 @@ impl ItemSet {
     /// on which parents, finished), consistent with one version of the set.
     ///
     /// ```no_run
-    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
     /// use zk_partitioner::{Item, LineageStatus};
     ///
     /// let lineage = set.lineage().await?;
@@ -383,7 +383,7 @@ impl ItemSet {
     /// ```
     ///
     /// # Errors
-    /// As [`read`](ItemSet::read).
+    /// As [`read`](SharedSet::read).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -397,11 +397,11 @@ impl ItemSet {
     /// finished item is kept until then so that its children's first owners can read its final checkpoint; a
     /// retired item's name may be used again as a new item. So that the new item is nobody's parent, retiring an
     /// item also takes it out of its children's parents (and its parents' children) in the same write; a child left
-    /// with no lineage at all becomes a plain item ([`lineage`](ItemSet::lineage) no longer lists it). One call
+    /// with no lineage at all becomes a plain item ([`lineage`](SharedSet::lineage) no longer lists it). One call
     /// retires up to about a thousand items.
     ///
     /// ```no_run
-    /// # async fn dox(set: zk_partitioner::ItemSet) -> Result<(), zk_partitioner::Error> {
+    /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
     /// use std::time::Duration;
     ///
     /// let retired = set.retire(Duration::from_secs(24 * 3600)).await?; // a day after their finish
@@ -410,16 +410,16 @@ impl ItemSet {
     /// ```
     ///
     /// # Errors
-    /// As [`read`](ItemSet::read).
+    /// As [`read`](SharedSet::read).
     ///
     /// # Cancel safety
-    /// As [`add`](ItemSet::add); a dropped call may leave the checkpoints of items it retired.
+    /// As [`add`](SharedSet::add); a dropped call may leave the checkpoints of items it retired.
     pub async fn retire(&self, age: std::time::Duration) -> Result<Vec<Item>, Error> {
         let inner = self.inner.clone();
         self.detached(async move { inner.retire(age).await }).await
     }
 
-    async fn change_lineage(&self, change: LineageChange) -> Result<SharedItems, Error> {
+    async fn change_lineage(&self, change: LineageChange) -> Result<SharedSetVersion, Error> {
         let inner = self.inner.clone();
         self.detached(async move { inner.change_lineage(change).await }).await
     }

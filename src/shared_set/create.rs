@@ -5,18 +5,18 @@ use std::collections::BTreeSet;
 
 use super::chunks::{chunks, fits_one_request, paths_of};
 use super::read::read_raw;
-use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
+use super::{Attempts, MAX_ATTEMPTS, Retry, SetStore, SharedSetVersion};
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 use proto::item::validate_items;
 use proto::set_layout::{self as layout, Header, Kind, SetView, State};
 
-impl<Z: ZooKeeper> SharedSet<Z> {
-    pub async fn create_if_missing(&self, items: Vec<Item>) -> Result<(SharedItems, bool), Error> {
+impl<Z: ZooKeeper> SetStore<Z> {
+    pub async fn create_if_missing(&self, items: Vec<Item>) -> Result<(SharedSetVersion, bool), Error> {
         let items = validate_items(items, true)?;
         if items.is_empty() {
-            return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
+            return Err(Error::EmptySharedSet { path: self.paths.node.clone() });
         }
         let zk = self.zk()?;
         let token = layout::token(zk.random());
@@ -29,9 +29,9 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let mut attempts = Attempts::default();
         while attempts.another(&zk).await {
             match self.view(&zk).await? {
-                SetView::Committed(committed) => return Ok((SharedItems::of(*committed), created)),
+                SetView::Committed(committed) => return Ok((SharedSetVersion::of(*committed), created)),
                 SetView::Unreadable(reason) => {
-                    return Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason });
+                    return Err(Error::SharedSetCorrupt { path: self.paths.node.clone(), reason });
                 }
                 SetView::Torn => {}
                 SetView::Missing { unfinished: Some(unfinished) } => {

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::entry::{Entry, Finished};
 use super::parent_finished;
-use crate::item_set::{Attempts, SharedSet};
 use crate::retry::{is_transient, session_end};
+use crate::shared_set::{Attempts, SetStore};
 use crate::zookeeper::{MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 use proto::set_layout::{self as layout, State};
@@ -22,7 +22,7 @@ pub(crate) struct Finisher<'a> {
     pub member: &'a str,
 }
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Finishes `finisher.item`, fenced by its lock node, with `extra` writes in the same `multi` (the final
     /// checkpoint). The item must be in the set and closed. Returns the children that entered the set. A `multi`
     /// whose reply was lost is resolved by its outcome marker, so the result is the one a received reply gives.
@@ -58,7 +58,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 return Err(invalid("is not closed: its source may still produce for it (close it first)"));
             }
             if current.items.binary_search(finisher.item).is_err() {
-                return Err(invalid("is not in the shared item set"));
+                return Err(invalid("is not in the shared set"));
             }
             // The children, and the other parents of each: a child enters the set once all have finished.
             let Some(children) = self.entries(&zk, &entry.children).await? else { continue };
@@ -84,7 +84,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 .collect();
             // A shared set is never empty (members refuse to start on one): the last item stays until it has a successor.
             if current.items.len() == 1 && ready.is_empty() {
-                return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
+                return Err(Error::EmptySharedSet { path: self.paths.node.clone() });
             }
             // (`extra` is the final checkpoint's write: it touches no item of the set.)
             let header = current.header.next(current.header.kind, State::Ready, &token);

@@ -8,7 +8,7 @@ use futures::future::{Either, select};
 
 use super::chunks::{chunks, paths_of};
 use super::read::read_raw;
-use super::{MAX_ATTEMPTS, SharedSet};
+use super::{MAX_ATTEMPTS, SetStore};
 use crate::Error;
 use crate::retry::retry_transient;
 use crate::zookeeper::{MultiError, ReadOp, ReadResult, WriteOp, ZkError, ZooKeeper};
@@ -17,7 +17,7 @@ use proto::set_layout::{Header, Recovery, SetView, Settle, State, Unfinished};
 /// How long an update waits for another writer's update under way (while that writer's lease lives) before giving up.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Deals with an update under way: waits while its writer's lease lives (up to [`MAX_WAIT`]); once the writer is
     /// gone, undoes a `staging` or `creating` change and finishes an `applying` one (or a `deleting` set). A change
     /// of ours (one of the tags in `own`), found after the reply to its intent was lost, is undone at once.
@@ -46,7 +46,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         let timeout = std::pin::pin!(zk.sleep(MAX_WAIT));
         match select(select(header, lease), timeout).await {
             Either::Left(_) => Ok(()),
-            Either::Right(_) => Err(Error::ItemSetConflict {
+            Either::Right(_) => Err(Error::SharedSetConflict {
                 path: self.paths.node.clone(),
                 reason: format!("another writer's {unfinished} has been under way for over {MAX_WAIT:?}; try again"),
             }),
@@ -106,7 +106,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 /// Undoes or finishes an update whose writer is gone (or our own intent, found after its reply was lost): the one
 /// recovery both writers and the party's first member run. Then the staged changes stopped writers left behind are
 /// deleted (a writer that died has often left one), so that they do not wait for the next large update.
-pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &Unfinished) -> Result<(), Error> {
+pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SetStore<Z>, unfinished: &Unfinished) -> Result<(), Error> {
     let recovered = recover_change(zk, set, unfinished).await;
     if recovered.is_ok() {
         set.collect_garbage(zk).await;
@@ -114,7 +114,7 @@ pub(crate) async fn recover<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished
     recovered
 }
 
-async fn recover_change<Z: ZooKeeper>(zk: &Z, set: &SharedSet<Z>, unfinished: &Unfinished) -> Result<(), Error> {
+async fn recover_change<Z: ZooKeeper>(zk: &Z, set: &SetStore<Z>, unfinished: &Unfinished) -> Result<(), Error> {
     let view = set.view(zk).await?;
     let (header, version) = match &view {
         SetView::Committed(c) => (c.header.clone(), c.header_version),

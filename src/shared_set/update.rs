@@ -5,15 +5,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunks::{chunks, fits_one_request, paths_of};
-use super::{Attempts, MAX_ATTEMPTS, Retry, SharedItems, SharedSet};
+use super::{Attempts, MAX_ATTEMPTS, Retry, SetStore, SharedSetVersion};
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
 use proto::item::{check_kind_of_set, validate_items};
 use proto::set_layout::{self as layout, Committed, Kind, State, TableRef};
 
-impl<Z: ZooKeeper> SharedSet<Z> {
-    pub async fn add(&self, added: Vec<Item>) -> Result<SharedItems, Error> {
+impl<Z: ZooKeeper> SetStore<Z> {
+    pub async fn add(&self, added: Vec<Item>) -> Result<SharedSetVersion, Error> {
         let added = validate_items(added, true)?;
         self.update(None, |current| {
             // Checked against the set before merging, so that the error names the new item, not one of the set's.
@@ -25,13 +25,13 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         .await
     }
 
-    pub async fn remove(&self, removed: Vec<Item>) -> Result<SharedItems, Error> {
+    pub async fn remove(&self, removed: Vec<Item>) -> Result<SharedSetVersion, Error> {
         let removed: BTreeSet<Item> = removed.into_iter().collect();
         self.update(None, |current| {
             if let Some(missing) = removed.iter().find(|item| !current.contains(*item)) {
                 return Err(Error::InvalidItem {
                     item: missing.to_string(),
-                    reason: "is not in the shared item set, so it cannot be removed".into(),
+                    reason: "is not in the shared set, so it cannot be removed".into(),
                 });
             }
             Ok(current.difference(&removed).cloned().collect())
@@ -39,7 +39,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         .await
     }
 
-    pub async fn replace(&self, expected: Option<u64>, items: Vec<Item>) -> Result<SharedItems, Error> {
+    pub async fn replace(&self, expected: Option<u64>, items: Vec<Item>) -> Result<SharedSetVersion, Error> {
         let items: BTreeSet<Item> = validate_items(items, true)?.into_iter().collect();
         self.update(expected, |_| Ok(items.clone())).await
     }
@@ -52,7 +52,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         &self,
         expected: Option<u64>,
         change: impl Fn(&BTreeSet<Item>) -> Result<BTreeSet<Item>, Error>,
-    ) -> Result<SharedItems, Error> {
+    ) -> Result<SharedSetVersion, Error> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
         // The change tags of our staged attempts (see `create_if_missing`).
@@ -63,7 +63,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             if let Some(expected) = expected
                 && expected != current.version
             {
-                return Err(Error::ItemSetConflict {
+                return Err(Error::SharedSetConflict {
                     path: self.paths.node.clone(),
                     reason: format!("expected version {expected}, found version {}", current.version),
                 });
@@ -73,7 +73,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
             if after.is_empty() {
-                return Err(Error::EmptyItemSet { path: self.paths.node.clone() });
+                return Err(Error::EmptySharedSet { path: self.paths.node.clone() });
             }
             // All of one kind (a replace may change the kind; an add may not mix kinds).
             let after = validate_items(after.into_iter().collect(), true)?;
@@ -106,7 +106,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             }
             let kind = Kind::of(&after);
             if adds.is_empty() && removes.is_empty() && kind == current.header.kind && current.skipped.is_empty() {
-                return Ok(SharedItems::of(current));
+                return Ok(SharedSetVersion::of(current));
             }
             // Removed items lose their weight (re-added, they weigh 1): a table without them goes in force along, as
             // it does when the table still weighs finished items.
@@ -144,10 +144,16 @@ impl<Z: ZooKeeper> SharedSet<Z> {
             match written {
                 Ok(()) => {
                     let version = current.version + 1;
-                    return Ok(SharedItems { items: after, version, updating: false, skipped: Vec::new(), weights });
+                    return Ok(SharedSetVersion {
+                        items: after,
+                        version,
+                        updating: false,
+                        skipped: Vec::new(),
+                        weights,
+                    });
                 }
                 Err(Ok(Retry::Moved)) if expected.is_some() => {
-                    return Err(Error::ItemSetConflict {
+                    return Err(Error::SharedSetConflict {
                         path: self.paths.node.clone(),
                         reason: format!("the set changed after version {}", current.version),
                     });
@@ -185,7 +191,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         self.commit_marked(zk, &ops, token).await
     }
 
-    /// A staged update: intent (under our lease), staging, commit, apply, finish (see the `item_set` module docs).
+    /// A staged update: intent (under our lease), staging, commit, apply, finish (see the `shared_set` module docs).
     /// `token` goes into the header's log; `tag` names this attempt's change and lease. The weight `table` goes in
     /// force with the commit (the intent keeps the one in force, so that an undone update leaves it).
     async fn write_large(
@@ -227,7 +233,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         outcome
     }
 
-    /// Steps 2 to 5 of [`SharedSet::write_large`], under our lease.
+    /// Steps 2 to 5 of [`SetStore::write_large`], under our lease.
     async fn stage_and_commit(
         &self,
         zk: &Z,

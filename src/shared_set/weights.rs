@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Attempts, Retry, SharedItems, SharedSet, table};
+use super::{Attempts, Retry, SetStore, SharedSetVersion, table};
 use crate::retry::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item, Weight};
@@ -18,9 +18,9 @@ use proto::set_layout::{self as layout, Committed, State, TableRef};
 /// Chunks created per `multi` (each at most [`chunked::CHUNK_BYTES`]).
 const CREATES_PER_MULTI: usize = 4;
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Gives each listed item its weight (`None`: back to 1), all at once: one new version of the set.
-    pub async fn change_weights(&self, changes: Vec<(Item, Option<Weight>)>) -> Result<SharedItems, Error> {
+    pub async fn change_weights(&self, changes: Vec<(Item, Option<Weight>)>) -> Result<SharedSetVersion, Error> {
         let zk = self.zk()?;
         let token = layout::token(zk.random());
         self.change_weights_as(&zk, &token, &changes).await
@@ -31,7 +31,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         zk: &Z,
         token: &str,
         changes: &[(Item, Option<Weight>)],
-    ) -> Result<SharedItems, Error> {
+    ) -> Result<SharedSetVersion, Error> {
         let mut attempts = Attempts::default();
         loop {
             let current = self.settled(zk, &mut attempts, &[]).await?;
@@ -40,7 +40,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 if current.items.binary_search(item).is_err() {
                     return Err(Error::InvalidItem {
                         item: item.to_string(),
-                        reason: "is not in the shared item set, so it has no weight to set".into(),
+                        reason: "is not in the shared set, so it has no weight to set".into(),
                     });
                 }
                 match weight {
@@ -49,11 +49,11 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 };
             }
             if weights == current.weights {
-                return Ok(SharedItems::of(current));
+                return Ok(SharedSetVersion::of(current));
             }
             match self.write_weights(zk, &current, &weights, token).await {
                 Ok(()) => {
-                    let mut after = SharedItems::of(current);
+                    let mut after = SharedSetVersion::of(current);
                     after.version += 1;
                     after.weights = weights;
                     return Ok(after);
@@ -87,7 +87,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
 
     /// Writes `weights` (the set's weights without those of items an update removes, or that it finished) as a new
     /// table under a fresh tag and our lease, for the update's commit to put in force (naming `table`);
-    /// [`after_table`](SharedSet::after_table) cleans up after the commit.
+    /// [`after_table`](SetStore::after_table) cleans up after the commit.
     pub(super) async fn write_table(
         &self,
         zk: &Z,
@@ -155,7 +155,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         written: &WrittenTable,
         current: &Committed,
     ) {
-        let unknown = matches!(outcome, Err(Ok(Retry::Unknown)) | Err(Err(Error::ItemSetOutcomeUnknown { .. })));
+        let unknown = matches!(outcome, Err(Ok(Retry::Unknown)) | Err(Err(Error::SharedSetOutcomeUnknown { .. })));
         if outcome.is_ok() {
             if let Some(old) = &current.header.weights {
                 let kept: BTreeSet<&String> = written.names.iter().collect();

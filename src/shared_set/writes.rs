@@ -1,21 +1,21 @@
 //! The write requests every step of the protocol shares: one `multi` headed by a conditional write of the header
 //! and what its failure means ([`Retry`]); the commit of an update, which carries its outcome marker so that a lost
-//! reply is resolved exactly ([`SharedSet::write_marked`]); the creates of persistent nodes; and the best-effort
+//! reply is resolved exactly ([`SetStore::write_marked`]); the creates of persistent nodes; and the best-effort
 //! deletion of a writer's lease and of a staged change.
 
 use super::chunks::{chunks, paths_of};
-use super::{Retry, SharedSet};
+use super::{Retry, SetStore};
 use crate::Error;
 use crate::retry::{is_transient, retry_transient, session_end};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Sends the `multi` that commits our update (`ops`), with the update's outcome marker created last
     /// ([`SetPaths::outcome`](proto::set_layout::SetPaths::outcome)), and says exactly what happened to it:
     /// - `Ok(Ok(()))`: it landed (its reply came, or it was lost and the marker is there);
     /// - `Ok(Err(_))`: it did not land: the `multi`'s own failure, or a lost reply (`index: None`) whose marker is not
     ///   there, so that the caller may read the set again and retry without ever applying its change twice;
-    /// - `Err(_)`: [`Error::ItemSetOutcomeUnknown`] when the session ended before the marker could be looked for
+    /// - `Err(_)`: [`Error::SharedSetOutcomeUnknown`] when the session ended before the marker could be looked for
     ///   (the marker, an ephemeral node, went with it), or another error of that look.
     ///
     /// The marker's parent is created the first time a `multi` finds it missing (nothing of that `multi` applied).
@@ -72,7 +72,7 @@ impl<Z: ZooKeeper> SharedSet<Z> {
                 Ok(stat.is_some())
             }
             Err(err) if session_end(&err).is_some() => {
-                Err(Error::ItemSetOutcomeUnknown { path: self.paths.node.clone(), token: token.to_owned() })
+                Err(Error::SharedSetOutcomeUnknown { path: self.paths.node.clone(), token: token.to_owned() })
             }
             Err(err) => Err(self.zk_error("exists", err)),
         }
@@ -84,8 +84,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
         drop(zk.delete(marker, None));
     }
 
-    /// [`write_marked`](SharedSet::write_marked) for a `multi` headed by a conditional write of the header, its
-    /// failures read as [`commit`](SharedSet::commit) reads them; `Retry::Lost` for a lost reply that did not land.
+    /// [`write_marked`](SetStore::write_marked) for a `multi` headed by a conditional write of the header, its
+    /// failures read as [`commit`](SetStore::commit) reads them; `Retry::Lost` for a lost reply that did not land.
     pub(super) async fn commit_marked(
         &self,
         zk: &Z,

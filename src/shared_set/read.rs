@@ -1,8 +1,8 @@
-//! Reading the set: [`SharedItems`], the set in force as read, and one consistent read of the set's nodes
+//! Reading the set: [`SharedSetVersion`], the set in force as read, and one consistent read of the set's nodes
 //! ([`read_raw`]; members following the set use [`read_raw_cached`], with the header their watch read as a hint and
 //! their [`SetCache`]).
 
-use super::{MAX_ATTEMPTS, SharedSet};
+use super::{MAX_ATTEMPTS, SetStore};
 use crate::retry::retry_transient;
 use crate::zookeeper::{ReadOp, ReadResult, Stat, ZkError, ZooKeeper};
 use proto::set_layout::cache::{self, SetCache};
@@ -15,7 +15,7 @@ use crate::{Error, Item, Weight};
 /// The shared set as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SharedItems {
+pub struct SharedSetVersion {
     /// The items, sorted: the set in force (committed), whatever update is under way.
     pub items: Vec<Item>,
     /// The set's version: it increases by one with every update.
@@ -26,14 +26,14 @@ pub struct SharedItems {
     /// Children of `<path>/items` that are not items of the set's kind (written by hand): ignored by members, deleted
     /// by the next update.
     pub skipped: Vec<String>,
-    /// The weights of the items that have one ([`ItemSet::set_weights`](crate::ItemSet::set_weights)); every other
+    /// The weights of the items that have one ([`SharedSet::set_weights`](crate::SharedSet::set_weights)); every other
     /// item weighs 1.
     pub weights: BTreeMap<Item, Weight>,
 }
 
-impl SharedItems {
+impl SharedSetVersion {
     pub(super) fn of(committed: Committed) -> Self {
-        SharedItems {
+        SharedSetVersion {
             items: committed.items,
             version: committed.version,
             updating: committed.unfinished.is_some(),
@@ -43,15 +43,15 @@ impl SharedItems {
     }
 }
 
-impl<Z: ZooKeeper> SharedSet<Z> {
-    pub async fn read(&self) -> Result<SharedItems, Error> {
+impl<Z: ZooKeeper> SetStore<Z> {
+    pub async fn read(&self) -> Result<SharedSetVersion, Error> {
         let zk = self.zk()?;
         match self.view(&zk).await? {
-            SetView::Committed(committed) => Ok(SharedItems::of(*committed)),
-            SetView::Missing { .. } => Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-            SetView::Unreadable(reason) => Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason }),
+            SetView::Committed(committed) => Ok(SharedSetVersion::of(*committed)),
+            SetView::Missing { .. } => Err(Error::SharedSetMissing { path: self.paths.node.clone() }),
+            SetView::Unreadable(reason) => Err(Error::SharedSetCorrupt { path: self.paths.node.clone(), reason }),
             // `view` reads again until the read is whole.
-            SetView::Torn => Err(Error::ItemSetConflict {
+            SetView::Torn => Err(Error::SharedSetConflict {
                 path: self.paths.node.clone(),
                 reason: "the set kept changing while it was read; try again".into(),
             }),
@@ -63,8 +63,8 @@ impl<Z: ZooKeeper> SharedSet<Z> {
     pub(super) async fn committed(&self, zk: &Z) -> Result<Option<Committed>, Error> {
         match self.view(zk).await? {
             SetView::Committed(committed) => Ok(Some(*committed)),
-            SetView::Missing { .. } => Err(Error::ItemSetMissing { path: self.paths.node.clone() }),
-            SetView::Unreadable(reason) => Err(Error::ItemSetCorrupt { path: self.paths.node.clone(), reason }),
+            SetView::Missing { .. } => Err(Error::SharedSetMissing { path: self.paths.node.clone() }),
+            SetView::Unreadable(reason) => Err(Error::SharedSetCorrupt { path: self.paths.node.clone(), reason }),
             SetView::Torn => Ok(None),
         }
     }

@@ -1,5 +1,5 @@
-//! The shared item set: the items of a partition path kept in ZooKeeper, which any process may change and every
-//! member follows ([`Builder::shared_item_set`](crate::Builder::shared_item_set)).
+//! The shared set: the items of a partition path kept in ZooKeeper, which any process may change and every
+//! member follows ([`Builder::shared_set`](crate::Builder::shared_set)).
 //!
 //! # Layout and atomicity
 //!
@@ -27,16 +27,16 @@
 //! retried removal of items already gone is not an error.
 //!
 //! Items of a shared set are all integers or all strings (`kind`): a child's name must parse back into the item it
-//! renders. Children that do not (written by hand) are skipped with a warning and reported by [`ItemSet::read`]; the
+//! renders. Children that do not (written by hand) are skipped with a warning and reported by [`SharedSet::read`]; the
 //! next update deletes them.
 //!
 //! # Where things are
 //!
-//! [`api`]: the public [`ItemSet`]. [`read`]: reading the set ([`SharedItems`], [`read_raw`]). [`create`] and
+//! [`api`]: the public [`SharedSet`]. [`read`]: reading the set ([`SharedSetVersion`], [`read_raw`]). [`create`] and
 //! [`update`]: a writer's first version of the set and its changes. [`apply`]: applying a committed change.
 //! [`recovery`]: an update found under way, and what stopped writers left behind. [`weights`] and [`table`]: weight
 //! tables and their shared chunks. [`writes`] and [`chunks`]: the requests they all send. `proto::set_layout`: the
-//! format of the nodes and how a read of them is interpreted. This file: the protocol's state ([`SharedSet`]) and its pacing
+//! format of the nodes and how a read of them is interpreted. This file: the protocol's state ([`SetStore`]) and its pacing
 //! against concurrent writers.
 
 mod api;
@@ -52,13 +52,13 @@ mod update;
 mod weights;
 mod writes;
 
-pub use api::ItemSet;
+pub use api::SharedSet;
 pub(crate) use chunks::CHUNK_OPS;
 pub(crate) use lineage::{Finisher, closed, finished};
 pub use lineage::{ItemLineage, Lineage, LineageStatus};
 #[cfg(test)]
 pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
-pub use read::SharedItems;
+pub use read::SharedSetVersion;
 pub(crate) use read::{read_bridged, read_raw_cached};
 pub(crate) use recovery::recover;
 
@@ -71,7 +71,7 @@ use proto::set_layout::SetPaths;
 
 /// The shared set on any session (the simulation's too): the protocol itself.
 #[derive(Clone, Debug)]
-pub(crate) struct SharedSet<Z> {
+pub(crate) struct SetStore<Z> {
     /// The client: the user's own, or a member's until its background task ends.
     session: SessionRef<Z>,
     paths: SetPaths,
@@ -96,9 +96,9 @@ enum Retry {
     Lost,
 }
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     pub fn new(session: SessionRef<Z>, base: &str, acls: NodeAcls) -> Self {
-        SharedSet {
+        SetStore {
             session,
             paths: SetPaths::new(base),
             acls,

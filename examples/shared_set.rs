@@ -1,23 +1,23 @@
-//! The shared item set's admin command: read or change the items of a partition path whose members run with
-//! `shared_item_set(true)` (`worker --shared-set`). Not a member: it joins no party and holds no lock.
+//! The shared set's admin command: read or change the items of a partition path whose members run with
+//! `shared_set(true)` (`worker --shared-set`). Not a member: it joins no party and holds no lock.
 //!
 //! ```text
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues show
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues add e,f
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues remove a
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues replace a,b,c --if-version 7
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues weigh a 5 b cpu=3,bytes=100
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /work_queues reset-weights a,b
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards split shard-1 shard-2,shard-3
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards merge shard-2,shard-3 shard-4
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards add-child shard-5 shard-4
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards close shard-5
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards lineage
-//! cargo run --example item_set -- --connect 127.0.0.1:2181 --path /shards retire --age-secs 86400
-//! cargo run --example item_set -- --help
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /work_queues show
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /work_queues add e,f
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /work_queues remove a
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /work_queues replace a,b,c --if-version 7
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /work_queues weigh a 5 b cpu=3,bytes=100
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /work_queues reset-weights a,b
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /shards split shard-1 shard-2,shard-3
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /shards merge shard-2,shard-3 shard-4
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /shards add-child shard-5 shard-4
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /shards close shard-5
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /shards lineage
+//! cargo run --example shared_set -- --connect 127.0.0.1:2181 --path /shards retire --age-secs 86400
+//! cargo run --example shared_set -- --help
 //! ```
 //!
-//! Every change is one atomic, versioned update ([`ItemSet`]): two admins at once never lose each other's changes.
+//! Every change is one atomic, versioned update ([`SharedSet`]): two admins at once never lose each other's changes.
 //! Prints the set after the command (`--json`: one JSON object with `version`, `items`, `updating`, `skipped`, and
 //! `weights`: for each item that has one, its value per dimension, e.g. `{"a": {"weight": 5}}`; after `create`,
 //! also `created`: whether this command created the set).
@@ -40,7 +40,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use zk_partitioner::{Item, ItemSet, Lineage, SharedItems, Weight};
+use zk_partitioner::{Item, Lineage, SharedSet, SharedSetVersion, Weight};
 
 #[path = "common/connection.rs"]
 mod connection;
@@ -51,9 +51,9 @@ mod tls;
 
 use connection::seconds;
 
-/// Read or change the shared item set of a partition path.
+/// Read or change the shared set of a partition path.
 #[derive(Debug, Parser)]
-#[command(name = "item_set")]
+#[command(name = "shared_set")]
 struct Args {
     #[command(flatten)]
     session: connection::SessionArgs,
@@ -151,7 +151,7 @@ enum Command {
 /// What a command prints.
 enum Output {
     /// The set after the command, and (`create`) whether this command created it.
-    Set(SharedItems, Option<bool>),
+    Set(SharedSetVersion, Option<bool>),
     Lineage(Lineage),
     Retired(Vec<Item>),
 }
@@ -260,7 +260,7 @@ async fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(message) => {
-            eprintln!("item_set: {message}");
+            eprintln!("shared_set: {message}");
             ExitCode::FAILURE
         }
     }
@@ -269,7 +269,7 @@ async fn main() -> ExitCode {
 async fn run(args: &Args, given: Given) -> Result<Output, String> {
     let Given { items, weights } = given;
     let client = args.session.open(args.session_timeout).await?;
-    let mut set = ItemSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
+    let mut set = SharedSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
     if args.session.auth.is_some() {
         set = set.acls(zk_partitioner::zookeeper_client::Acls::creator_all());
     }
@@ -298,7 +298,7 @@ async fn run(args: &Args, given: Given) -> Result<Output, String> {
     result.map(|set| Output::Set(set, None)).map_err(|e| e.to_string())
 }
 
-fn print(set: &SharedItems, created: Option<bool>, json: bool) {
+fn print(set: &SharedSetVersion, created: Option<bool>, json: bool) {
     let rendered: Vec<serde_json::Value> = set
         .items
         .iter()

@@ -10,13 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::entry::Entry;
-use crate::item_set::{Attempts, Retry, SharedSet};
 use crate::retry::retry_transient;
+use crate::shared_set::{Attempts, Retry, SetStore};
 use crate::zookeeper::{ReadOp, ReadResult, Stat, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, Item};
 use proto::set_layout::{self as layout, State};
 
-impl<Z: ZooKeeper> SharedSet<Z> {
+impl<Z: ZooKeeper> SetStore<Z> {
     /// Deletes the lineage nodes of the items finished more than `age` ago (by the ZooKeeper server's clock, against
     /// this machine's) whose children have all started (entered the set) and whose lock nobody holds or waits for,
     /// with their checkpoints and lock directories; returns them. One new version of the set, in one `multi` of at
@@ -212,7 +212,7 @@ fn unlink<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::item_set::lineage::entry::Finished;
+    use crate::shared_set::lineage::entry::Finished;
 
     fn stat(version: i32) -> Stat {
         Stat { version, ..crate::zookeeper::test_stat() }
