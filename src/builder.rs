@@ -416,13 +416,6 @@ impl Builder {
         self
     }
 
-    /// [`shared_set`](Self::shared_set) under its former name.
-    #[deprecated(since = "0.1.0", note = "renamed `shared_set`: one name for the shared set")]
-    #[doc(hidden)]
-    pub fn shared_item_set(self, enabled: bool) -> Self {
-        self.shared_set(enabled)
-    }
-
     /// Validates the options, creates `<path>`, `<path>/party` and `<path>/locks` if missing, joins the party, and
     /// starts the partitioner's background task on the current Tokio runtime.
     ///

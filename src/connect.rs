@@ -21,8 +21,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// reached.
 ///
 /// A connect timeout is always set by name, [`connect_timeout`](ConnectOptions::connect_timeout): a bare `Duration`
-/// given to this crate's connect functions is the session timeout ([`connect`]). (`From<Duration>`, a connect
-/// timeout, remains for the deprecated [`connect_with`].)
+/// given to this crate's connect functions is the session timeout ([`connect`]).
 ///
 /// # Examples
 /// ```
@@ -41,14 +40,6 @@ pub struct ConnectOptions {
 impl Default for ConnectOptions {
     fn default() -> ConnectOptions {
         ConnectOptions { connect_timeout: DEFAULT_CONNECT_TIMEOUT, fail_fast: false }
-    }
-}
-
-/// The options with this connect timeout: kept for the deprecated [`connect_with`]; say
-/// `ConnectOptions::new().connect_timeout(..)` instead.
-impl From<Duration> for ConnectOptions {
-    fn from(connect_timeout: Duration) -> ConnectOptions {
-        ConnectOptions::new().connect_timeout(connect_timeout)
     }
 }
 
@@ -77,15 +68,6 @@ impl ConnectOptions {
         self
     }
 
-    /// Does nothing: the reconnect relay this switched was removed, and every session is zookeeper-client's own, on
-    /// the connect string as given (RELIABILITY.md, "Reconnection after a server restart", has the figures that
-    /// decided it).
-    #[deprecated(note = "the reconnect relay was removed; sessions always use zookeeper-client's own connection \
-                handling, so this does nothing")]
-    pub fn reconnect_relay(self, _reconnect_relay: bool) -> ConnectOptions {
-        self
-    }
-
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
         self.connect_timeout
@@ -94,12 +76,6 @@ impl ConnectOptions {
     /// Whether [`fail_fast`](Self::fail_fast) is on.
     pub fn get_fail_fast(&self) -> bool {
         self.fail_fast
-    }
-
-    /// Always `false`: the reconnect relay was removed.
-    #[deprecated(note = "the reconnect relay was removed; this is always false")]
-    pub fn get_reconnect_relay(&self) -> bool {
-        false
     }
 }
 
@@ -137,24 +113,6 @@ impl ConnectOptions {
 pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client, Error> {
     let connector = Client::connector().with_session_timeout(session_timeout);
     connect_with_options(connector, cluster, ConnectOptions::new()).await
-}
-
-/// [`connect_with_options`], where a bare `Duration` is the *connect* timeout (in [`connect`] it is the session
-/// timeout): say `ConnectOptions::new().connect_timeout(..)` instead.
-///
-/// # Errors
-/// As [`connect_with_options`].
-///
-/// # Cancel safety
-/// As [`connect_with_options`].
-#[deprecated(note = "use connect_with_options(connector, cluster, options); a bare Duration becomes \
-            ConnectOptions::new().connect_timeout(duration)")]
-pub async fn connect_with(
-    connector: Connector,
-    cluster: &str,
-    options: impl Into<ConnectOptions>,
-) -> Result<Client, Error> {
-    connect_with_options(connector, cluster, options.into()).await
 }
 
 /// [`connect`] with a connector of your own (session timeout, authentication, TLS...) and [`ConnectOptions`] of your
@@ -427,13 +385,6 @@ mod tests {
         assert!(message.contains("fail-fast: no server can be reached"), "{message}");
         assert!(message.contains(&format!("127.0.0.1:{port} refused the connection")), "{message}");
         assert!(message.contains("no-such-host.invalid:2181 cannot be resolved"), "{message}");
-    }
-
-    #[test]
-    fn a_duration_converts_into_options_with_that_connect_timeout() {
-        let options = ConnectOptions::from(Duration::from_secs(3));
-        assert_eq!(options.get_connect_timeout(), Duration::from_secs(3));
-        assert!(!options.get_fail_fast());
     }
 
     #[tokio::test]

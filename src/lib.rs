@@ -236,36 +236,11 @@ mod zookeeper;
 
 pub use builder::Builder;
 pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
-#[allow(deprecated)]
-pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with, connect_with_options};
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with_options};
 pub use describe::{DescribeOptions, Description, describe, describe_with};
-/// Moved: [`describe::Contender`].
-#[deprecated(note = "use zk_partitioner::describe::Contender")]
-pub type Contender = describe::Contender;
-/// Moved: [`describe::ItemInfo`].
-#[deprecated(note = "use zk_partitioner::describe::ItemInfo")]
-pub type ItemInfo = describe::ItemInfo;
-/// Moved: [`describe::MemberInfo`].
-#[deprecated(note = "use zk_partitioner::describe::MemberInfo")]
-pub type MemberInfo = describe::MemberInfo;
-/// Moved: [`describe::Orphan`].
-#[deprecated(note = "use zk_partitioner::describe::Orphan")]
-pub type Orphan = describe::Orphan;
-/// Moved: [`describe::OutsideShare`].
-#[deprecated(note = "use zk_partitioner::describe::OutsideShare")]
-pub type OutsideShare = describe::OutsideShare;
 pub use error::Error;
 pub use shared_set::{ItemLineage, Lineage, LineageStatus, SharedSet, SharedSetVersion};
 
-/// The shared set's handle under its former name.
-#[deprecated(since = "0.1.0", note = "renamed `SharedSet`: one name for the shared set")]
-#[doc(hidden)]
-pub type ItemSet = SharedSet;
-
-/// A read of the shared set under its former name.
-#[deprecated(since = "0.1.0", note = "renamed `SharedSetVersion`")]
-#[doc(hidden)]
-pub type SharedItems = SharedSetVersion;
 pub use partitioner::SetPartitioner;
 // The protocol's types a user names, from the crate this one is built on.
 pub use proto::{
@@ -299,21 +274,5 @@ mod tests {
         assert_send_sync::<Error>();
         assert_send_sync::<CheckpointWriter>();
         assert_send_sync::<Description>();
-    }
-
-    /// Renamed items keep compiling for 0.x, each as the item that replaces it.
-    #[test]
-    #[allow(deprecated)]
-    fn deprecated_names_are_their_replacements() {
-        fn same<T>(_: Option<T>, _: Option<T>) {}
-        same::<describe::Contender>(None, None::<Contender>);
-        same::<describe::ItemInfo>(None, None::<ItemInfo>);
-        same::<describe::MemberInfo>(None, None::<MemberInfo>);
-        same::<describe::Orphan>(None, None::<Orphan>);
-        same::<describe::OutsideShare>(None, None::<OutsideShare>);
-        let _ = (SetPartitioner::failure, SetPartitioner::save_checkpoint, SharedSet::with_acls);
-        let _ = DescribeOptions::partition_fn;
-        let _ = metrics::describe;
-        drop(connect_with(zookeeper_client::Client::connector(), "", std::time::Duration::ZERO)); // never polled
     }
 }

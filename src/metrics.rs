@@ -163,13 +163,6 @@ pub const STATES: [&str; 4] = ["ALLOCATING", "ACQUIRED", "RELEASE", "FAILURE"];
 pub const CAUSES: [&str; 6] =
     ["party_changed", "shared_set_changed", "connection", "lock_lost", "release_set", "other"];
 
-/// The former name of [`register_descriptions`] (the crate root's [`describe`](crate::describe()) reads a
-/// partition path, which is another thing).
-#[deprecated(note = "use zk_partitioner::metrics::register_descriptions")]
-pub fn describe() {
-    register_descriptions();
-}
-
 /// Registers every metric's unit and help text with the installed recorder (optional; exporters show them).
 pub fn register_descriptions() {
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};

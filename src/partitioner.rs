@@ -270,39 +270,6 @@ impl SetPartitioner {
         self.checkpoint_writer(item)?.finish_item(final_checkpoint).await
     }
 
-    /// Saves `data` as `item`'s checkpoint, if this member holds the item, in one `multi` request that checks the
-    /// member's lock node for the item and writes `<path>/checkpoints/<item>`: ZooKeeper refuses the write if the
-    /// lock node is gone (the item was released, or the member's session ended), so an old owner, paused or late,
-    /// can never overwrite a newer owner's checkpoint. The member's name and the item's fencing token are stored
-    /// with the data.
-    ///
-    /// Deprecated: the same as `self.checkpoint_writer(item)?.save(data)` (see [`CheckpointWriter::save`]), which
-    /// also lets a task keep its writer while it works on the item.
-    ///
-    /// # Errors
-    /// - [`Error::NotHeld`] if `item` is not among [`items`](SetPartitioner::items) now (nothing is sent);
-    /// - [`Error::CheckpointTooLarge`] if `data` is longer than [`MAX_CHECKPOINT_SIZE`](crate::MAX_CHECKPOINT_SIZE);
-    /// - [`Error::CheckpointFenced`] if ZooKeeper refused the write because the member no longer holds the item;
-    /// - [`Error::ZooKeeper`] if the request failed otherwise.
-    ///
-    /// # Cancel safety
-    /// A dropped save may or may not have been applied; if it was, it was applied while the item was held.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
-    /// for item in partitioner.items() {
-    ///     // ... process `item` up to offset 42 ...
-    ///     partitioner.checkpoint_writer(&item)?.save(b"42").await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[deprecated(note = "use checkpoint_writer(item)?.save(data), the same call")]
-    pub async fn save_checkpoint(&self, item: &Item, data: &[u8]) -> Result<(), Error> {
-        self.checkpoint_writer(item)?.save(data).await
-    }
-
     /// Reads `item`'s checkpoint: the bytes last saved, the fencing token and member name of their writer, and when
     /// they were saved; `None` if no checkpoint was ever saved for the item.
     ///
@@ -333,27 +300,6 @@ impl SetPartitioner {
         self.handle.load_checkpoint(item).await
     }
 
-    /// Why the partitioner failed, once it has: the same as `snapshot().cause`.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::Error;
-    ///
-    /// match partitioner.snapshot().cause {
-    ///     None => println!("still running"),
-    ///     Some(Error::Finished) => println!("finish() was called"),
-    ///     Some(Error::SessionLost { .. }) => println!("session lost: reconnect and build a new partitioner"),
-    ///     Some(cause) => println!("failed: {cause}"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[deprecated(note = "use snapshot().cause, the same value")]
-    pub fn failure(&self) -> Option<Error> {
-        self.read(|s| s.cause.clone())
-    }
-
     /// This member's name in the party: `<identifier>-<sequence>`, or the identifier itself under
     /// [`Builder::static_membership`](crate::Builder::static_membership).
     ///
@@ -374,13 +320,6 @@ impl SetPartitioner {
     /// on a client of your own to change the set from a process that is not a member.
     pub fn shared_set(&self) -> Option<&SharedSet> {
         self.shared_set.as_deref()
-    }
-
-    /// [`shared_set`](Self::shared_set) under its former name.
-    #[deprecated(since = "0.1.0", note = "renamed `shared_set`: one name for the shared set")]
-    #[doc(hidden)]
-    pub fn item_set(&self) -> Option<&SharedSet> {
-        self.shared_set()
     }
 
     /// A copy of the latest published snapshot.

@@ -109,13 +109,6 @@ impl<'a> DescribeOptions<'a> {
         self
     }
 
-    /// [`shared_set`](Self::shared_set) under its former name.
-    #[deprecated(since = "0.1.0", note = "renamed `shared_set`: one name for the shared set")]
-    #[doc(hidden)]
-    pub fn shared_item_set(self, shared: bool) -> Self {
-        self.shared_set(shared)
-    }
-
     /// The partition function the members use: fills [`Description::outside_share`] with the items a member holds
     /// that the function gives to someone else (or to nobody), for the party as read.
     ///
@@ -135,12 +128,6 @@ impl<'a> DescribeOptions<'a> {
     pub fn partition_func(mut self, partition_fn: &'a dyn PartitionFn) -> Self {
         self.partition_fn = Some(partition_fn);
         self
-    }
-
-    /// The partition function the members use.
-    #[deprecated(note = "use DescribeOptions::partition_func, named as Builder::partition_func")]
-    pub fn partition_fn(self, partition_fn: &'a dyn PartitionFn) -> Self {
-        self.partition_func(partition_fn)
     }
 
     /// About this many read `multi`s (of up to 500 reads each) in flight at once; default 8. At least 1.

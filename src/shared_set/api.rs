@@ -89,12 +89,6 @@ impl SharedSet {
         self
     }
 
-    /// The former name of [`acls`](SharedSet::acls), the builder's name for the same setting.
-    #[deprecated(note = "use SharedSet::acls, named as Builder::acls")]
-    pub fn with_acls(self, acls: zookeeper_client::Acls<'_>) -> Self {
-        self.acls(acls)
-    }
-
     /// The same set on a member's session, which the member releases when its background task ends.
     pub(crate) fn from_shared(inner: SetStore<Client>) -> Self {
         SharedSet { inner }
