@@ -53,7 +53,7 @@ use connection::seconds;
 
 /// Read or change the shared set of a partition path.
 #[derive(Debug, Parser)]
-#[command(name = "shared_set")]
+#[command(name = "shared_set", version)]
 struct Args {
     #[command(flatten)]
     session: connection::SessionArgs,

@@ -74,7 +74,7 @@ use connection::seconds;
 
 /// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
 #[derive(Debug, Parser)]
-#[command(name = "worker", group(ArgGroup::new("item-source").args(["items", "items_file"])))]
+#[command(name = "worker", version, group(ArgGroup::new("item-source").args(["items", "items_file"])))]
 struct Args {
     #[command(flatten)]
     session: connection::SessionArgs,

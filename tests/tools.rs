@@ -236,6 +236,16 @@ async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
     (output.status.code(), text(output.stdout), text(output.stderr))
 }
 
+/// Every tool says which version it is, as users of clap tools expect, without connecting anywhere.
+#[tokio::test]
+async fn every_tool_answers_version() {
+    for tool in TOOLS {
+        let (code, stdout, stderr) = output(tool, &["--version"]).await;
+        assert_eq!(code, Some(0), "{tool}: {stderr}");
+        assert_eq!(stdout.trim(), format!("{tool} {}", env!("CARGO_PKG_VERSION")), "{tool}");
+    }
+}
+
 #[tokio::test]
 async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     // given: a shared set of 8 items, a and b made heavy with shared_set weigh
