@@ -4,6 +4,7 @@
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --json
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --watch
+//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --owner-of b
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d --partition stride
 //! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --shared-set --partition weighted
 //! ```
@@ -17,7 +18,8 @@
 //! dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load bound
 //! is passed; and the weight it actually holds. With `--shared-set`, it also prints the set's lineage trees, if it has
 //! any (each item with parents, children or closed: ready, waiting on which parents, or finished by whom), as
-//! `shared_set lineage` does. `--json` prints the same as one JSON document; `--watch` prints again
+//! `shared_set lineage` does. `--owner-of a,b` prints only who owns those items, a line each. `--json` prints the
+//! same as one JSON document; `--watch` prints again
 //! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
 //! Sessions are printed in decimal (a number in the JSON), as the worker prints its own.
 //!
@@ -31,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
-use zk_partitioner::describe::{Contender, DescribeOptions, Description, MemberInfo, describe_with};
+use zk_partitioner::describe::{Contender, DescribeOptions, Description, ItemInfo, MemberInfo, describe_with};
 use zk_partitioner::zookeeper_client::{AddWatchMode, EventType, SessionState};
 use zk_partitioner::{Item, KazooStride, Load, PartitionFn, Rendezvous, WeightedRendezvous};
 
@@ -76,6 +78,11 @@ struct Args {
     /// The members' partition function, to list items held outside their holder's share
     #[arg(long, value_enum, default_value_t = Partition::None)]
     partition: Partition,
+
+    /// Print only who owns these items, comma-separated: one line each, the item, its owner (member, session,
+    /// fencing token, since when) or "nobody", and how many wait (with --json: one array) [default: every item]
+    #[arg(long, value_name = "ITEM[,...]", value_delimiter = ',')]
+    owner_of: Option<Vec<String>>,
 
     /// Items listed per section of the table before "... and N more"
     #[arg(long, default_value_t = 20)]
@@ -209,6 +216,9 @@ fn parse_items(names: &[String]) -> Vec<Item> {
 }
 
 fn print(description: &Description, args: &Args) {
+    if let Some(items) = &args.owner_of {
+        return print_owners(description, items, args);
+    }
     if args.json {
         let document = Document::from(description);
         let text = if args.watch { serde_json::to_string(&document) } else { serde_json::to_string_pretty(&document) };
@@ -221,6 +231,47 @@ fn print(description: &Description, args: &Args) {
         if args.watch {
             println!();
         }
+    }
+}
+
+/// `--owner-of`: the owner of each item asked for, in the order asked.
+fn print_owners(description: &Description, items: &[String], args: &Args) {
+    let found: Vec<(&str, Option<&ItemInfo>)> = items
+        .iter()
+        .map(|item| item.trim())
+        .filter(|item| !item.is_empty())
+        .map(|item| (item, description.item(item)))
+        .collect();
+    if args.json {
+        let document: Vec<ItemJson> = found
+            .iter()
+            .map(|&(item, info)| match info {
+                Some(info) => ItemJson::from(info),
+                None => ItemJson { item, owner: None, waiting: Vec::new(), has_lock_dir: false },
+            })
+            .collect();
+        let text = if args.watch { serde_json::to_string(&document) } else { serde_json::to_string_pretty(&document) };
+        match text {
+            Ok(text) => println!("{text}"),
+            Err(err) => eprintln!("inspect: cannot render JSON: {err}"),
+        }
+        return;
+    }
+    let now = SystemTime::now();
+    for (item, info) in found {
+        match info.and_then(|info| Some((info.owner.as_ref()?, info.waiting.len()))) {
+            Some((owner, waiting)) => println!(
+                "{item}: {}, token {}, since {}, {waiting} waiting",
+                who(owner),
+                owner.token.get(),
+                ago(now, owner.created)
+            ),
+            None if info.is_some_and(|info| info.has_lock_dir) => println!("{item}: nobody"),
+            None => println!("{item}: nobody (no lock directory: never contended, or not an item of this path)"),
+        }
+    }
+    if args.watch {
+        println!();
     }
 }
 
@@ -507,6 +558,17 @@ struct ItemJson<'a> {
     has_lock_dir: bool,
 }
 
+impl<'a> From<&'a ItemInfo> for ItemJson<'a> {
+    fn from(i: &'a ItemInfo) -> Self {
+        ItemJson {
+            item: &i.item,
+            owner: i.owner.as_ref().map(ContenderJson::from),
+            waiting: i.waiting.iter().map(ContenderJson::from).collect(),
+            has_lock_dir: i.has_lock_dir,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct ContenderJson<'a> {
     member: &'a str,
@@ -570,16 +632,7 @@ impl<'a> From<&'a Description> for Document<'a> {
                 })
                 .collect(),
             imbalance: d.imbalance(),
-            items: d
-                .items
-                .iter()
-                .map(|i| ItemJson {
-                    item: &i.item,
-                    owner: i.owner.as_ref().map(ContenderJson::from),
-                    waiting: i.waiting.iter().map(ContenderJson::from).collect(),
-                    has_lock_dir: i.has_lock_dir,
-                })
-                .collect(),
+            items: d.items.iter().map(ItemJson::from).collect(),
             unowned: &d.unowned,
             contended: d.contended().map(|i| i.item.as_str()).collect(),
             orphans: d

@@ -440,10 +440,10 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     let (code, help, _) = inspect(&["--help"]).await;
     assert_eq!(code, 0);
     let flags = ["--connect", "--path", "--json", "--watch", "--items", "--partition", "--limit", "--session-timeout"];
-    for flag in flags.into_iter().chain(["--connect-timeout", "--shared-set"]) {
+    for flag in flags.into_iter().chain(["--connect-timeout", "--shared-set", "--owner-of"]) {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
-    assert_eq!(help.matches("[default: ").count(), 9, "{help}");
+    assert_eq!(help.matches("[default: ").count(), 10, "{help}");
 }
 
 /// `describe` of 10,000 items held by 4 members: time and requests (BENCHMARKS.md, "describe"). Run with

@@ -229,6 +229,38 @@ async fn worker_and_inspect_print_a_session_alike() {
     worker.start_kill().expect("kill the worker");
 }
 
+/// `inspect --owner-of` answers "who owns item b?" without a script: a line per item asked for (the owner, or nobody),
+/// and the same as JSON.
+#[tokio::test]
+async fn inspect_names_the_owner_of_an_item() {
+    // given: a worker that holds both items
+    let ctx = Ctx::new().await;
+    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
+    let (mut worker, mut lines) = spawn_worker(&connect);
+    let member = loop {
+        let line = tokio::time::timeout(timing(Duration::from_secs(20)), lines.next_line()).await;
+        let line: Value = serde_json::from_str(&line.expect("a line in time").expect("stdout").expect("a line")).unwrap();
+        if line["state"] == "ACQUIRED" && line["items"].as_array().is_some_and(|items| items.len() == 2) {
+            break line["member"].as_str().expect("the worker's member name").to_owned();
+        }
+    };
+    // when: inspect is asked who owns b, and an item nobody contends
+    let (code, stdout, stderr) = output("inspect", &["--connect", &connect, "--path", "/p", "--owner-of", "b,zz"]).await;
+    // then: b's owner is the worker; zz has no owner
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut answers = stdout.lines();
+    let b = answers.next().expect("a line for b");
+    assert!(b.starts_with(&format!("b: {member} (")) && b.ends_with(", 0 waiting"), "{stdout}");
+    assert!(answers.next().is_some_and(|zz| zz.starts_with("zz: nobody")), "{stdout}");
+    let (code, stdout, stderr) =
+        output("inspect", &["--connect", &connect, "--path", "/p", "--owner-of", "a", "--json"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(doc[0]["item"], "a", "{doc}");
+    assert_eq!(doc[0]["owner"]["member"], member.as_str(), "{doc}");
+    worker.start_kill().expect("kill the worker");
+}
+
 /// Runs `tool` with `args` to completion: (exit code, stdout, stderr).
 async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(example(tool)).args(args).kill_on_drop(true).output().await.expect("run the tool");
