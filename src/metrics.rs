@@ -43,7 +43,7 @@
 //! `zk_partitioner_items` of a path above the sum of its members' `zk_partitioner_items_held`): the README's metrics
 //! section links example rules. One member per path in a process: two would write the same series.
 //!
-//! Call [`describe`] once after installing a recorder to give exporters each metric's unit and help text.
+//! Call [`register_descriptions`] once after installing a recorder to give exporters each metric's unit and help text.
 //!
 //! ```
 //! use zk_partitioner::metrics;
