@@ -26,9 +26,17 @@ fn rest(tool: &str) -> &'static [&'static str] {
     }
 }
 
+/// `tool` with `args`, killed if dropped, and without the caller's `ZOOKEEPER_CONNECT` (the tools read it when
+/// `--connect` is not given: a test says what it connects to).
+fn command(tool: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(example(tool));
+    command.args(args).env_remove("ZOOKEEPER_CONNECT").kill_on_drop(true);
+    command
+}
+
 /// Runs `tool` with `args` to completion: (exit code, stderr).
 async fn run(tool: &str, args: &[&str]) -> (Option<i32>, String) {
-    let output = Command::new(example(tool)).args(args).kill_on_drop(true).output().await.expect("run the tool");
+    let output = command(tool, args).output().await.expect("run the tool");
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
@@ -102,6 +110,26 @@ async fn every_tool_reports_a_refused_server_alike() {
         assert!(error.starts_with(&format!("{tool}: cannot connect to ZooKeeper at {refused}: ")), "{tool}: {stderr}");
         assert!(error.contains(&format!("{refused} refused the connection")), "{tool}: {stderr}");
     }
+}
+
+/// Without `--connect`, every tool reads `ZOOKEEPER_CONNECT`, as ZooKeeper's own tools read their environment; a
+/// `--connect` given wins.
+#[tokio::test]
+async fn every_tool_reads_zookeeper_connect_from_the_environment() {
+    let refused = refused_address();
+    for tool in TOOLS {
+        let args = [&["--connect-timeout", "0.5"], rest(tool)].concat();
+        let output = command(tool, &args).env("ZOOKEEPER_CONNECT", &refused).output().await.expect("run the tool");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{tool}: {stderr}");
+        let error = error_line(tool, &stderr);
+        assert!(error.starts_with(&format!("{tool}: cannot connect to ZooKeeper at {refused}: ")), "{tool}: {stderr}");
+    }
+    let other = refused_address();
+    let args = ["--connect", &other, "--connect-timeout", "0.5", "--path", "/p"];
+    let output = command("inspect", &args).env("ZOOKEEPER_CONNECT", &refused).output().await.expect("run inspect");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(error_line("inspect", &stderr).contains(&format!("at {other}: ")), "{stderr}");
 }
 
 #[tokio::test]
@@ -239,13 +267,15 @@ async fn inspect_names_the_owner_of_an_item() {
     let (mut worker, mut lines) = spawn_worker(&connect);
     let member = loop {
         let line = tokio::time::timeout(timing(Duration::from_secs(20)), lines.next_line()).await;
-        let line: Value = serde_json::from_str(&line.expect("a line in time").expect("stdout").expect("a line")).unwrap();
+        let line: Value =
+            serde_json::from_str(&line.expect("a line in time").expect("stdout").expect("a line")).unwrap();
         if line["state"] == "ACQUIRED" && line["items"].as_array().is_some_and(|items| items.len() == 2) {
             break line["member"].as_str().expect("the worker's member name").to_owned();
         }
     };
     // when: inspect is asked who owns b, and an item nobody contends
-    let (code, stdout, stderr) = output("inspect", &["--connect", &connect, "--path", "/p", "--owner-of", "b,zz"]).await;
+    let (code, stdout, stderr) =
+        output("inspect", &["--connect", &connect, "--path", "/p", "--owner-of", "b,zz"]).await;
     // then: b's owner is the worker; zz has no owner
     assert_eq!(code, Some(0), "{stderr}");
     let mut answers = stdout.lines();
@@ -263,7 +293,7 @@ async fn inspect_names_the_owner_of_an_item() {
 
 /// Runs `tool` with `args` to completion: (exit code, stdout, stderr).
 async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(example(tool)).args(args).kill_on_drop(true).output().await.expect("run the tool");
+    let output = command(tool, args).output().await.expect("run the tool");
     let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
     (output.status.code(), text(output.stdout), text(output.stderr))
 }

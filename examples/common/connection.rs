@@ -20,8 +20,9 @@ const NOTICE_AFTER: Duration = Duration::from_secs(1);
 /// The session flags (flattened into each tool's arguments).
 #[derive(Debug, clap::Args)]
 pub struct SessionArgs {
-    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot] (required: no server is assumed)
-    #[arg(long, value_name = "HOST:PORT[,...]")]
+    /// ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/chroot], or $ZOOKEEPER_CONNECT as ZooKeeper's own tools
+    /// read it (required: no server is assumed)
+    #[arg(long, value_name = "HOST:PORT[,...]", env = "ZOOKEEPER_CONNECT")]
     pub connect: String,
     /// Seconds to keep trying to open a session before exiting with the reason for each server (refused,
     /// unreachable, cannot be resolved, not ZooKeeper)
