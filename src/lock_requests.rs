@@ -13,7 +13,7 @@ use futures::StreamExt;
 use crate::Error;
 use crate::acl::NodeAcls;
 use crate::retry::{is_transient, retry_transient, session_end};
-use crate::zookeeper::{Mode, ReadOp, ReadResult, WriteOp, Written, ZkError, ZooKeeper};
+use crate::zookeeper::{Mode, ReadOp, ReadResult, WatchEvent, WriteOp, Written, ZkError, ZooKeeper};
 use proto::layout::sequence;
 
 /// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set
@@ -220,22 +220,14 @@ pub(crate) async fn watch_held<Z: ZooKeeper>(zk: &Z, path: &str) -> Result<Optio
     }
 }
 
-/// Waits until our held lock node at `path`, watched by `watch` ([`watch_held`]), is deleted. A change of its data
-/// (someone wrote to our lock node: it is still ours) registers the watch again at once. The only outcomes are
-/// "gone" and the end of the session.
-pub(crate) async fn held_gone<Z: ZooKeeper>(zk: &Z, path: &str, mut watch: Z::Watch) -> Result<(), ZkError> {
-    loop {
-        let event = watch.await;
-        if let Some(err) = event.session_error() {
-            return Err(err);
-        }
-        if event == crate::zookeeper::WatchEvent::Deleted {
-            return Ok(());
-        }
-        watch = match watch_held(zk, path).await? {
-            Some(watch) => watch,
-            None => return Ok(()),
-        };
+/// Waits for the watch on our held lock node ([`watch_held`]) to fire: `true` when the node was deleted, `false`
+/// when its data changed (someone wrote to our lock node: still ours, and the core registers the watch again), or
+/// the session's end.
+pub(crate) async fn held_gone<W: Future<Output = WatchEvent>>(watch: W) -> Result<bool, ZkError> {
+    let event = watch.await;
+    match event.session_error() {
+        Some(err) => Err(err),
+        None => Ok(event == WatchEvent::Deleted),
     }
 }
 

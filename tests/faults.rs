@@ -970,6 +970,43 @@ async fn operator_deletes_a_held_lock_node_under(rebalance: Rebalance) {
     tracing::info!(?rebalance, ?noticed, "an operator's deletion noticed");
 }
 
+/// A write to a held lock node (a tool, an operator) fires the node's one-shot watch without taking the lock: the
+/// member keeps the item, watches the node again, and still notices when the node is then deleted.
+#[tokio::test]
+async fn operator_writes_then_deletes_a_held_lock_node() {
+    // given: a member that holds both items, past the time its held-lock watches are registered by (twice
+    // time_boundary after its locks were taken, the core's bound, plus a round trip: nothing outside the member can
+    // see a watch registered, and a write before the registration would test nothing new)
+    let ctx = Ctx::new().await;
+    let items = ints(2);
+    let m0 = ctx.member_with("0", items.clone(), |b| b).await;
+    let _worker = auto_release(&m0.partitioner);
+    wait_converged("m0", &ctx.observer, &[&m0], &items, acquire_deadline()).await;
+    tokio::time::sleep(2 * TIME_BOUNDARY + Duration::from_millis(500)).await;
+    let before = m0.partitioner.snapshot();
+    let node = m0.client.list_ephemerals(&format!("{PATH}/locks/0")).await.expect("list ephemerals");
+    assert_eq!(node.len(), 1, "{node:?}");
+    let recorder = Recorder::start(&m0.partitioner);
+    let operator = ctx.client().await;
+
+    // when: someone writes to the held node; then, once the member has had a round trip to watch it again, deletes it
+    operator.set_data(&node[0], b"touched", None).await.expect("write to m0's lock node");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(m0.partitioner.snapshot().items, before.items, "a write is no loss");
+    operator.delete(&node[0], None).await.expect("delete m0's lock node");
+
+    // then: the deletion is noticed through the watch registered again (a snapshot without item 0, then item 0
+    // taken back with a larger token)
+    wait_for("a snapshot without item 0", timing(Duration::from_secs(1)), || async {
+        let stopped =
+            recorder.snapshots().iter().any(|s| s.generation > before.generation && !s.items.contains(&items[0]));
+        if stopped { Ok(()) } else { Err(format!("{:?}", m0.partitioner.snapshot())) }
+    })
+    .await;
+    wait_converged("m0 again", &ctx.observer, &[&m0], &items, acquire_deadline()).await;
+    assert!(m0.partitioner.snapshot().tokens[0] > before.tokens[0]);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // 8. Stopping a member in the middle of an allocation leaves nothing behind
 // ---------------------------------------------------------------------------------------------------------------

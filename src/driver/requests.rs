@@ -324,11 +324,15 @@ pub(crate) async fn perform<Z: ZooKeeper>(
         Op::WatchHeld { item, node } => {
             let path = format!("{}/{node}", dir(item));
             match lock_requests::watch_held(&zk, &path).await {
-                // Registered: say so (the core lets the next registration go), and wait for the deletion.
+                // Registered: say so (the core lets the next registration go), and wait for the watch to fire.
                 Ok(Some(watch)) => {
                     let gone = async move {
-                        let result = lock_requests::held_gone(&zk, &path, watch).await;
-                        Done::reply_to(id, Reply::HeldGone(result.map_err(|err| failed("get_data", &path, err))))
+                        let reply = match lock_requests::held_gone(watch).await {
+                            Ok(true) => Reply::HeldGone(Ok(())),
+                            Ok(false) => Reply::HeldChanged,
+                            Err(err) => Reply::HeldGone(Err(failed("get_data", &path, err))),
+                        };
+                        Done::reply_to(id, reply)
                     };
                     Done { then: Some(Box::pin(gone)), ..Done::reply_to(id, Reply::HeldWatchSet) }
                 }

@@ -260,7 +260,7 @@ impl Core {
     /// versions closer together than a lock's round trip would otherwise keep a member from ever completing them),
     /// and listed items that left the set are revoked at once.
     fn outdate_target(&mut self) {
-        let catalogue = &self.set.catalogue();
+        let catalogue = self.set.catalogue();
         if self.share.outdate(|item| catalogue.contains(item)) {
             self.on_new_episode(Reason::SharedSetChanged);
         }

@@ -86,8 +86,8 @@ pub enum Op {
     RemoveDirs(Vec<usize>),
     /// Tell when our held lock node (in the item's directory) is deleted: by us when we release it, or by someone
     /// else while we hold it. Answered twice: [`Reply::HeldWatchSet`] once the watch is registered (the core keeps
-    /// a few registrations in flight at once), then [`Reply::HeldGone`]; or only `HeldGone`, when the node was found
-    /// gone or the registration failed.
+    /// a few registrations in flight at once), then [`Reply::HeldGone`] or [`Reply::HeldChanged`]; or only
+    /// `HeldGone`, when the node was found gone or the registration failed.
     WatchHeld { item: usize, node: String },
     /// Read these items' lineage nodes (read-only `multi`s): whether each item is closed.
     ReadClosed(Vec<usize>),
@@ -239,6 +239,9 @@ pub enum Reply {
     /// The held lock node's watch is registered: [`Reply::HeldGone`] follows when it is deleted. Its request stays
     /// in flight (the one request that is answered twice).
     HeldWatchSet,
+    /// The watched held lock node's data changed (someone wrote to our lock node: it is still ours), which used its
+    /// one-shot watch: the core asks for the watch again, within its limit.
+    HeldChanged,
     /// The watched held lock node is gone.
     HeldGone(Result<(), Failed>),
     /// Per item, in request order: whether its lineage node says it is closed (no node: not closed).

@@ -107,6 +107,7 @@ impl Core {
             (Pending::HeldWatch(item, node), Reply::HeldGone(result)) => {
                 self.on_held_gone(item, node, result.map_err(classify));
             }
+            (Pending::HeldWatch(item, node), Reply::HeldChanged) => self.watch_held_again(item, node),
             (Pending::Closed(items), Reply::Closed(result)) => self.on_closed(items, result.map_err(classify)),
             (Pending::ReadPlacement, Reply::Placement(result)) => self.on_placement(result.map_err(classify)),
             (Pending::WritePlacement, Reply::PlacementWritten(result)) => {

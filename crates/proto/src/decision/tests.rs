@@ -533,7 +533,8 @@ fn held_locks_are_watched_once_the_lock_work_is_quiet_for_time_boundary() {
 
 /// At most `HELD_WATCH_REGISTRATIONS` held-lock watches are being registered at once: a member that just took many
 /// locks registers their watches in a stream, each registration's first answer letting the next one go. A
-/// registration that fails (its only answer) frees its slot too, and is asked again later.
+/// registration that fails (its only answer) frees its slot too, and is asked again later, as is a watch that a
+/// write to the held node used up.
 #[test]
 fn held_lock_watches_are_registered_a_few_at_a_time() {
     let limit = locks::HELD_WATCH_REGISTRATIONS;
@@ -568,6 +569,13 @@ fn held_lock_watches_are_registered_a_few_at_a_time() {
     items.dedup();
     assert_eq!(items.len(), limit + 8);
     assert_eq!(s.last_state(), PartitionState::Acquired);
+    // A write to a held node used its one-shot watch: the same node is watched again, as a request of its own.
+    let (_, changed_item) = asked(&s)[2];
+    s.send(Event::Reply(first[2], Reply::HeldChanged));
+    let (again, item) = *asked(&s).last().expect("a registration");
+    assert_eq!((asked(&s).len(), item), (limit + 10, changed_item), "watched again after its data changed");
+    s.send(Event::Reply(again, Reply::HeldWatchSet));
+    assert_eq!(s.last_state(), PartitionState::Acquired, "a data change is no loss");
     s.send(Event::Reply(first[0], Reply::HeldGone(Ok(()))));
     assert_eq!(s.last_state(), PartitionState::Release, "the second answer still tells of a deleted held node");
 }

@@ -252,10 +252,7 @@ impl Core {
             Err(ReqError::Fatal(_)) => return,
             // Not expected (the driver retries a registration lost with the connection): watch again. The lock stays
             // held: moving it out of `held` here would hide it from a suspension's verification.
-            Err(_) => {
-                self.locks.to_watch.push_back((item, node));
-                return;
-            }
+            Err(_) => return self.watch_held_again(item, node),
         }
         if !self.holds(item, &node) || self.ending.is_some() {
             return; // our own release, or a lock long replaced
@@ -436,6 +433,12 @@ impl Core {
                 self.locks.registering.insert(id);
             }
         }
+    }
+
+    /// A held lock's watch is to be registered again (its data changed, which used the watch, or the registration
+    /// failed): queued behind the others due, within the limit; dropped when sent if the lock is no longer held.
+    pub(in crate::decision) fn watch_held_again(&mut self, item: usize, node: String) {
+        self.locks.to_watch.push_back((item, node));
     }
 
     /// A held lock's watch is registered: its slot goes to the next one due (the next [`Core::watch_held`]).
