@@ -16,6 +16,7 @@ script and of bench/multi.py, each with a "label"), as a markdown table on stdou
 import argparse
 import json
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -30,7 +31,7 @@ def worker_command(args, items_file):
     common = ["--connect", args.connect, "--path", args.path, "--items-file", items_file, "--int-items",
               "--time-boundary", str(args.time_boundary), "--session-timeout", "10", "--json"]
     if args.impl == "rust":
-        return [args.worker] + common
+        return shlex.split(args.worker) + common
     return [sys.executable, os.path.join(HERE, "kazoo_bench.py"), "worker"] + common
 
 
@@ -154,7 +155,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("warm")
-    w.add_argument("--worker", help="the worker example's binary (rust)")
+    w.add_argument("--worker", help="the command that runs one rust member, e.g. \"target/release/zkp worker\"")
     w.add_argument("--label", required=True)
     w.add_argument("--impl", choices=["rust", "kazoo"], default="rust")
     w.add_argument("--connect", required=True)

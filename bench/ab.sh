@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# A/B bench: the worker example at two commits, alternately, on one ZooKeeper (BENCHMARKS.md, "A/B against any commit").
+# A/B bench: the worker (`zkp worker`, or an older commit's worker example) at two commits, alternately, on one
+# ZooKeeper (BENCHMARKS.md, "A/B against any commit").
 #
 #   bash bench/ab.sh <ref-A> [<ref-B>]     # B defaults to the working tree, uncommitted changes included
 #   bash bench/ab.sh HEAD~1                 # this change against the commit before it
 #   bash bench/ab.sh 7c2fb68 HEAD
 #
-# Every ref is exported (git archive) to ${CARGO_TARGET_DIR:-target}/ab/<commit>/src and its worker example built in
+# Every ref is exported (git archive) to ${CARGO_TARGET_DIR:-target}/ab/<commit>/src and its worker (zkp, or the example) built in
 # release mode in a target directory of its own, ${CARGO_TARGET_DIR:-target}/ab/<commit>/target (a first run against a
 # commit builds its dependencies too, a few minutes; a second run builds nothing). Not one shared target directory:
 # every exported tree is the same package to cargo, its artifacts would have the same names, and cargo could hand back
@@ -59,21 +60,23 @@ trap 'exit 130' INT TERM
 
 # shellcheck source=bench/cargo_exe.sh
 . bench/cargo_exe.sh
-# The worker example's binary of cargo's build in directory $1 with target directory $2, copied to $3.
+# The worker of the tree in directory $1, built with target directory $2 and copied to $3; sets worker_$4 to the
+# command that runs it (`zkp worker`, or an older commit's worker example).
 build_worker() {
-    local dir=$1 target=$2 out=$3 exe
-    exe=$(cd "$dir" && CARGO_TARGET_DIR=$target cargo_exe worker build --release --example worker)
-    cp "$exe" "$out"
+    local dir=$1 target=$2 out=$3 side=$4 command
+    command=$(CARGO_TARGET_DIR=$target worker_command "$dir" "$out") || exit 1
+    printf -v "worker_$side" '%s' "$command"
 }
 
-# Builds side $1 (A or B) from ref $2 ("" for the working tree); sets label_$1 and copies its worker to $work/$1.
+# Builds side $1 (A or B) from ref $2 ("" for the working tree); sets label_$1, copies its worker to $work/$1 and
+# sets worker_$1.
 prepare() {
     local side=$1 ref=$2 commit label
     if [ -z "$ref" ]; then
         commit=$(git rev-parse --short HEAD)
         label="$commit$(git diff --quiet HEAD -- src crates examples Cargo.toml Cargo.lock || echo '+changes')"
         say "building B: the working tree ($label)"
-        build_worker "$repo" "$target_root" "$work/$side"
+        build_worker "$repo" "$target_root" "$work/$side" "$side"
     else
         commit=$(git rev-parse --short "$ref^{commit}") || { echo "error: $ref is not a commit" >&2; exit 2; }
         label=$commit
@@ -89,7 +92,7 @@ prepare() {
         # A target directory per commit: every exported tree is the same package (same name, version and features)
         # to cargo, so in a shared one two commits' artifacts get the same file names, and cargo, finding a
         # commit's fingerprint fresh, would hand back the other commit's binary.
-        build_worker "$src" "$target_root/ab/$commit/target" "$work/$side"
+        build_worker "$src" "$target_root/ab/$commit/target" "$work/$side" "$side"
     fi
     printf -v "label_$side" '%s' "$label"
 }
@@ -125,16 +128,17 @@ jsonl="$work/ab.jsonl"
 : > "$jsonl"
 # One side's command, with its label.
 side_label() { if [ "$1" = A ]; then echo "$label_A"; else echo "$label_B"; fi; }
+side_worker() { if [ "$1" = A ]; then echo "$worker_A"; else echo "$worker_B"; fi; }
 order() { if [ $(( $1 % 2 )) = 1 ]; then echo "A B"; else echo "B A"; fi; }
 
 for n in $SIZES; do
     path="/ab/warm-$n"
     say "warm, $n items: one cold run to make the lock directories, then $RUNS runs per side"
-    python3 bench/ab.py warm --worker "$work/A" --label cold --connect "$connect" --path "$path" --items "$n" \
+    python3 bench/ab.py warm --worker "$worker_A" --label cold --connect "$connect" --path "$path" --items "$n" \
         --time-boundary "$TIME_BOUNDARY" >/dev/null
     for run in $(seq 1 "$RUNS"); do
         for side in $(order "$run"); do
-            python3 bench/ab.py warm --worker "$work/$side" --label "$(side_label "$side")" --connect "$connect" \
+            python3 bench/ab.py warm --worker "$(side_worker "$side")" --label "$(side_label "$side")" --connect "$connect" \
                 --path "$path" --items "$n" --time-boundary "$TIME_BOUNDARY" --run "$run" >> "$jsonl"
         done
     done
@@ -157,7 +161,7 @@ done
 say "join5: $GROUP_RUNS runs per side"
 for run in $(seq 1 "$GROUP_RUNS"); do
     for side in $(order "$run"); do
-        python3 bench/multi.py group --impl rust --rust-worker "$work/$side" --label "$(side_label "$side")" \
+        python3 bench/multi.py group --impl rust --rust-worker "$(side_worker "$side")" --label "$(side_label "$side")" \
             --connect "$connect" --items 1000 --time-boundary "$TIME_BOUNDARY" --run "$run" \
             --log-dir "$work" >> "$jsonl"
     done
@@ -166,7 +170,7 @@ done
 say "reaction to a party change: $REACT_RUNS runs of $REACT_CYCLES cycles per side"
 for run in $(seq 1 "$REACT_RUNS"); do
     for side in $(order "$run"); do
-        python3 bench/multi.py react --impl rust --rust-worker "$work/$side" --label "$(side_label "$side")" \
+        python3 bench/multi.py react --impl rust --rust-worker "$(side_worker "$side")" --label "$(side_label "$side")" \
             --connect "$connect" --items 1000 --cycles "$REACT_CYCLES" --time-boundary 0.1 --run "$run" \
             --log-dir "$work" >> "$jsonl"
     done

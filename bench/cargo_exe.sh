@@ -1,8 +1,9 @@
 # Sourced by the bench scripts: where cargo put a binary, from cargo's own report of the build, so that
 # CARGO_TARGET_DIR (or any configured target directory) is honoured and no path is assumed.
 #
-#   worker=$(cargo_exe worker build --release --example worker)
+#   zkp=$(cargo_exe zkp build --release -p zk-partitioner-cli --bin zkp)
 #   bench=$(cargo_exe partitioner bench --bench partitioner --no-run)
+#   worker=$(worker_command . "$work/worker")     # the command that runs one member: "$work/worker worker"
 
 # cargo_exe <target name> <cargo arguments...>: runs cargo with them and prints the executable built for that target.
 cargo_exe() {
@@ -18,4 +19,19 @@ for line in sys.stdin:
         return 1
     fi
     echo "$exe"
+}
+
+# worker_command <source tree> <copy to>: builds the worker of the tree in <source tree> in release mode (in
+# CARGO_TARGET_DIR if set), copies it to <copy to>, and prints the command that runs one member: `<copy> worker` for
+# `zkp` (crates/cli), `<copy>` alone for the worker example of a tree from before the tool had a crate (bench/ab.sh
+# builds older commits). The benchmarks' Python scripts take that command as --rust-worker / --worker.
+worker_command() {
+    local dir=$1 out=$2 exe
+    if [ -f "$dir/crates/cli/Cargo.toml" ]; then
+        exe=$(cd "$dir" && cargo_exe zkp build --release -p zk-partitioner-cli --bin zkp) || return 1
+        cp "$exe" "$out" && printf '%q worker\n' "$out"
+    else
+        exe=$(cd "$dir" && cargo_exe worker build --release --example worker) || return 1
+        cp "$exe" "$out" && printf '%q\n' "$out"
+    fi
 }

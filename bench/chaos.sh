@@ -5,8 +5,8 @@
 #   CHAOS_FAULTS=100 CHAOS_SEED=7 bash bench/chaos.sh     # ~5 minutes on 2 cores once built
 #   CHAOS_FAULTS=1000 CHAOS_SEED=7 bash bench/chaos.sh    # the long run: ~35 minutes
 #
-# It builds the worker example and the chaos test in release mode and runs private copies of them (a rebuild in the
-# tree during the run cannot swap them; the test finds the worker beside itself, as under target/), from the
+# It builds zkp and the chaos test in release mode and runs private copies of them (a rebuild in the tree during the
+# run cannot swap them; the test runs the zkp $ZKP names), from the
 # repository's root, with CHAOS_JSON. It writes bench/results/$OUT.jsonl (one JSON line per fault: kind, recovery
 # seconds, the liveness bound, seed), bench/results/$OUT.md (the run's line: date, commit, machine; and the test's
 # summary table) and, through bench/plot.py, bench/results/$OUT.svg. The test starts its own ZooKeeper container.
@@ -35,16 +35,18 @@ trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
 # What is measured: HEAD plus any uncommitted change to the library, the worker or the tests (noted before building).
-revision=$(measured_revision src examples tests Cargo.toml)
+revision=$(measured_revision src crates tests Cargo.toml)
 
-say "building the worker example and the chaos test (release)"
+say "building zkp and the chaos test (release)"
 # shellcheck source=bench/cargo_exe.sh
 . bench/cargo_exe.sh
-worker_exe=$(cargo_exe worker build --release --example worker)
-chaos_exe=$(cargo_exe chaos test --release --test chaos --no-run)
-mkdir -p "$work/release/deps" "$work/release/examples"
-cp "$worker_exe" "$work/release/examples/worker"
+zkp_exe=$(cargo_exe zkp build --release -p zk-partitioner-cli --bin zkp)
+chaos_exe=$(cargo_exe chaos test --release -p zk-partitioner-cli --test chaos --no-run)
+mkdir -p "$work/release/deps"
+cp "$zkp_exe" "$work/release/zkp"
 cp "$chaos_exe" "$work/release/deps/chaos"
+# The test runs the zkp named by $ZKP: the private copy.
+export ZKP="$work/release/zkp"
 
 busy_start=$(cpu_busy_pct)
 start=$(date -u '+%Y-%m-%d %H:%M')

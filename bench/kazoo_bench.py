@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The kazoo side of the benchmark (see BENCHMARKS.md): kazoo 2.11's SetPartitioner, doing what
-benches/partitioner.rs and examples/worker.rs do for this crate, printing the same JSON.
+benches/partitioner.rs and `zkp worker` (crates/cli/src/worker.rs) do for this crate, printing the same JSON.
 
     python3 bench/kazoo_bench.py single --connect HOST:PORT --path /p --items N [--time-boundary SECS]
         [--mode fresh|reused] [--run I]
@@ -13,7 +13,7 @@ received meanwhile (mntr before/after) and the process's peak RSS (VmHWM) once c
 The session is then closed, which deletes the lock nodes server-side (kazoo's finish() would delete them one by one,
 which takes about as long as acquiring them; it is not part of any figure).
 
-worker: examples/worker.rs's command line and JSON lines (ts, state, member, generation, items), for the
+worker: `zkp worker`'s command line and JSON lines (ts, state, member, generation, items), for the
 multi-process scenarios of bench/multi.py. Unlike tests/kazoo/kazoo_worker.py, which polls the state every 20 ms,
 it timestamps each transition when kazoo makes it (by wrapping SetPartitioner._set_state), so kazoo is not charged
 for a polling delay of the harness. The first line (ALLOCATING, generation 0) is printed once the member has joined.

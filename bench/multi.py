@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Multi-process scenarios of the benchmark (see BENCHMARKS.md), for either implementation: members are separate
-processes (this crate's examples/worker, or kazoo through bench/kazoo_bench.py worker), timed from the JSON lines
+processes (this crate's `zkp worker`, or kazoo through bench/kazoo_bench.py worker), timed from the JSON lines
 they print on every state change. One run per invocation, one JSON line per measurement on stdout.
 
     python3 bench/multi.py group --impl rust|kazoo --connect HOST:PORT [--bench-bin BIN] [--rust-worker BIN] [--run I]
@@ -9,7 +9,7 @@ they print on every state change. One run per invocation, one JSON line per meas
         [--items 1000] [--cycles 10] [--time-boundary 0.1] [--label L]
 
 (BIN: the Rust bench binary, used to delete the path afterwards (without it, kazoo deletes it); the worker example,
-default target/release/examples/worker; L: added to every JSON line.)
+the command that runs one member, default "target/release/zkp worker"; L: added to every JSON line.)
 
 group: 4 members start together on a fresh path ("start4": from the last member's join to all 4 ACQUIRED with a
 disjoint cover of the items), then a 5th joins ("join5": from its join to all 5 ACQUIRED again, disjoint cover). The
@@ -32,6 +32,7 @@ import json
 import os
 import queue
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -63,7 +64,7 @@ class Members:
                   "--int-items", "--identifier", identifier, "--time-boundary", str(time_boundary),
                   "--max-reaction-time", "1", "--session-timeout", "10", "--json"]
         if self.args.impl == "rust":
-            return [self.args.rust_worker] + common
+            return shlex.split(self.args.rust_worker) + common
         return [sys.executable, os.path.join(HERE, "kazoo_bench.py"), "worker"] + common
 
     def spawn(self, identifier, time_boundary):
@@ -319,7 +320,7 @@ def main():
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--time-boundary", type=float, default=None)
     parser.add_argument("--cycles", type=int, default=10)
-    parser.add_argument("--rust-worker", default="target/release/examples/worker")
+    parser.add_argument("--rust-worker", default="target/release/zkp worker")
     parser.add_argument("--bench-bin", help="the Rust bench binary (for delete-tree; without it, kazoo deletes)")
     parser.add_argument("--label", help="added to every JSON line (bench/ab.sh: which commit ran)")
     parser.add_argument("--log-dir", default=tempfile.gettempdir())

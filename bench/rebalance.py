@@ -9,7 +9,7 @@
 
 `bash bench/rebalance.sh` runs both (it starts the ZooKeeper container NAME, which `stall` pauses).
 
-Scenarios (every member is a separate process: this crate's examples/worker, or kazoo through
+Scenarios (every member is a separate process: this crate's `zkp worker`, or kazoo through
 bench/kazoo_bench.py worker; both print a JSON line, stamped with the wall clock, at every state change):
 
 - churn: 10 members start on a fresh path over the integers 0..999 and settle; then (join) an 11th process joins;
@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import queue
+import shlex
 import signal
 import statistics
 import subprocess
@@ -126,7 +127,7 @@ class Party:
                   "--int-items", "--identifier", identity(key), "--time-boundary", str(self.args.time_boundary),
                   "--max-reaction-time", "1", "--session-timeout", str(self.args.session_timeout), "--json"]
         if MODES[self.mode]["impl"] == "rust":
-            return [self.args.rust_worker] + common + MODES[self.mode]["flags"]
+            return shlex.split(self.args.rust_worker) + common + MODES[self.mode]["flags"]
         return [sys.executable, os.path.join(HERE, "kazoo_bench.py"), "worker"] + common
 
     def spawn(self, identifier):
@@ -532,7 +533,7 @@ def summary(values, fmt):
 
 
 DEFINITIONS = """\
-Every member is a separate process with its own ZooKeeper session: this crate's `examples/worker.rs` (release build)
+Every member is a separate process with its own ZooKeeper session: this crate's `zkp worker` (release build)
 with the flags below, or kazoo 2.11's `SetPartitioner` through `bench/kazoo_bench.py worker` (which stamps each state
 change when kazoo makes it, by wrapping `SetPartitioner._set_state`). Each prints a JSON line at every state change
 (wall-clock `ts`, `state`, `items`); every figure below is computed from those lines. Items are the integers 0..999;
@@ -576,7 +577,7 @@ Definitions:
   after the thaw).
 """
 
-RESTART_DEFINITIONS = """Every member is a separate process with its own ZooKeeper session: this crate's `examples/worker.rs` (release build)
+RESTART_DEFINITIONS = """Every member is a separate process with its own ZooKeeper session: this crate's `zkp worker` (release build)
 with the flags below, or kazoo 2.11's `SetPartitioner` through `bench/kazoo_bench.py worker` (which stamps each state
 change when kazoo makes it). Each prints a JSON line at every state change (wall-clock `ts`, `state`, `items`);
 every figure below is computed from those lines. Items are the integers 0..999.
@@ -764,7 +765,7 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--connect", required=True)
     r.add_argument("--container", required=True, help="the ZooKeeper container to pause for the stall")
-    r.add_argument("--rust-worker", default="target/release/examples/worker")
+    r.add_argument("--rust-worker", default="target/release/zkp worker")
     r.add_argument("--runs", type=int, default=3)
     r.add_argument("--modes", default=",".join(MODES))
     r.add_argument("--scenarios", default="churn,stall")

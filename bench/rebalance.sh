@@ -7,7 +7,7 @@
 #   SCENARIOS=restart bash bench/rebalance.sh   # ~8 minutes: rolling restarts (a deploy), 2 runs, static membership
 #
 # It ensures the ZooKeeper image (docker/zookeeper/build.sh: builds it locally if missing, never pulls) and kazoo 2.11
-# (pip), builds the worker example in release mode, starts ONE ZooKeeper container (removed on exit, however the script
+# (pip), builds zkp in release mode, starts ONE ZooKeeper container (removed on exit, however the script
 # ends), runs bench/rebalance.py against it, and writes bench/results/rebalance.md (the markdown section: command,
 # definitions, machine, tables) and bench/results/rebalance.jsonl (one JSON line per measured phase, with every
 # member's state changes). With SCENARIOS=restart (run on its own) the files are bench/results/restart.md and
@@ -74,14 +74,13 @@ fi
 kazoo_version=$(python3 -c 'import kazoo.version as v; print(v.__version__)')
 
 # What is measured: HEAD plus any uncommitted change to the library or the worker (noted before building).
-revision=$(measured_revision src examples/worker.rs Cargo.toml)
+revision=$(measured_revision src crates/proto crates/cli Cargo.toml)
 
-say "building the worker example (release)"
+say "building zkp (release)"
 # shellcheck source=bench/cargo_exe.sh
 . bench/cargo_exe.sh
-worker_exe=$(cargo_exe worker build --release --example worker)
 # A private copy: a rebuild in this tree during the run must not swap the binary under us.
-cp "$worker_exe" "$work/worker"
+worker=$(worker_command . "$work/worker")
 
 say "starting ZooKeeper ($container)"
 docker run -d --rm --name "$container" \
@@ -94,7 +93,7 @@ say "ZooKeeper $zk_version serving on $connect"
 
 results="$work/rebalance.jsonl"
 run_status=0
-python3 bench/rebalance.py run --connect "$connect" --container "$container" --rust-worker "$work/worker" \
+python3 bench/rebalance.py run --connect "$connect" --container "$container" --rust-worker "$worker" \
     --runs "$RUNS" --modes "$MODES" --scenarios "$SCENARIOS" --time-boundary "$TIME_BOUNDARY" \
     --session-timeout "$SESSION_TIMEOUT" --log-dir "$work/logs" >"$results" || run_status=$?
 

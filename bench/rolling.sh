@@ -37,7 +37,7 @@ cleanup() { "${compose[@]}" down -v >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-revision=$(measured_revision src examples tests Cargo.toml)
+revision=$(measured_revision src crates tests Cargo.toml)
 
 say "building the restart tests (release)"
 # shellcheck source=bench/cargo_exe.sh

@@ -4,8 +4,8 @@
 #   bash bench/run.sh            # full run (~15 min on 2 cores): median of 5 runs (fewer for kazoo's big sets)
 #   bash bench/run.sh --quick    # smoke check (~2 min): 1 run, 1,000 items only
 #
-# It ensures the ZooKeeper image (docker/zookeeper/build.sh) and kazoo 2.11 (pip), builds the Rust bench binary and the
-# worker example in release mode, starts ONE ZooKeeper container (removed on exit), runs every scenario for
+# It ensures the ZooKeeper image (docker/zookeeper/build.sh) and kazoo 2.11 (pip), builds the Rust bench binary and
+# zkp in release mode, starts ONE ZooKeeper container (removed on exit), runs every scenario for
 # zk-partitioner and for kazoo alternately against it, and writes the tables to stdout and to bench/results/latest.md
 # (raw JSON lines: bench/results/latest.jsonl; --quick writes quick.md / quick.jsonl instead), then draws the plots of
 # latest.jsonl (bench/plot.py: bench/results/acquired.svg, reaction.svg).
@@ -57,14 +57,13 @@ if ! python3 -c 'import kazoo.version as v, sys; sys.exit(not v.__version__.star
 fi
 kazoo_version=$(python3 -c 'import kazoo.version as v; print(v.__version__)')
 
-say "building the bench binary and the worker example (release)"
+say "building the bench binary and zkp (release)"
 # shellcheck source=bench/cargo_exe.sh
 . bench/cargo_exe.sh
-worker_exe=$(cargo_exe worker build --release --example worker)
 bench_exe=$(cargo_exe partitioner bench --bench partitioner --no-run)
 # Private copies: a rebuild in this tree during the run must not swap the binaries under us.
 cp "$bench_exe" "$work/partitioner-bench"
-cp "$worker_exe" "$work/worker"
+worker=$(worker_command . "$work/worker")
 bench="$work/partitioner-bench"
 revision="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo '+uncommitted src changes')"
 
@@ -100,7 +99,7 @@ single_pair() { # single_pair IMPL N RUN: a fresh path, then the same path reuse
 kazoo_runs() {
     case "$1" in 5000) echo "$KAZOO_RUNS_5K" ;; 20000) echo "$KAZOO_RUNS_20K" ;; *) echo "$RUNS" ;; esac
 }
-multi=(python3 bench/multi.py --connect "$connect" --bench-bin "$bench" --rust-worker "$work/worker"
+multi=(python3 bench/multi.py --connect "$connect" --bench-bin "$bench" --rust-worker "$worker"
     --log-dir "$work")
 
 say "warm-up (not recorded)"

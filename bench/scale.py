@@ -11,7 +11,7 @@ and the members.
 `bash bench/scale.sh` runs both (it starts the ZooKeeper container, with its transaction log directory and GC log
 on the host so that this script can read them).
 
-Hostings: `processes` (every member is an examples/worker process, as in bench/rebalance.py, whose Party class this
+Hostings: `processes` (every member is a `zkp worker` process, as in bench/rebalance.py, whose Party class this
 script reuses) and `inprocess` (every member lives in one benches/scale.rs process, each with its own client and
 ZooKeeper session; same JSON lines, routed by `id`).
 
@@ -355,7 +355,7 @@ class Server:
 
 
 class ProcessParty(Party):
-    """rebalance.py's Party (one examples/worker process per member), with the member flags of this benchmark."""
+    """rebalance.py's Party (one `zkp worker` process per member), with the member flags of this benchmark."""
 
     def __init__(self, args, mode, path, items_file):
         super().__init__(args, "eager-stride", path, items_file)
@@ -852,7 +852,7 @@ def fmt_ms(value):
 
 
 DEFINITIONS = """\
-**Members.** `processes`: every member is a separate `examples/worker.rs` process (release build, as in the
+**Members.** `processes`: every member is a separate `zkp worker` process (release build, as in the
 rebalance benchmark, whose `Party` class `bench/scale.py` reuses), with its own ZooKeeper session. `in one process`:
 every member lives in one `benches/scale.rs` process (release build), each with its own client and session, on one
 multi-threaded Tokio runtime (one worker thread per core unless `INPROCESS_THREADS` says otherwise; the partition
@@ -1196,7 +1196,7 @@ def main():
     r.add_argument("--zk-data", required=True, help="the host directory mounted as ZooKeeper's dataLogDir")
     r.add_argument("--zk-gc-log", required=True, help="the host path of ZooKeeper's GC log")
     r.add_argument("--zk-heap-mb", type=int, default=256)
-    r.add_argument("--rust-worker", default="target/release/examples/worker")
+    r.add_argument("--rust-worker", default="target/release/zkp worker")
     r.add_argument("--host-bin", default="", help="the benches/scale.rs executable (in-process hosting)")
     r.add_argument("--host-threads", type=int, default=0,
                    help="the in-process host's Tokio worker threads (default: Tokio's, one per core)")

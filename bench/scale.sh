@@ -8,8 +8,8 @@
 #   bash bench/scale.sh                               # 10 members × 10,000 items, every mode and hosting, 1 run
 #   MEMBERS=100 ITEMS=100000 bash bench/scale.sh      # the issue's size
 #
-# It ensures the ZooKeeper image (docker/zookeeper/build.sh: builds it locally if missing, never pulls), builds the
-# worker example and the bench binaries (benches/scale.rs: the in-process host; benches/partitioner.rs: delete-tree
+# It ensures the ZooKeeper image (docker/zookeeper/build.sh: builds it locally if missing, never pulls), builds
+# zkp and the bench binaries (benches/scale.rs: the in-process host; benches/partitioner.rs: delete-tree
 # between runs) in release mode, starts ONE ZooKeeper container with a ZOO_HEAP_MB heap, its transaction log and GC
 # log on the host (removed on exit, however the script ends, with every member process), runs bench/scale.py against
 # it and writes bench/results/$OUT.md (the markdown section) and bench/results/$OUT.jsonl (one JSON line per phase),
@@ -22,8 +22,8 @@
 # member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in),
 # INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s),
 # SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale), ZOOKEEPER_IMAGE
-# (zk-partitioner/zookeeper:3.8), WORKER (a worker binary to run instead of this tree's), MACHINE_NOTE (a sentence
-# added to the machine line), ZK_ROUTE (bridge: the container's address; proxy: the published port, through
+# (zk-partitioner/zookeeper:3.8), WORKER (a worker command to run instead of this tree's `zkp worker`), MACHINE_NOTE
+# (a sentence added to the machine line), ZK_ROUTE (bridge: the container's address; proxy: the published port, through
 # docker-proxy), ZK_HOST (docker; process: ZooKeeper as a plain Java process from Debian's libzookeeper-java on
 # loopback, no container), ZK_MAX_SESSION_TIMEOUT (60000 ms: the server's cap on session timeouts; ZooKeeper's own
 # default at tickTime 200 ms would be 20 ticks, 4 s).
@@ -95,19 +95,18 @@ python3 -c 'import kazoo' 2>/dev/null || {
 }
 
 # What is measured: HEAD plus any uncommitted change to the library or the worker (noted before building).
-revision=$(measured_revision src examples/worker.rs benches/scale.rs Cargo.toml)
-[ -z "${WORKER:-}" ] || revision="the worker binary $WORKER (the in-process host and tools: $revision)"
+revision=$(measured_revision src crates/proto crates/cli benches/scale.rs Cargo.toml)
+[ -z "${WORKER:-}" ] || revision="the worker $WORKER (the in-process host and tools: $revision)"
 
-say "building the worker example and the bench binaries (release)"
+say "building zkp and the bench binaries (release)"
 # shellcheck source=bench/cargo_exe.sh
 . bench/cargo_exe.sh
-worker_exe=$(cargo_exe worker build --release --example worker)
 host_bin=$(cargo_exe scale bench --bench scale --no-run)
 bench_bin=$(cargo_exe partitioner bench --bench partitioner --no-run)
 # Private copies: a rebuild in this tree during the run must not swap the binaries under us.
-# WORKER=BIN: another worker binary for the separate processes (another commit's, built by bench/ab.sh under
-# ${CARGO_TARGET_DIR:-target}/ab), to compare commits on this bench.
-cp "${WORKER:-$worker_exe}" "$work/worker"
+# WORKER=COMMAND: another worker for the separate processes (e.g. another commit's, built by bench/ab.sh under
+# ${CARGO_TARGET_DIR:-target}/ab: "BIN worker" for a zkp, "BIN" for an older worker example), to compare commits.
+worker=${WORKER:-$(worker_command . "$work/worker")}
 cp "$host_bin" "$work/scale-host"
 cp "$bench_bin" "$work/partitioner"
 
@@ -169,7 +168,7 @@ results="bench/results/$OUT.jsonl"
 : >"$results"
 run_status=0
 python3 bench/scale.py run --own-process-group --connect "$connect" "${zk_args[@]}" --zk-data "$work/zkdata" \
-    --zk-gc-log "$work/zklog/gc.log" --zk-heap-mb "$ZOO_HEAP_MB" --rust-worker "$work/worker" \
+    --zk-gc-log "$work/zklog/gc.log" --zk-heap-mb "$ZOO_HEAP_MB" --rust-worker "$worker" \
     --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --warmup "$WARMUP" --modes "$MODES" \
     --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
     --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --host-threads "${INPROCESS_THREADS:-0}" \

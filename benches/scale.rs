@@ -191,7 +191,7 @@ fn item_json(item: &Item) -> Value {
     }
 }
 
-/// The worker example's JSON line (see examples/worker.rs), plus `id` and `partition_fn_ms`.
+/// `zkp worker`'s JSON line (see crates/cli/src/worker.rs), plus `id` and `partition_fn_ms`.
 fn print_snapshot(id: &str, snapshot: &Snapshot, session: i64, nanos: &AtomicU64) {
     let mut line = Map::new();
     line.insert("ts".into(), json!(now()));

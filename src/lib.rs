@@ -194,7 +194,7 @@
 //! - [`describe()`] reads a partition path with any client (no membership needed) and returns a [`Description`]: the
 //!   members, every item's owner with its fencing token and the contenders queued behind it, the unowned items,
 //!   orphaned lock nodes, counts per owner and, given the partition function, the items held outside their holder's
-//!   share. It works on kazoo parties too. `examples/inspect.rs` prints it as a table or as JSON, once or on every
+//!   share. It works on kazoo parties too. `zkp inspect` (crates/cli) prints it as a table or as JSON, once or on every
 //!   change.
 //! - Fenced checkpoints: a [`CheckpointWriter`] ([`SetPartitioner::checkpoint_writer`]) stores a small blob (at most
 //!   [`MAX_CHECKPOINT_SIZE`]) at `<path>/checkpoints/<item>` in one `multi` that ZooKeeper applies only while the

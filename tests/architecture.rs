@@ -1,6 +1,6 @@
 //! The workspace's shape, checked: the limits a newcomer relies on to find their way (ARCHITECTURE.md is the map).
-//! Reads the sources of every crate (`src/`, `crates/proto/src/`, `crates/testing/src/`) and their manifests as text;
-//! no ZooKeeper needed.
+//! Reads the sources of every crate (`src/`, `crates/proto/src/`, `crates/testing/src/`, `crates/cli/src/`) and their
+//! manifests as text; no ZooKeeper needed.
 //!
 //! - no source file is longer than 800 lines, the decision core's `mod.rs` than 600, the driver's loop than 250;
 //! - within each crate, no cycle of imports, of any length, among modules (top-level modules, and siblings inside
@@ -36,7 +36,8 @@ fn repo() -> &'static Path {
 
 /// The crates whose sources the checks read: the module path's first part for each (`proto::decision`), and its
 /// `src/`.
-const CRATES: [(&str, &str); 3] = [("", "src"), ("proto", "crates/proto/src"), ("testing", "crates/testing/src")];
+const CRATES: [(&str, &str); 4] =
+    [("", "src"), ("proto", "crates/proto/src"), ("testing", "crates/testing/src"), ("cli", "crates/cli/src")];
 
 fn src_dir(krate: &str) -> PathBuf {
     let (_, dir) = CRATES.iter().find(|(name, _)| *name == krate).expect("a known crate");
@@ -58,7 +59,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn module_path(krate: &str, file: &Path, prefixed: bool) -> String {
     let rel = file.strip_prefix(src_dir(krate)).expect("under src").with_extension("");
     let mut parts: Vec<String> = rel.iter().map(|part| part.to_string_lossy().into_owned()).collect();
-    if parts.last().is_some_and(|last| last == "mod" || last == "lib") {
+    if parts.last().is_some_and(|last| last == "mod" || last == "lib" || last == "main") {
         parts.pop();
     }
     if prefixed && !krate.is_empty() {
@@ -622,7 +623,7 @@ fn dependencies(manifest: &str) -> Vec<String> {
 /// `cargo tree -i zk-partitioner-testing -e normal`).
 #[test]
 fn nothing_depends_on_the_test_kit_but_tests() {
-    for manifest in ["Cargo.toml", "crates/proto/Cargo.toml", "crates/testing/Cargo.toml"] {
+    for manifest in ["Cargo.toml", "crates/proto/Cargo.toml", "crates/testing/Cargo.toml", "crates/cli/Cargo.toml"] {
         let names = dependencies(manifest);
         assert!(names.len() >= 2, "read {manifest}'s dependencies: {names:?}");
         assert!(!names.iter().any(|name| name.contains("testing")), "{manifest} depends on the test kit: {names:?}");

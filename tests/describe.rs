@@ -1,18 +1,16 @@
-//! `describe()` and `examples/inspect.rs` on a real ZooKeeper: Rust and kazoo members, orphaned lock nodes and
-//! contended items, compared with the lock nodes as an independent reader sees them; a weighted party's capacities
-//! and loads, compared with what its members report.
+//! `describe()` on a real ZooKeeper (`zkp inspect` prints it: crates/cli/tests/inspect.rs): Rust and kazoo members,
+//! orphaned lock nodes and contended items, compared with the lock nodes as an independent reader sees them; a weighted
+//! party's capacities and loads, compared with what its members report.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::counting::{CountingProxy, op};
 use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, TIME_BOUNDARY, auto_release, ints};
 use common::{Ctx, timing, wait_for, wait_until};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     DescribeOptions, Description, Error, Item, KazooStride, PartitionState, SharedSet, Weight, WeightedRendezvous,
@@ -320,130 +318,6 @@ async fn a_missing_path_is_a_clear_error() {
     assert!(d.members.is_empty());
     assert_eq!(d.unowned, ["0", "1"]);
     assert_eq!(d.imbalance(), None);
-}
-
-/// The `inspect` example, built as `cargo build --example inspect` builds it (next to this test's binary). Off the
-/// test's runtime: a build blocking it for seconds would suspend the sessions of the test's members.
-async fn inspect_binary() -> std::path::PathBuf {
-    tokio::task::spawn_blocking(build_inspect).await.expect("building the inspect example")
-}
-
-fn build_inspect() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
-    let mut build = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build.args(["build", "--quiet", "--example", "inspect"]).current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|name| name == "release") {
-        build.arg("--release");
-    }
-    let status = build.status().expect("run cargo build --example inspect");
-    assert!(status.success(), "cargo build --example inspect failed");
-    profile_dir.join("examples").join("inspect")
-}
-
-/// Runs `inspect` with `args` to completion: (exit code, stdout, stderr).
-async fn inspect(args: &[&str]) -> (i32, String, String) {
-    let output =
-        tokio::process::Command::new(inspect_binary().await).args(args).output().await.expect("run examples/inspect");
-    let text = |bytes: Vec<u8>| String::from_utf8(bytes).expect("UTF-8 output");
-    (output.status.code().unwrap_or(-1), text(output.stdout), text(output.stderr))
-}
-
-#[tokio::test]
-async fn the_inspect_command_prints_a_table_json_and_changes() {
-    // given: the command, built
-    inspect_binary().await;
-    // and one member holding four items, and an orphan queued behind it on item 2
-    let ctx = Ctx::new().await;
-    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
-    let items = ints(4);
-    let member: Member = ctx.member("solo", items.clone()).await;
-    member.wait_items(&items, timing(Duration::from_secs(10))).await;
-    let name = member.partitioner.member().to_string();
-    let ghost = ctx.client().await;
-    orphan_contender(&ghost, "2", "ghost").await;
-
-    // when: an operator runs the table
-    let (code, table, stderr) = inspect(&["--connect", &connect, "--path", PATH, "--items", "0,1,2,3,4"]).await;
-    assert_eq!(code, 0, "stderr: {stderr}");
-    // then: the member with its count, the unowned item, the contended item and the orphan are there
-    println!("{table}");
-    assert!(table.starts_with(&format!(
-        "partition {PATH}: 1 members, 5 items (4 owned, 1 unowned, 1 contended), 1 orphaned lock nodes\n"
-    )));
-    let session = member.session().to_string();
-    let member_row = table.lines().find(|line| line.trim_start().starts_with(&name)).expect("a row for the member");
-    let cells: Vec<&str> = member_row.split_whitespace().collect();
-    assert_eq!((cells[1], cells[2], cells[cells.len() - 2], cells[cells.len() - 1]), ("solo", &*session, "4", "0"));
-    assert!(table.contains("imbalance: 1.00 (most 4, mean 4.0 items per member)"), "{table}");
-    assert!(table.contains("\nUNOWNED (1)\n  4\n"), "{table}");
-    let ghost_session = ghost.session_id().0.to_string();
-    assert!(table.contains(&format!("{name} ({session})")), "{table}");
-    assert!(table.contains(&format!("ghost ({ghost_session}, orphan)")), "{table}");
-    let orphan_row = table.lines().skip_while(|l| !l.starts_with("ORPHANS (1)")).nth(2).expect("an orphan row");
-    assert_eq!(orphan_row.split_whitespace().take(4).collect::<Vec<_>>(), ["2", "ghost", &*ghost_session, "waits"]);
-
-    // when: the same as JSON
-    let (code, json, _) = inspect(&["--connect", &connect, "--path", PATH, "--json", "--partition", "stride"]).await;
-    assert_eq!(code, 0);
-    let doc: serde_json::Value = serde_json::from_str(&json).expect("one JSON document");
-    // then: the same facts, as data
-    assert_eq!(doc["path"], PATH);
-    assert_eq!(doc["members"][0]["name"], name.as_str());
-    assert_eq!(doc["members"][0]["session"], member.session(), "sessions are numbers, as in the worker's JSON");
-    assert_eq!(doc["members"][0]["items"], 4);
-    assert_eq!(doc["contended"], serde_json::json!(["2"]));
-    assert_eq!(doc["orphans"][0]["member"], "ghost");
-    assert_eq!(doc["orphans"][0]["holds"], false);
-    assert_eq!(doc["outside_share"], serde_json::json!([]));
-    assert_eq!(doc["owner_counts"][&name], 4);
-    let token = member.partitioner.fencing_token(&Item::from(1));
-    let token = token.unwrap_or_else(|| panic!("no token: {:?}", member.partitioner.snapshot())).get();
-    let one = doc["items"].as_array().unwrap().iter().find(|i| i["item"] == "1").expect("item 1");
-    assert_eq!(one["owner"]["token"], token);
-
-    // when: the ghost goes (it would hold item 2 once the member lets go of it), the command watches, and a second
-    // member joins
-    drop(ghost);
-    let mut watcher = tokio::process::Command::new(inspect_binary().await)
-        .args(["--connect", &connect, "--path", PATH, "--json", "--watch"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn inspect --watch");
-    let mut lines = BufReader::new(watcher.stdout.take().unwrap()).lines();
-    let deadline = timing(Duration::from_secs(20));
-    let mut next_doc = async || -> serde_json::Value {
-        let line = tokio::time::timeout(deadline, lines.next_line()).await.expect("a line in time").unwrap().unwrap();
-        serde_json::from_str(&line).expect("one JSON document per line")
-    };
-    assert_eq!(next_doc().await["members"].as_array().unwrap().len(), 1);
-    let _worker = auto_release(&member.partitioner);
-    let second = ctx.member("second", items.clone()).await;
-    let _second_worker = auto_release(&second.partitioner);
-    // then: it prints again, until it shows both members sharing the items
-    let started = Instant::now();
-    loop {
-        let doc = next_doc().await;
-        let members = doc["members"].as_array().unwrap();
-        if members.len() == 2 && members.iter().all(|m| m["items"] == 2) {
-            break;
-        }
-        assert!(started.elapsed() < deadline, "no document with two members holding 2 items each: {doc}");
-    }
-    watcher.kill().await.unwrap();
-
-    // and a missing path fails with a clear message and status 1
-    let (code, _, stderr) = inspect(&["--connect", &connect, "--path", "/nowhere"]).await;
-    assert_eq!((code, stderr.trim()), (1, "inspect: partition path /nowhere does not exist"));
-    // and --help shows every flag with its default
-    let (code, help, _) = inspect(&["--help"]).await;
-    assert_eq!(code, 0);
-    let flags = ["--connect", "--path", "--json", "--watch", "--items", "--partition", "--limit", "--session-timeout"];
-    for flag in flags.into_iter().chain(["--connect-timeout", "--shared-set", "--owner-of"]) {
-        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
-    }
-    assert_eq!(help.matches("[default: ").count(), 10, "{help}");
 }
 
 /// `describe` of 10,000 items held by 4 members: time and requests (BENCHMARKS.md, "describe"). Run with

@@ -125,9 +125,9 @@ async fn record_owners(ctx: &Ctx) -> BTreeMap<Item, String> {
     owners
 }
 
-/// An operator's view of a settled party (`describe`, `inspect --partition sticky`): with the sticky function, the
-/// shares come from the record, written for the party and set as read, and nothing is held outside its share; with the
-/// greedy (what `--partition weighted` gives), the shares are not the party's.
+/// An operator's view of a settled party (`describe`, which `zkp inspect --partition sticky` prints): with the sticky
+/// function, the shares come from the record, written for the party and set as read, and nothing is held outside its
+/// share; with the greedy (what `--partition weighted` gives), the shares are not the party's.
 async fn described_as_held(ctx: &Ctx) {
     let sticky = WeightedRendezvous::default().sticky();
     let options = DescribeOptions::new().shared_set(true).partition_func(&sticky);
@@ -144,19 +144,6 @@ async fn described_as_held(ctx: &Ctx) {
     let view = describe_with(&ctx.observer, PATH, options).await.expect("describe");
     assert!(view.outside_share.is_some_and(|outside| !outside.is_empty()), "the greedy's shares are the party's");
     assert_eq!(view.placement, None);
-
-    // The operator's command says the same.
-    let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
-    let output = tokio::process::Command::new(common::example("inspect"))
-        .args(["--connect", &connect, "--path", PATH, "--shared-set", "--partition", "sticky", "--json"])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run inspect");
-    assert!(output.status.success(), "{output:?}");
-    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
-    assert_eq!(doc["placement"], serde_json::json!({"items": ITEMS, "current": true}), "{doc}");
-    assert_eq!(doc["outside_share"], serde_json::json!([]), "{doc}");
 }
 
 /// Between the assignments `before` and `after` a join, items moved, and only to `joiner`.

@@ -36,10 +36,15 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
-/// An example binary beside this test's (`cargo test` builds the examples).
-pub fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let path = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("examples").join(name)).expect("target");
-    assert!(path.exists(), "{} is missing: `cargo test` builds it (or `cargo build --example {name}`)", path.display());
-    path
+/// The `zkp` binary the tool's tests run (`crates/cli/tests`, which include this harness): `$ZKP` if set (CI points it
+/// at the binary `cargo install` put on a PATH, to test what an operator installs), else the one cargo built for
+/// these tests. The library's own tests do not run it.
+pub fn zkp() -> std::path::PathBuf {
+    if let Some(installed) = std::env::var_os("ZKP") {
+        return installed.into();
+    }
+    match option_env!("CARGO_BIN_EXE_zkp") {
+        Some(built) => built.into(),
+        None => panic!("zkp is run only by the tool's tests, under crates/cli/tests"),
+    }
 }

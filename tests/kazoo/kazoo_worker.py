@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""kazoo's SetPartitioner worker loop: the Python counterpart of examples/worker.rs.
+"""kazoo's SetPartitioner worker loop: the Python counterpart of `zkp worker`.
 
 Used by the interop tests (tests/interop.rs) to put real kazoo members in a party with Rust members. Prints one JSON
 object per state change on stdout: ts, state, member (kazoo's member name is its identifier), items (when ACQUIRED),

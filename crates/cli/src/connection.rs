@@ -1,8 +1,8 @@
-//! The session flags the worker, inspect and shared_set examples share (each includes this file with `#[path]`, beside
-//! `common/tls.rs`): `--connect`, required by all three (there is no default server: a tool that quietly reached
-//! 127.0.0.1:2181 could read or change the wrong cluster), `--connect-timeout`, `--fail-fast`, `--auth` and the TLS
-//! flags, checked while the arguments are parsed, and one connect error: the library's, which says what went wrong
-//! with each server. A connect that takes more than a second says on stderr how long it will wait.
+//! The session flags `zkp worker`, `zkp inspect` and `zkp items` share (beside `tls.rs`): `--connect`, required by all
+//! three (there is no default server: a tool that quietly reached 127.0.0.1:2181 could read or change the wrong
+//! cluster), `--connect-timeout`, `--fail-fast`, `--auth` and the TLS flags, checked while the arguments are parsed,
+//! and one connect error: the library's, which says what went wrong with each server. A connect that takes more than a
+//! second says on stderr how long it will wait.
 //!
 //! Sessions are printed in decimal by all three, as ZooKeeper's clients return them (`Client::session_id().0`, kazoo's
 //! `client_id[0]`); zkCli and the server's log print the same number in hex (`printf '%#x\n' <session>` converts).
@@ -33,7 +33,8 @@ pub struct SessionArgs {
     #[arg(long)]
     pub fail_fast: bool,
     /// Authenticate the session: SCHEME:CREDENTIALS, e.g. digest:USER:PASSWORD (to read or change nodes whose ACL
-    /// grants that identity alone; worker and shared_set then create their nodes creator-all, for that identity only)
+    /// grants that identity alone; `zkp worker` and `zkp items` then create their nodes creator-all, for that identity
+    /// only)
     #[arg(long, value_name = "SCHEME:CREDENTIALS", value_parser = auth)]
     pub auth: Option<(String, String)>,
     #[command(flatten)]

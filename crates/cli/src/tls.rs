@@ -1,5 +1,4 @@
-//! `--tls-ca`, `--tls-cert` and `--tls-key`, shared by the worker, inspect and shared_set examples (each includes this
-//! file with `#[path]`).
+//! `--tls-ca`, `--tls-cert` and `--tls-key`, shared by every subcommand that opens a session.
 
 use std::path::PathBuf;
 
@@ -10,7 +9,7 @@ use zk_partitioner::zookeeper_client::Connector;
 pub struct TlsArgs {
     /// Connect over TLS, trusting the CA certificates in this PEM file to authenticate the servers; the servers of
     /// --connect written without a scheme are then reached over TLS (as tcp+tls://HOST:PORT, the servers'
-    /// secureClientPort). Needs the examples built with the `tls` feature
+    /// secureClientPort). Needs zkp built with its default `tls` feature
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// With --tls-ca and --tls-key: the client certificate (PEM) to present, for servers that require one
@@ -46,8 +45,8 @@ impl TlsArgs {
     #[cfg(not(feature = "tls"))]
     pub fn apply(&self, connector: Connector, cluster: &str) -> Result<(Connector, String), String> {
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_key.is_some() {
-            return Err("--tls-ca/--tls-cert/--tls-key need TLS support, which this build lacks: build the example \
-                        with `--features tls`"
+            return Err("--tls-ca/--tls-cert/--tls-key need TLS support, which this build lacks: install zkp \
+                        with its default features"
                 .to_string());
         }
         Ok((connector, cluster.to_string()))

@@ -1,4 +1,4 @@
-//! The lineage trees, as `shared_set lineage` and `inspect --shared-set` print them: text, one tree per root, a
+//! The lineage trees, as `zkp items lineage` and `zkp inspect --shared-set` print them: text, one tree per root, a
 //! child under each of its parents; or JSON.
 
 use std::collections::BTreeSet;

@@ -3,9 +3,9 @@
 //! lines it prints), and the recovery after each fault held to the liveness bound.
 //!
 //! ```text
-//! cargo test --test chaos                                        # the short run CI does: 20 faults
-//! cargo build --release --example worker && CHAOS_FAULTS=1000 CHAOS_SEED=7 \
-//!     cargo test --release --test chaos -- --nocapture              # the long run behind RELIABILITY.md
+//! cargo test -p zk-partitioner-cli --test chaos                   # the short run CI does: 20 faults
+//! CHAOS_FAULTS=1000 CHAOS_SEED=7 \
+//!     cargo test --release -p zk-partitioner-cli --test chaos -- --nocapture   # the long run behind RELIABILITY.md
 //! ```
 //!
 //! Every recovery, from the end of its fault to full convergence, must be within the liveness bound RELIABILITY.md
@@ -29,6 +29,7 @@
 //! `CHAOS_JSON=<file>` also writes one JSON line per fault (its kind and recovery time) to that file, for the plot
 //! `bench/chaos.sh` draws with `bench/plot.py`.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -140,7 +141,7 @@ impl View {
     }
 }
 
-/// The worker example as a separate process, seen through its JSON lines.
+/// `zkp worker` as a separate process, seen through its JSON lines.
 struct Process {
     child: Child,
     /// Its connection's proxy: kept so the route stays up while the process lives.
@@ -169,18 +170,6 @@ struct World {
     next_id: usize,
 }
 
-fn worker_binary() -> std::path::PathBuf {
-    // target/<profile>/deps/chaos-<hash> → target/<profile>/examples/worker
-    let exe = std::env::current_exe().expect("test executable path");
-    let path = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("examples/worker")).expect("target dir");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --example worker` (plain `cargo test` does)",
-        path.display()
-    );
-    path
-}
-
 impl World {
     async fn member(&mut self) -> InProcess {
         self.next_id += 1;
@@ -198,7 +187,8 @@ impl World {
         self.next_id += 1;
         let proxy = Proxy::start(self.server.addr()).await;
         let items: Vec<String> = self.items.iter().map(Item::to_string).collect();
-        let mut child = Command::new(worker_binary())
+        let mut child = Command::new(common::zkp())
+            .arg("worker")
             .args(["--connect", &format!("{}{}", proxy.endpoint(), self.namespace), "--path", common::faults::PATH])
             .args(["--items", &items.join(","), "--int-items", "--identifier", &format!("p{}", self.next_id)])
             .args(["--time-boundary", &format!("{}", TIME_BOUNDARY.as_secs_f64())])
@@ -207,7 +197,7 @@ impl World {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("spawn the worker example");
+            .expect("spawn zkp worker");
         let view = Arc::new(Mutex::new(View::default()));
         let sink = view.clone();
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();

@@ -4,11 +4,12 @@
 //! `shared_set` process behind a proxy that lets its commit reach the server and drops the reply; the other admin's
 //! updates are `shared_set` processes too.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::time::Duration;
 
-use common::{Ctx, Proxy, example, timing, wait_for};
+use common::{Ctx, Proxy, timing, wait_for, zkp};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 use zk_partitioner::{Item, SharedSet};
@@ -21,8 +22,9 @@ const MULTI: i32 = 14;
 
 /// Runs `shared_set` on `cluster` (the namespace's connect string, or a proxy's) with `args`, as a process.
 fn shared_set(cluster: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(example("shared_set"));
+    let mut command = Command::new(zkp());
     command
+        .arg("items")
         .args(["--connect", cluster, "--path", PATH, "--json", "--session-timeout", "30"])
         .args(args)
         .stdout(std::process::Stdio::piped())

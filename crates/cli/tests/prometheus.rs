@@ -1,14 +1,15 @@
-//! The worker example's Prometheus endpoint (`--metrics-addr`), scraped over HTTP as Prometheus does: the metrics'
+//! `zkp worker`'s Prometheus endpoint (`--metrics-addr`), scraped over HTTP as Prometheus does: the metrics'
 //! help and type lines, and their values after a rebalance (items held, rebalances by cause, allocation time, the
 //! state gauges, the set's size, and the two members' items held adding up to it, as the example alerts in
 //! docs/prometheus expect); and a clear error when the address cannot be served.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Ctx, example, timing, wait_for};
+use common::{Ctx, timing, wait_for, zkp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -21,8 +22,9 @@ fn free_addr() -> String {
 }
 
 fn worker(ctx: &Ctx, identifier: &str, extra: &[&str]) -> Command {
-    let mut command = Command::new(example("worker"));
+    let mut command = Command::new(zkp());
     command
+        .arg("worker")
         .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH])
         .args(["--identifier", identifier, "--items", "0,1,2,3,4,5,6,7,8,9", "--int-items"])
         .args(["--time-boundary", "0.3", "--session-timeout", "6", "--json"])
@@ -80,7 +82,7 @@ async fn a_worker_serves_its_metrics_to_prometheus() {
     let ctx = Ctx::new().await;
     let addr = free_addr();
     let spawned = unix_now();
-    let w0 = worker(&ctx, "w0", &["--metrics-addr", &addr]).spawn().expect("spawn the worker example");
+    let w0 = worker(&ctx, "w0", &["--metrics-addr", &addr]).spawn().expect("spawn zkp worker");
     let items = format!("zk_partitioner_items{{path=\"{PATH}\"}}");
     let held = |value: f64| {
         let addr = addr.clone();
@@ -121,7 +123,7 @@ async fn a_worker_serves_its_metrics_to_prometheus() {
 
     // A second member joins: w0 releases (eager), a rebalance caused by the party, and allocates its half again.
     let addr1 = free_addr();
-    let w1 = worker(&ctx, "w1", &["--metrics-addr", &addr1]).spawn().expect("spawn the worker example");
+    let w1 = worker(&ctx, "w1", &["--metrics-addr", &addr1]).spawn().expect("spawn zkp worker");
     let body = wait_for("w0 to hold 5 items", timing(Duration::from_secs(30)), held(5.0)).await;
     let rebalances = format!("zk_partitioner_rebalances_total{{path=\"{PATH}\",cause=\"party_changed\"}}");
     assert_eq!(sample(&body, &rebalances), Some(1.0), "one rebalance caused by the party:\n{body}");
@@ -147,7 +149,7 @@ async fn a_worker_serves_its_metrics_to_prometheus() {
     assert_eq!((held_by(&body), held_by(&body1)), (Some(5.0), Some(5.0)), "w0:\n{body}\nw1:\n{body1}");
 
     // The address is taken now: another worker asked to serve on it says so and exits without joining.
-    let taken = worker(&ctx, "w2", &["--metrics-addr", &addr]).output().await.expect("run the worker example");
+    let taken = worker(&ctx, "w2", &["--metrics-addr", &addr]).output().await.expect("run zkp worker");
     let stderr = String::from_utf8_lossy(&taken.stderr);
     assert!(!taken.status.success(), "a worker on a taken metrics address ran: {stderr}");
     assert!(stderr.contains(&format!("cannot serve metrics on {addr}")), "unclear error: {stderr}");

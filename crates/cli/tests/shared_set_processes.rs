@@ -1,8 +1,9 @@
-//! The worker example as users run it. The shared set: `worker --shared-set` members in separate processes, changed with the
-//! `shared_set` admin command, under both rebalance modes; and the rolling deploy (`--items a,b,c` beside
+//! `zkp worker` as users run it. The shared set: `zkp worker --shared-set` members in separate processes, changed with
+//! the `zkp items` admin command, under both rebalance modes; and the rolling deploy (`--items a,b,c` beside
 //! `--items b,c`), which both members report at once in their JSON. And `--checkpoints`: a worker resumes from the
 //! fenced checkpoint its predecessor wrote.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeSet;
@@ -10,7 +11,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Ctx, example, timing, wait_for};
+use common::{Ctx, timing, wait_for, zkp};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -28,7 +29,8 @@ struct Worker {
 impl Worker {
     async fn start(ctx: &Ctx, identifier: &str, extra: &[&str]) -> Worker {
         // Every worker here is given --time-boundary by its test.
-        let mut child = Command::new(example("worker"))
+        let mut child = Command::new(zkp())
+            .arg("worker")
             .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH])
             .args(["--identifier", identifier, "--session-timeout", "6", "--json"])
             .args(extra)
@@ -36,7 +38,7 @@ impl Worker {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("spawn the worker example");
+            .expect("spawn zkp worker");
         let last = Arc::new(Mutex::new(Value::Null));
         let joined = Arc::new(Mutex::new(None));
         let (sink, first) = (last.clone(), joined.clone());
@@ -75,12 +77,13 @@ impl Worker {
 
 /// Runs the admin command; returns its stdout (it must succeed).
 async fn admin(ctx: &Ctx, args: &[&str]) -> String {
-    let output = Command::new(example("shared_set"))
+    let output = Command::new(zkp())
+        .arg("items")
         .args(["--connect", &format!("{}{}", ctx.endpoint, ctx.namespace), "--path", PATH, "--int-items"])
         .args(args)
         .output()
         .await
-        .expect("run the shared_set example");
+        .expect("run zkp items");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "shared_set {args:?}: {}{stdout}", String::from_utf8_lossy(&output.stderr));
     stdout
@@ -184,7 +187,8 @@ async fn an_admin_killed_part_way_leaves_no_update_unfinished() {
         let list = more.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let proxy = zk_partitioner_testing::Proxy::start(ctx.addr).await;
         proxy.cut_after_containing(14, request);
-        let mut child = Command::new(example("shared_set"))
+        let mut child = Command::new(zkp())
+            .arg("items")
             .args(["--connect", &format!("{}{}", proxy.endpoint(), ctx.namespace), "--path", PATH, "--int-items"])
             .args(["add", &list])
             .stdout(Stdio::null())
@@ -247,7 +251,8 @@ async fn the_admin_command_refuses_bad_changes() {
     let run = |args: Vec<&'static str>| {
         let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
         async move {
-            Command::new(example("shared_set"))
+            Command::new(zkp())
+                .arg("items")
                 .args(["--connect", &connect, "--path", PATH, "--int-items"])
                 .args(args)
                 .output()

@@ -1,21 +1,23 @@
-//! The three command-line tools (`examples/worker.rs`, `inspect.rs`, `shared_set.rs`) as a new user meets them, with
-//! one set of rules: `--connect` is required by each, bad arguments exit 2 with the usage before any connection, a
-//! session that cannot be opened exits 1 with the library's per-server diagnosis, a missing chroot is reported as
-//! such, sessions are printed the same way (decimal), and bad input changes nothing. And weights end to end: set with
-//! `shared_set weigh`, divided by `worker --partition weighted --capacity N`, shown by `inspect`.
+//! `zkp` and its three tools (`zkp worker`, `zkp inspect`, `zkp items`) as a new user meets them, run as built (or as
+//! installed: `ZKP=<path>`), with one set of rules: `--connect` is required by each, bad arguments exit 2 with the
+//! usage before any connection, a session that cannot be opened exits 1 with the library's per-server diagnosis, a
+//! missing chroot is reported as such, sessions are printed the same way (decimal), and bad input changes nothing. And
+//! weights end to end: set with `zkp items weigh`, divided by `zkp worker --partition weighted --capacity N`, shown by
+//! `zkp inspect`.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Ctx, example, timing, wait_for};
+use common::{Ctx, timing, wait_for, zkp};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-const TOOLS: [&str; 3] = ["worker", "inspect", "shared_set"];
+const TOOLS: [&str; 3] = ["worker", "inspect", "items"];
 
 /// What `tool` needs besides the session flags to get as far as connecting.
 fn rest(tool: &str) -> &'static [&'static str] {
@@ -29,8 +31,8 @@ fn rest(tool: &str) -> &'static [&'static str] {
 /// `tool` with `args`, killed if dropped, and without the caller's `ZOOKEEPER_CONNECT` (the tools read it when
 /// `--connect` is not given: a test says what it connects to).
 fn command(tool: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(example(tool));
-    command.args(args).env_remove("ZOOKEEPER_CONNECT").kill_on_drop(true);
+    let mut command = Command::new(zkp());
+    command.arg(tool).args(args).env_remove("ZOOKEEPER_CONNECT").kill_on_drop(true);
     command
 }
 
@@ -43,7 +45,7 @@ async fn run(tool: &str, args: &[&str]) -> (Option<i32>, String) {
 /// The error `tool` printed: its last line that starts with `tool: `. (The worker logs to stderr too, and the
 /// client's session task may log its disconnection after the error is printed, so it need not be the last line.)
 fn error_line<'a>(tool: &str, stderr: &'a str) -> &'a str {
-    let prefix = format!("{tool}: ");
+    let prefix = format!("zkp {tool}: ");
     stderr.lines().rev().find(|line| line.starts_with(&prefix)).unwrap_or_default()
 }
 
@@ -81,12 +83,12 @@ async fn bad_arguments_are_refused_before_connecting() {
         ("worker", &["--path", "/p", "--items", "a", "--session-timeout", "86401"], "greater than 0 and at most 86400"),
         ("worker", &["--path", "/p", "--items", "a", "--auth", "digest"], "must be SCHEME:CREDENTIALS"),
         ("inspect", &["--path", "/p/"], "invalid path: \"/p/\" ends with '/'"),
-        ("shared_set", &["--path", "/zookeeper/p", "show"], "inside ZooKeeper's reserved /zookeeper subtree"),
-        ("shared_set", &["--path", "/p", "add", "a/b"], "invalid item \"a/b\": contains '/'"),
+        ("items", &["--path", "/zookeeper/p", "show"], "inside ZooKeeper's reserved /zookeeper subtree"),
+        ("items", &["--path", "/p", "add", "a/b"], "invalid item \"a/b\": contains '/'"),
         ("worker", &["--path", "/p", "--items", "a", "--capacity", "0"], "invalid capacity \"0\""),
         ("worker", &["--path", "/p", "--items", "a", "--capacity", "x"], "invalid capacity \"x\""),
-        ("shared_set", &["--path", "/p", "weigh", "a", "5", "b"], "\"b\" has no weight"),
-        ("shared_set", &["--path", "/p", "weigh", "a", "cpu=-1"], "invalid weight \"cpu=-1\""),
+        ("items", &["--path", "/p", "weigh", "a", "5", "b"], "\"b\" has no weight"),
+        ("items", &["--path", "/p", "weigh", "a", "cpu=-1"], "invalid weight \"cpu=-1\""),
     ];
     for (tool, args, message) in cases {
         // when: a tool gets a bad argument
@@ -107,7 +109,10 @@ async fn every_tool_reports_a_refused_server_alike() {
             run(tool, &[&["--connect", &refused, "--connect-timeout", "0.5"], rest(tool)].concat()).await;
         assert_eq!(code, Some(1), "{tool}: {stderr}");
         let error = error_line(tool, &stderr);
-        assert!(error.starts_with(&format!("{tool}: cannot connect to ZooKeeper at {refused}: ")), "{tool}: {stderr}");
+        assert!(
+            error.starts_with(&format!("zkp {tool}: cannot connect to ZooKeeper at {refused}: ")),
+            "{tool}: {stderr}"
+        );
         assert!(error.contains(&format!("{refused} refused the connection")), "{tool}: {stderr}");
     }
 }
@@ -123,7 +128,10 @@ async fn every_tool_reads_zookeeper_connect_from_the_environment() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{tool}: {stderr}");
         let error = error_line(tool, &stderr);
-        assert!(error.starts_with(&format!("{tool}: cannot connect to ZooKeeper at {refused}: ")), "{tool}: {stderr}");
+        assert!(
+            error.starts_with(&format!("zkp {tool}: cannot connect to ZooKeeper at {refused}: ")),
+            "{tool}: {stderr}"
+        );
     }
     let other = refused_address();
     let args = ["--connect", &other, "--connect-timeout", "0.5", "--path", "/p"];
@@ -169,7 +177,7 @@ async fn every_tool_reports_a_missing_chroot_as_such() {
     for tool in TOOLS {
         let (code, stderr) = run(tool, &[&["--connect", &connect], rest(tool)].concat()).await;
         let error = error_line(tool, &stderr);
-        assert_eq!((code, error), (Some(1), &*format!("{tool}: {expected}")), "{tool}: {stderr}");
+        assert_eq!((code, error), (Some(1), &*format!("zkp {tool}: {expected}")), "{tool}: {stderr}");
     }
 }
 
@@ -190,7 +198,7 @@ async fn shared_set_names_the_new_item_of_the_other_kind() {
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
     let admin = |args: &'static [&'static str]| {
         let connect = connect.clone();
-        async move { run("shared_set", &[&["--connect", &connect, "--path", "/p"], args].concat()).await }
+        async move { run("items", &[&["--connect", &connect, "--path", "/p"], args].concat()).await }
     };
     assert_eq!(admin(&["create", "a,b"]).await.0, Some(0));
     // when: an integer is added to it
@@ -199,22 +207,24 @@ async fn shared_set_names_the_new_item_of_the_other_kind() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.starts_with(
-            "shared_set: invalid item \"5\": is an integer but the shared set at /p/items holds strings (such as \
+            "zkp items: invalid item \"5\": is an integer but the shared set at /p/items holds strings (such as \
              the string \"a\")"
         ),
         "{stderr}"
     );
-    let shown = Command::new(example("shared_set"))
+    let shown = Command::new(zkp())
+        .arg("items")
         .args(["--connect", &connect, "--path", "/p", "show"])
         .output()
         .await
-        .expect("run shared_set show");
+        .expect("run zkp items show");
     assert!(String::from_utf8_lossy(&shown.stdout).contains("version 1: 2 items: a,b"), "{shown:?}");
 }
 
 /// A worker process on `connect`, path `/p`, items `a,b`, printing JSON lines: the child and its stdout's lines.
 fn spawn_worker(connect: &str) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
-    let mut worker = Command::new(example("worker"))
+    let mut worker = Command::new(zkp())
+        .arg("worker")
         .args(["--connect", connect, "--path", "/p", "--items", "a,b", "--time-boundary", "0.2", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -237,8 +247,8 @@ async fn worker_and_inspect_print_a_session_alike() {
     let inspect = |json: bool| {
         let connect = connect.clone();
         async move {
-            let mut command = Command::new(example("inspect"));
-            command.args(["--connect", &connect, "--path", "/p"]);
+            let mut command = Command::new(zkp());
+            command.arg("inspect").args(["--connect", &connect, "--path", "/p"]);
             if json {
                 command.arg("--json");
             }
@@ -298,14 +308,53 @@ async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
     (output.status.code(), text(output.stdout), text(output.stderr))
 }
 
-/// Every tool says which version it is, as users of clap tools expect, without connecting anywhere.
+/// zkp and every subcommand say which version they are, as users of clap tools expect, without connecting anywhere.
 #[tokio::test]
 async fn every_tool_answers_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let zkp_version = Command::new(zkp()).arg("--version").output().await.expect("run zkp --version");
+    assert_eq!(String::from_utf8_lossy(&zkp_version.stdout).trim(), format!("zkp {version}"), "{zkp_version:?}");
     for tool in TOOLS {
         let (code, stdout, stderr) = output(tool, &["--version"]).await;
         assert_eq!(code, Some(0), "{tool}: {stderr}");
-        assert_eq!(stdout.trim(), format!("{tool} {}", env!("CARGO_PKG_VERSION")), "{tool}");
+        assert_eq!(stdout.trim(), format!("zkp-{tool} {version}"), "{tool}");
     }
+}
+
+/// `zkp completions <shell>` prints a script the shell accepts, and `zkp man [subcommand]` a page with every flag,
+/// as users of clap tools expect; an unknown page is a usage error.
+#[tokio::test]
+async fn completions_and_man_pages() {
+    async fn run(args: &[&str]) -> (Option<i32>, String, String) {
+        let output = Command::new(zkp()).args(args).output().await.expect("run zkp");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.code(), text, String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (code, script, stderr) = run(&["completions", shell]).await;
+        assert_eq!(code, Some(0), "{shell}: {stderr}");
+        for word in ["worker", "inspect", "items", "time-boundary", "owner-of"] {
+            assert!(script.contains(word), "{shell}: {word} is not completed");
+        }
+    }
+    // bash itself loads the script and registers it for zkp.
+    let (_, script, _) = run(&["completions", "bash"]).await;
+    let loaded =
+        Command::new("bash").args(["-c", &format!("{script}\ncomplete -p zkp")]).output().await.expect("run bash");
+    assert!(loaded.status.success(), "{loaded:?}");
+    assert!(String::from_utf8_lossy(&loaded.stdout).contains("-F _zkp"), "{loaded:?}");
+
+    let (code, page, stderr) = run(&["man"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(page.contains(".TH zkp 1") && page.contains("worker"), "{page}");
+    let (code, page, stderr) = run(&["man", "worker"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(page.contains(".TH zkp-worker 1"), "{page}");
+    for flag in ["time\\-boundary", "shared\\-set", "metrics\\-addr"] {
+        assert!(page.contains(flag), "{flag} missing from the page");
+    }
+    let (code, _, stderr) = run(&["man", "nothing"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
 }
 
 #[tokio::test]
@@ -316,7 +365,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     let shared_set = |args: &[&str]| {
         let args = [&["--connect", &connect, "--path", "/p"], args].concat();
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        async move { output("shared_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+        async move { output("items", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
     };
     assert_eq!(shared_set(&["create", "a,b,c,d,e,f,g,h"]).await.0, Some(0));
     let (code, stdout, stderr) = shared_set(&["weigh", "a", "5", "b", "3"]).await;
@@ -335,7 +384,8 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     let last_acquired: Vec<Arc<Mutex<Option<Value>>>> = vec![Arc::default(), Arc::default()];
     let mut workers = Vec::new();
     for ((identifier, capacity), last) in [("big", "3"), ("small", "1")].into_iter().zip(&last_acquired) {
-        let mut worker = Command::new(example("worker"))
+        let mut worker = Command::new(zkp())
+            .arg("worker")
             .args(["--connect", &connect, "--path", "/p", "--shared-set", "--partition", "weighted"])
             .args(["--capacity", capacity, "--identifier", identifier, "--time-boundary", "0.3", "--json"])
             .stdout(Stdio::piped())
@@ -452,7 +502,7 @@ async fn split_drain_finish_and_show_the_trees() {
     let shared_set = |args: &[&str]| {
         let args = [&["--connect", &connect, "--path", "/p"], args].concat();
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        async move { output("shared_set", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+        async move { output("items", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
     };
     assert_eq!(shared_set(&["create", "s1,s2,other"]).await.0, Some(0));
     let (code, stdout, stderr) = shared_set(&["split", "s1", "s3,s4"]).await;
@@ -470,7 +520,8 @@ async fn split_drain_finish_and_show_the_trees() {
 
     // A worker drains each closed item for a second, then finishes it: s1, then s2 (closed by the merge) and s3, s4
     // (s4 closed by the merge too) once they start; s5 starts last, after both its parents.
-    let mut worker = Command::new(example("worker"))
+    let mut worker = Command::new(zkp())
+        .arg("worker")
         .args(["--connect", &connect, "--path", "/p", "--shared-set", "--rebalance", "incremental"])
         .args(["--time-boundary", "0.3", "--drain-secs", "1", "--json"])
         .stdout(Stdio::piped())

@@ -1,22 +1,21 @@
-//! kazoo's documented worker loop as a command-line program.
+//! `zkp worker`: kazoo's documented worker loop as a command.
 //!
 //! ```text
-//! cargo run --example worker -- --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d,e --json
-//! cargo run --example worker -- --help          # every flag and its default
+//! zkp worker --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d,e --json
+//! zkp worker --help          # every flag and its default
 //! ```
 //!
 //! The defaults are kazoo's: `--partition stride` ([`KazooStride`]), `--rebalance eager`, `--session-policy
 //! standard`, `--time-boundary 30`. `rendezvous` is [`Rendezvous::default()`]; every member of a party must use the
 //! same partition function.
 //!
-//! `--partition weighted` ([`WeightedRendezvous::default()`]) divides the items' weights (set with `shared_set weigh`)
+//! `--partition weighted` ([`WeightedRendezvous::default()`]) divides the items' weights (set with `zkp items weigh`)
 //! in proportion to the members' capacities: `--capacity N` (default 1) is this member's
-//! ([`Builder::capacity`](zk_partitioner::Builder::capacity)), announced to the others. When ACQUIRED, the worker prints
-//! its load: per dimension of the weights, the weight of its share against its ideal share, and `OVER CAPACITY` when
-//! no placement within the function's load bound was found. `--partition sticky`
-//! ([`WeightedRendezvous::sticky`](zk_partitioner::WeightedRendezvous::sticky)) is the same, computing each change
-//! from the assignment in force, which the party keeps in ZooKeeper: far less moves on a join, a leave or a weight
-//! change.
+//! ([`Builder::capacity`](zk_partitioner::Builder::capacity)), announced to the others. When ACQUIRED, the worker
+//! prints its load: per dimension of the weights, the weight of its share against its ideal share, and `OVER CAPACITY`
+//! when no placement within the function's load bound was found. `--partition sticky`
+//! ([`WeightedRendezvous::sticky`](zk_partitioner::WeightedRendezvous::sticky)) is the same, computing each change from
+//! the assignment in force, which the party keeps in ZooKeeper: far less moves on a join, a leave or a weight change.
 //!
 //! `--static-membership` ([`Builder::static_membership`](zk_partitioner::Builder::static_membership)) makes the
 //! member's name its `--identifier` (required with it, unique in the party), so a worker restarted with the same
@@ -38,25 +37,25 @@
 //! `over_capacity`).
 //!
 //! `--drain-secs N` (with `--shared-set`) is the lineage worker: an item this member holds that its source closed
-//! (`shared_set close`, `split` or `merge`) is drained for N seconds, then finished
+//! (`zkp items close`, `split` or `merge`) is drained for N seconds, then finished
 //! ([`SetPartitioner::finish_item`]), so that its children can start; each finish is printed (`finished` with the
 //! item and the children it made ready, `{"ts", "finished_item", "ready"}` with `--json`). Which held items are
 //! closed comes from the snapshot ([`Snapshot::closed`](zk_partitioner::Snapshot::closed)), checked once a second.
 //!
 //! `--shared-set` takes the items from ZooKeeper (`<path>/items`) and follows their changes; `--items` seeds the set
-//! when it does not exist yet. Change it with the admin command: `cargo run --example shared_set -- --connect .. --path
-//! /p add e,f` (or `remove`, `replace`, `show`).
+//! when it does not exist yet. Change it with the admin command: `zkp items --connect .. --path /p add
+//! e,f` (or `remove`, `replace`, `show`).
 //!
 //! Logs (the library's, through `tracing`) go to stderr, filtered by `RUST_LOG` (default `info`). On SIGINT
 //! (Ctrl-C) or SIGTERM it calls `finish()` and exits 0; on FAILURE, or when it cannot connect or join, it exits 1
 //! with the cause; on bad arguments (checked before connecting: the path, the identifier, the items, every
-//! duration) it exits 2 with the usage. `--connect` is required, as by inspect and shared_set.
+//! duration) it exits 2 with the usage. `--connect` is required, as by `zkp inspect` and `zkp items`.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::{ArgGroup, Parser, ValueEnum};
+use clap::{ArgGroup, ValueEnum};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use zk_partitioner::zookeeper_client::{SessionState, StateWatcher};
@@ -65,17 +64,12 @@ use zk_partitioner::{
     Snapshot, Weighted, WeightedRendezvous,
 };
 
-#[path = "common/connection.rs"]
-mod connection;
-#[path = "common/tls.rs"]
-mod tls;
-
-use connection::seconds;
+use crate::connection::{self, seconds};
 
 /// kazoo's SetPartitioner worker loop: join a party under --path and print every state change.
-#[derive(Debug, Parser)]
-#[command(name = "worker", version, group(ArgGroup::new("item-source").args(["items", "items_file"])))]
-struct Args {
+#[derive(Debug, clap::Args)]
+#[command(group(ArgGroup::new("item-source").args(["items", "items_file"])))]
+pub struct Args {
     #[command(flatten)]
     session: connection::SessionArgs,
     /// The partitioner's path (created if missing)
@@ -123,10 +117,10 @@ struct Args {
     #[arg(long, value_name = "SECS", requires = "static_membership", value_parser = seconds)]
     max_identity_wait: Option<Duration>,
     /// Take the items from the shared set in ZooKeeper (`<path>/items`) and follow its changes; --items or
-    /// --items-file seed it if it does not exist yet (change it with `cargo run --example shared_set`)
+    /// --items-file seed it if it does not exist yet (change it with `zkp items`)
     #[arg(long)]
     shared_set: bool,
-    /// With --shared-set: finish each item this member holds once it has been closed (`shared_set close`, or a split
+    /// With --shared-set: finish each item this member holds once it has been closed (`zkp items close`, or a split
     /// or merge of it) and drained for this many seconds, so that its children can start; prints each finish
     #[arg(long, value_name = "SECS", requires = "shared_set", value_parser = seconds)]
     drain_secs: Option<Duration>,
@@ -213,18 +207,18 @@ impl Args {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    // `--help` prints to stdout and exits 0; bad arguments print the usage to stderr and exit 2, before any
-    // connection: every flag is checked as it is parsed, the items just below.
-    let args = Args::parse();
+/// Runs `zkp worker`: until a stop signal (exit 0), FAILURE or a failed join (exit 1).
+pub async fn main(args: Args) -> ExitCode {
+    // Bad arguments print the usage to stderr and exit 2, before any connection: every flag is checked as it is
+    // parsed, the items just below.
     let items = match args.items() {
-        Ok(items) if items.is_empty() && !args.shared_set => usage_error(
+        Ok(items) if items.is_empty() && !args.shared_set => crate::usage_error(
+            "worker",
             clap::error::ErrorKind::MissingRequiredArgument,
             "one of --items or --items-file is required (or --shared-set with an existing set)",
         ),
         Ok(items) => items,
-        Err(message) => usage_error(clap::error::ErrorKind::ValueValidation, &message),
+        Err(message) => crate::usage_error("worker", clap::error::ErrorKind::ValueValidation, &message),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -233,16 +227,10 @@ async fn main() -> ExitCode {
     match run(args, items).await {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("worker: {message}");
+            eprintln!("zkp worker: {message}");
             ExitCode::FAILURE
         }
     }
-}
-
-/// Prints `message` with the usage, as clap does for a bad flag, and exits 2.
-fn usage_error(kind: clap::error::ErrorKind, message: &str) -> ! {
-    use clap::CommandFactory;
-    Args::command().error(kind, message).exit()
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
@@ -307,14 +295,14 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
                 match snapshot.state {
                     PartitionState::Failure => {
                         let cause = snapshot.cause.map(|c| c.to_string()).unwrap_or_default();
-                        eprintln!("worker: the partitioner failed: {cause}");
+                        eprintln!("zkp worker: the partitioner failed: {cause}");
                         return Ok(ExitCode::FAILURE);
                     }
                     // Stop working on `snapshot.revoked` (everything, unless incremental), then let them go. Under
                     // `--rebalance incremental`, `snapshot.items` (the kept items) stay in work meanwhile.
                     PartitionState::Release => {
                         if let Err(err) = partitioner.release_set().await {
-                            eprintln!("worker: release_set failed: {err}");
+                            eprintln!("zkp worker: release_set failed: {err}");
                         }
                     }
                     // A real worker processes `snapshot.items` here until the state changes (under
@@ -372,7 +360,7 @@ async fn drain_closed(
                     println!("finished {item} (drained {}s); ready now: [{}]", drain.as_secs_f64(), ready.join(", "));
                 }
             }
-            Err(err) => eprintln!("worker: could not finish {item}: {err}"),
+            Err(err) => eprintln!("zkp worker: could not finish {item}: {err}"),
         }
     }
 }

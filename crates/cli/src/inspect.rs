@@ -1,55 +1,49 @@
-//! Who owns what under a partition path: an operator's view of a party of zk-partitioner or kazoo members.
+//! `zkp inspect`: who owns what under a partition path, an operator's view of a party of zk-partitioner or kazoo
+//! members.
 //!
 //! ```text
-//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues
-//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --json
-//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --watch
-//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --owner-of b
-//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d --partition stride
-//! cargo run --example inspect -- --connect 127.0.0.1:2181 --path /work_queues --shared-set --partition weighted
+//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues
+//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --json
+//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --watch
+//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --owner-of b
+//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d --partition stride
+//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --shared-set --partition weighted
 //! ```
 //!
-//! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner
-//! and contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`,
-//! the items a member holds outside its share (`--partition sticky` computes the shares from the party's placement
-//! record, as the members of a `WeightedRendezvous::sticky()` party do). Each member's capacity is the one it announces (1 for a kazoo member).
-//! With the set known (`--items`, or `--shared-set`, which reads the shared set with its weights), it also prints
-//! each member's load: with `--partition`, the weight of its share per dimension against its ideal share (the
-//! dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load bound
-//! is passed; and the weight it actually holds. With `--shared-set`, it also prints the set's lineage trees, if it has
-//! any (each item with parents, children or closed: ready, waiting on which parents, or finished by whom), as
-//! `shared_set lineage` does. `--owner-of a,b` prints only who owns those items, a line each. `--json` prints the
-//! same as one JSON document; `--watch` prints again
-//! after every change to the party or the locks, until interrupted. It only reads: it never joins the party.
-//! Sessions are printed in decimal (a number in the JSON), as the worker prints its own.
+//! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner and
+//! contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`, the
+//! items a member holds outside its share (`--partition sticky` computes the shares from the party's placement record,
+//! as the members of a `WeightedRendezvous::sticky()` party do). Each member's capacity is the one it announces (1 for
+//! a kazoo member). With the set known (`--items`, or `--shared-set`, which reads the shared set with its weights), it
+//! also prints each member's load: with `--partition`, the weight of its share per dimension against its ideal share
+//! (the dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load
+//! bound is passed; and the weight it actually holds. With `--shared-set`, it also prints the set's lineage trees, if
+//! it has any (each item with parents, children or closed: ready, waiting on which parents, or finished by whom), as
+//! `zkp items lineage` does. `--owner-of a,b` prints only who owns those items, a line each. `--json` prints the same
+//! as one JSON document; `--watch` prints again after every change to the party or the locks, until interrupted. It
+//! only reads: it never joins the party. Sessions are printed in decimal (a number in the JSON), as the worker prints
+//! its own.
 //!
 //! Exit status: 0 on success, 1 on an error (a missing path, a missing chroot, an unreachable server: the same
-//! messages as the worker's and shared_set's), 2 on bad arguments (checked before connecting). `--connect` is
-//! required, as by worker and shared_set.
+//! messages as `zkp worker`'s and `zkp items`'s), 2 on bad arguments (checked before connecting). `--connect` is
+//! required, as by `zkp worker` and `zkp items`.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use clap::{Parser, ValueEnum};
+use clap::ValueEnum;
 use serde::Serialize;
 use zk_partitioner::describe::{Contender, DescribeOptions, Description, ItemInfo, MemberInfo, describe_with};
 use zk_partitioner::zookeeper_client::{AddWatchMode, EventType, SessionState};
 use zk_partitioner::{Item, KazooStride, Load, PartitionFn, Rendezvous, WeightedRendezvous};
 
-#[path = "common/connection.rs"]
-mod connection;
-#[path = "common/lineage.rs"]
-mod lineage;
-#[path = "common/tls.rs"]
-mod tls;
-
-use connection::seconds;
+use crate::connection::{self, seconds};
+use crate::lineage;
 
 /// Who owns what under a zk-partitioner / kazoo SetPartitioner path (read-only).
-#[derive(Parser, Debug)]
-#[command(name = "inspect", version)]
-struct Args {
+#[derive(clap::Args, Debug)]
+pub struct Args {
     #[command(flatten)]
     session: connection::SessionArgs,
 
@@ -113,13 +107,12 @@ enum Partition {
     Sticky,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = Args::parse();
+/// Runs `zkp inspect`: exit 0 once printed (or when `--watch` is interrupted), 1 on an error.
+pub async fn main(args: Args) -> ExitCode {
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("inspect: {err}");
+            eprintln!("zkp inspect: {err}");
             ExitCode::FAILURE
         }
     }
@@ -224,7 +217,7 @@ fn print(description: &Description, args: &Args) {
         let text = if args.watch { serde_json::to_string(&document) } else { serde_json::to_string_pretty(&document) };
         match text {
             Ok(text) => println!("{text}"),
-            Err(err) => eprintln!("inspect: cannot render JSON: {err}"),
+            Err(err) => eprintln!("zkp inspect: cannot render JSON: {err}"),
         }
     } else {
         print!("{}", table(description, args.limit));
@@ -253,7 +246,7 @@ fn print_owners(description: &Description, items: &[String], args: &Args) {
         let text = if args.watch { serde_json::to_string(&document) } else { serde_json::to_string_pretty(&document) };
         match text {
             Ok(text) => println!("{text}"),
-            Err(err) => eprintln!("inspect: cannot render JSON: {err}"),
+            Err(err) => eprintln!("zkp inspect: cannot render JSON: {err}"),
         }
         return;
     }
@@ -491,7 +484,7 @@ struct Document<'a> {
     owner_counts: &'a BTreeMap<String, usize>,
     foreign_party_nodes: &'a [String],
     shared_set_version: Option<u64>,
-    /// With `--shared-set`: the lineage trees (see `shared_set lineage --json`).
+    /// With `--shared-set`: the lineage trees (see `zkp items lineage --json`).
     lineage: Option<serde_json::Value>,
     /// With `--partition sticky`: the placement record the shares come from.
     placement: Option<PlacementJson>,
