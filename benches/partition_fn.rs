@@ -39,7 +39,10 @@ mod support;
 
 use support::thread_cpu_nanos;
 
-use zk_partitioner::{Item, KazooStride, PartitionFn, Rendezvous};
+use zk_partitioner::{
+    Item,
+    partition::{KazooStride, PartitionFn, Rendezvous},
+};
 
 const USAGE: &str = "usage: partition_fn [--members 100] [--items 100000] [--names int|prefixed|random] [--runs 7] \
                      [--weighted-seeds 3]";
@@ -140,7 +143,11 @@ fn measure(
 mod weighted {
     use std::collections::BTreeMap;
 
-    use zk_partitioner::{Item, PartitionFn, Rendezvous, Weight, Weighted, WeightedRendezvous, Weights};
+    use zk_partitioner::{
+        Item,
+        partition::{PartitionFn, Rendezvous},
+        weighted::{Weight, Weighted, WeightedRendezvous, Weights},
+    };
     use zk_partitioner_testing::SplitMix64;
 
     use super::{Args, thread_cpu_nanos};

@@ -9,7 +9,7 @@
 //!
 //! Each run has two sessions on the same server, both with a partitioner of its own path (6 items,
 //! `time_boundary` as given): `direct`, a bare zookeeper-client session (`Client::connector().connect(..)`: the
-//! minimal reproduction of the client's back-off), and `connect`, through [`zk_partitioner::connect_with_options`], as
+//! minimal reproduction of the client's back-off), and `connect`, through [`zk_partitioner::connection::connect_with_options`], as
 //! a worker opens its session. The server is stopped, kept down for the outage, and started again (`container`: the test kit's
 //! container, `docker stop`/`start`; `process`: ZooKeeper as a plain Java process from Debian's libzookeeper-java,
 //! SIGKILL and a new process on the same port and data; `ensemble`: the test kit's 3-server ensemble, each server in
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zk_partitioner::zookeeper_client::{Client, SessionState};
-use zk_partitioner::{ConnectOptions, Item, PartitionState, SetPartitioner};
+use zk_partitioner::{Item, PartitionState, SetPartitioner, connection::ConnectOptions};
 use zk_partitioner_testing::{Ensemble, OwnedServer, server_mode};
 
 struct Args {
@@ -225,7 +225,7 @@ async fn run(args: Args) -> Result<(), String> {
     let cluster = server.connect_string();
     let connector = || Client::connector().with_session_timeout(args.session);
     let direct = connector().connect(&cluster).await.map_err(|e| format!("direct session: {e}"))?;
-    let connected = zk_partitioner::connect_with_options(connector(), &cluster, ConnectOptions::new())
+    let connected = zk_partitioner::connection::connect_with_options(connector(), &cluster, ConnectOptions::new())
         .await
         .map_err(|e| format!("connect session: {e}"))?;
     let items: Vec<Item> = (0..6).map(Item::from).collect();

@@ -39,15 +39,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod support;
 
-use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use support::thread_cpu_nanos;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    ConnectOptions, Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy,
-    SetPartitioner, Snapshot,
+    Item, PartitionState, Rebalance, SessionPolicy, SetPartitioner, Snapshot,
+    connection::ConnectOptions,
+    partition::{KazooStride, PartitionFn, Rendezvous},
 };
 use zk_partitioner_testing::Proxy;
 
@@ -236,7 +236,7 @@ async fn member(id: String, connect: String, args: Args, items: Arc<Vec<Item>>, 
     let nanos = Arc::new(AtomicU64::new(0));
     // Detached: dropping the client (a crash) does not close the session; only finish() and the timeout end it.
     let connector = Client::connector().with_session_timeout(args.session_timeout).with_detached();
-    let client = match zk_partitioner::connect_with_options(
+    let client = match zk_partitioner::connection::connect_with_options(
         connector,
         &connect,
         ConnectOptions::new().connect_timeout(Duration::from_secs(30)),
@@ -270,13 +270,17 @@ async fn member(id: String, connect: String, args: Args, items: Arc<Vec<Item>>, 
             return;
         }
     };
-    let mut changes = partitioner.changes();
+    let mut changes = partitioner.subscribe();
+    changes.mark_changed();
     tokio::pin!(leave);
     loop {
         tokio::select! {
             _ = &mut leave => break,
-            snapshot = changes.next() => {
-                let Some(snapshot) = snapshot else { break };
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let snapshot = changes.borrow_and_update().clone();
                 print_snapshot(&id, &snapshot, session, &nanos);
                 match snapshot.state {
                     PartitionState::Failure => {

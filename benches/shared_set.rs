@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use support::party::{connect, converged, owners, release_when_asked};
 use support::{counter_delta, mntr};
-use zk_partitioner::{Item, Rebalance, Rendezvous, SetPartitioner, SharedSet};
+use zk_partitioner::{Item, Rebalance, SetPartitioner, SharedSet, partition::Rendezvous};
 
 struct Args {
     connect: String,

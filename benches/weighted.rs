@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 use support::{process_cpu_nanos, thread_cpu_nanos};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    FencingToken, Item, PartitionFn, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet, Weight,
-    Weighted, WeightedRendezvous,
+    FencingToken, Item, PartitionState, Rebalance, SetPartitioner, SharedSet,
+    partition::{PartitionFn, Rendezvous},
+    weighted::{Weight, Weighted, WeightedRendezvous},
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]

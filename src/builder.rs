@@ -9,7 +9,10 @@ use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
 use crate::startup::{self, Settings};
-use crate::{Error, Item, KazooStride, PartitionFn, Rebalance, SessionPolicy, SetPartitioner};
+use crate::{
+    Error, Item, Rebalance, SessionPolicy, SetPartitioner,
+    partition::{KazooStride, PartitionFn},
+};
 use proto::item::validate_items;
 use proto::names::{check_base_path, check_identifier};
 
@@ -76,7 +79,7 @@ impl Builder {
     /// # Examples
     /// ```no_run
     /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{Rendezvous, SetPartitioner};
+    /// use zk_partitioner::{SetPartitioner, partition::Rendezvous};
     ///
     /// // Rendezvous hashing moves few items when a member joins or leaves.
     /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..100)
@@ -105,7 +108,7 @@ impl Builder {
     ///     .identifier("ingest-eu-1") // shown in the party node, the lock nodes' data and the logs
     ///     .build()
     ///     .await?;
-    /// assert!(partitioner.member().starts_with("ingest-eu-1-"));
+    /// assert!(partitioner.snapshot().member.starts_with("ingest-eu-1-"));
     /// # Ok(())
     /// # }
     /// ```
@@ -213,7 +216,7 @@ impl Builder {
     /// # Examples
     /// ```no_run
     /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
+    /// use zk_partitioner::{Rebalance, SetPartitioner, partition::Rendezvous};
     ///
     /// // Only the items that move stop (they are in `revoked()` in Release); the others keep being processed.
     /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..1000)
@@ -230,15 +233,15 @@ impl Builder {
     }
 
     /// This member's capacity: its size relative to the other members' (default 1; 1 to
-    /// [`MAX_CAPACITY`](crate::MAX_CAPACITY)). A weighted partition function
-    /// ([`WeightedRendezvous`](crate::WeightedRendezvous)) gives a member of capacity 4 four times the weight of a
+    /// [`MAX_CAPACITY`](crate::weighted::MAX_CAPACITY)). A weighted partition function
+    /// ([`WeightedRendezvous`](crate::weighted::WeightedRendezvous)) gives a member of capacity 4 four times the weight of a
     /// member of capacity 1; the others ignore it. It is announced in the member's party node, where every member
     /// reads it; a member that announces none (a kazoo member) counts as capacity 1.
     ///
     /// # Examples
     /// ```no_run
     /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{SetPartitioner, WeightedRendezvous};
+    /// use zk_partitioner::{SetPartitioner, weighted::WeightedRendezvous};
     ///
     /// // An 8-core machine among 2-core ones.
     /// let partitioner = SetPartitioner::builder(client, "/work_queues", Vec::<String>::new())
@@ -286,7 +289,7 @@ impl Builder {
     /// ```no_run
     /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
     /// use std::time::Duration;
-    /// use zk_partitioner::{Rebalance, Rendezvous, SetPartitioner};
+    /// use zk_partitioner::{Rebalance, SetPartitioner, partition::Rendezvous};
     ///
     /// let partitioner = SetPartitioner::builder(client, "/work_queues", ["q1", "q2", "q3"])
     ///     .identifier("worker-3") // e.g. a StatefulSet pod name: unique, and the same after a restart
@@ -296,7 +299,7 @@ impl Builder {
     ///     .time_boundary(Duration::from_secs(15)) // longer than a restart takes
     ///     .build()
     ///     .await?;
-    /// assert_eq!(&*partitioner.member(), "worker-3");
+    /// assert_eq!(&*partitioner.snapshot().member, "worker-3");
     /// # Ok(())
     /// # }
     /// ```

@@ -33,7 +33,7 @@ pub enum Error {
         reason: String,
     },
 
-    /// A weight is malformed or out of range ([`Weight`](crate::Weight)).
+    /// A weight is malformed or out of range ([`Weight`](crate::weighted::Weight)).
     #[error("invalid weight {weight}: {reason}")]
     InvalidWeight {
         /// The weight as given (quoted, and cut if long).
@@ -184,8 +184,8 @@ pub enum Error {
         reason: String,
     },
 
-    /// A PEM file given to [`tls_options`](crate::tls_options) or
-    /// [`tls_options_with_identity`](crate::tls_options_with_identity) cannot be read or does not hold what it should.
+    /// A PEM file given to [`tls_options`](crate::connection::tls_options) or
+    /// [`tls_options_with_identity`](crate::connection::tls_options_with_identity) cannot be read or does not hold what it should.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     #[error("TLS {what} {}: {reason}", shown_path(file))]
@@ -258,7 +258,7 @@ pub enum Error {
         reason: String,
     },
 
-    /// A checkpoint is larger than [`MAX_CHECKPOINT_SIZE`](crate::MAX_CHECKPOINT_SIZE). Nothing was sent.
+    /// A checkpoint is larger than [`MAX_CHECKPOINT_SIZE`](crate::checkpoint::MAX_CHECKPOINT_SIZE). Nothing was sent.
     #[error("checkpoint of item {item:?} is {size} bytes; at most {limit} are allowed")]
     CheckpointTooLarge {
         /// The item's lock node name.

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::checkpoint::{Checkpoints, Writer};
 use crate::zookeeper::ZooKeeper;
-use crate::{Checkpoint, Error, FencingToken, Item, PartitionState, Snapshot};
+use crate::{Error, Item, PartitionState, Snapshot, checkpoint::Checkpoint};
 
 /// Requests from handles to the task; each carries the channel its answer goes back on.
 #[derive(Debug)]
@@ -64,14 +64,6 @@ impl<Z: ZooKeeper> Handle<Z> {
     /// A receiver of the published snapshots.
     pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
         self.snapshot.clone()
-    }
-
-    /// See [`SetPartitioner::fencing_token`](crate::SetPartitioner::fencing_token).
-    pub fn fencing_token(&self, item: &Item) -> Option<FencingToken> {
-        self.read(|snapshot| {
-            let index = snapshot.items.binary_search(item).ok()?;
-            snapshot.tokens.get(index).copied()
-        })
     }
 
     /// See [`SetPartitioner::checkpoint_writer`](crate::SetPartitioner::checkpoint_writer).

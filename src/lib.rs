@@ -15,7 +15,7 @@
 //!
 //! The ZooKeeper client is [`zookeeper_client`], re-exported: use `zk_partitioner::zookeeper_client` rather than a
 //! dependency of your own, so the versions match. [`connect`] opens a session with a bounded wait and a readable
-//! error ([`ConnectOptions`]); nothing in this crate opens a port or runs a service in your process. A crate of
+//! error ([`ConnectOptions`](connection::ConnectOptions)); nothing in this crate opens a port or runs a service in your process. A crate of
 //! its own, [`zk-partitioner-testing`](https://docs.rs/zk-partitioner-testing), is a kit for integration tests of your
 //! workers against ZooKeeper in Docker (real connection cuts and session expiry, a safety checker). The `tls` feature adds sessions over TLS: `tls_options` and
 //! `tls_options_with_identity` read PEM files into the client's `TlsOptions`.
@@ -120,7 +120,7 @@
 //! See [`PartitionState`]: `Allocating` → `Acquired` → `Release` → (`release_set()`) → `Allocating`, and the terminal
 //! `Failure`. Allocation starts once the party has had no membership change for
 //! [`time_boundary`](Builder::time_boundary) (each change restarts the wait), then takes the lock of every item the
-//! [`PartitionFn`] assigns. A party change or a connection suspension while `Acquired` moves to `Release`: the worker
+//! [`PartitionFn`](partition::PartitionFn) assigns. A party change or a connection suspension while `Acquired` moves to `Release`: the worker
 //! must stop processing and call [`release_set`](SetPartitioner::release_set). A party change during allocation
 //! releases what was taken and starts over. A lost session, [`finish`](SetPartitioner::finish), or an error this
 //! crate cannot retry moves to `Failure`, with the cause in [`Snapshot::cause`]; nothing stays silently stuck in
@@ -191,13 +191,13 @@
 //!
 //! # Who owns what, checkpoints, metrics
 //!
-//! - [`describe()`] reads a partition path with any client (no membership needed) and returns a [`Description`]: the
+//! - [`describe()`] reads a partition path with any client (no membership needed) and returns a [`Description`](describe::Description): the
 //!   members, every item's owner with its fencing token and the contenders queued behind it, the unowned items,
 //!   orphaned lock nodes, counts per owner and, given the partition function, the items held outside their holder's
 //!   share. It works on kazoo parties too. `zkp inspect` (crates/cli) prints it as a table or as JSON, once or on every
 //!   change.
-//! - Fenced checkpoints: a [`CheckpointWriter`] ([`SetPartitioner::checkpoint_writer`]) stores a small blob (at most
-//!   [`MAX_CHECKPOINT_SIZE`]) at `<path>/checkpoints/<item>` in one `multi` that ZooKeeper applies only while the
+//! - Fenced checkpoints: a [`CheckpointWriter`](checkpoint::CheckpointWriter) ([`SetPartitioner::checkpoint_writer`]) stores a small blob (at most
+//!   [`MAX_CHECKPOINT_SIZE`](checkpoint::MAX_CHECKPOINT_SIZE)) at `<path>/checkpoints/<item>` in one `multi` that ZooKeeper applies only while the
 //!   member's lock node for the item exists, so an old owner, paused or late, can never overwrite the new owner's
 //!   checkpoint. [`SetPartitioner::load_checkpoint`] reads it back with its writer's name and token.
 //!   Its docs explain why that one check is enough.
@@ -211,8 +211,9 @@
 
 mod acl;
 mod builder;
-mod checkpoint;
-mod connect;
+pub mod checkpoint;
+pub mod checks;
+pub mod connection;
 pub mod describe;
 mod driver;
 mod error;
@@ -220,38 +221,33 @@ mod handle;
 mod lock_requests;
 mod membership;
 pub mod metrics;
+pub mod partition;
 mod partitioner;
 mod paths;
 mod placement;
 mod retry;
 mod session;
-mod shared_set;
+pub mod shared_set;
 #[cfg(test)]
 mod sim;
-mod snapshot;
+pub mod snapshot;
 mod startup;
 #[cfg(feature = "tls")]
 mod tls;
+pub mod weighted;
 mod zookeeper;
 
+// The crate root: the partitioner, its builder, its state and snapshot, the error, the item, connecting, the shared
+// set and who owns what. Everything else is in the module of its concern (weights under `weighted`, lineage under
+// `shared_set`, the input checks under `checks`...).
 pub use builder::Builder;
-pub use checkpoint::{Checkpoint, CheckpointWriter, MAX_CHECKPOINT_SIZE};
-pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, connect_with_options};
-pub use describe::{DescribeOptions, Description, describe, describe_with};
+pub use connection::connect;
+pub use describe::describe;
 pub use error::Error;
-pub use shared_set::{ItemLineage, Lineage, LineageStatus, SharedSet, SharedSetVersion};
-
 pub use partitioner::SetPartitioner;
-// The protocol's types a user names, from the crate this one is built on.
-pub use proto::{
-    DEFAULT_DIMENSION, DimensionLoad, Disagreement, DisagreementKind, FencingToken, InputError, Item, KazooStride,
-    Load, MAX_CAPACITY, MAX_DIMENSIONS, MAX_WEIGHT, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy,
-    Weight, Weighted, WeightedRendezvous, Weights, capacity_limit, check_identifier, check_items, check_path,
-};
+pub use proto::{FencingToken, Item, PartitionState, Rebalance, SessionPolicy};
+pub use shared_set::SharedSet;
 pub use snapshot::Snapshot;
-#[cfg(feature = "tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use tls::{tls_options, tls_options_with_identity};
 
 /// The ZooKeeper client this crate is built on, re-exported so users get the matching version.
 pub use zookeeper_client;
@@ -272,7 +268,7 @@ mod tests {
         assert_send_sync::<SetPartitioner>();
         assert_send_sync::<Snapshot>();
         assert_send_sync::<Error>();
-        assert_send_sync::<CheckpointWriter>();
-        assert_send_sync::<Description>();
+        assert_send_sync::<checkpoint::CheckpointWriter>();
+        assert_send_sync::<describe::Description>();
     }
 }

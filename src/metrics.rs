@@ -17,7 +17,7 @@
 //! | [`zk_partitioner_state`](STATE) | gauge | `path`, `state` | 1 for the member's current state, 0 for the other three (`state` is one of [`STATES`]) |
 //! | [`zk_partitioner_state_entered_timestamp_seconds`](STATE_ENTERED) | gauge | `path` | when the member entered its current state, in seconds since the Unix epoch |
 //! | [`zk_partitioner_items`](ITEMS) | gauge | `path` | items in the set the member divides (the fixed set, or the shared set as it last read it) |
-//! | [`zk_partitioner_capacity`](CAPACITY) | gauge | `path` | the capacity the member's load is measured against ([`Load::capacity`](crate::Load::capacity)) |
+//! | [`zk_partitioner_capacity`](CAPACITY) | gauge | `path` | the capacity the member's load is measured against ([`Load::capacity`](crate::weighted::Load::capacity)) |
 //! | [`zk_partitioner_assigned_weight`](ASSIGNED_WEIGHT) | gauge | `path`, `dimension` | the weight of the member's share, per dimension of the items' weights |
 //! | [`zk_partitioner_ideal_weight`](IDEAL_WEIGHT) | gauge | `path`, `dimension` | the member's ideal share of each dimension: its total × the member's capacity / the party's |
 //! | [`zk_partitioner_load_imbalance`](LOAD_IMBALANCE) | gauge | `path` | the largest assigned / ideal over the dimensions (1: exactly its share) |
@@ -33,7 +33,7 @@
 //! The load gauges ([`CAPACITY`] to [`OVER_CAPACITY`]) follow the member's load under its assignment
 //! ([`Snapshot::load`](crate::Snapshot::load)), set at every publication that has one, so from the first assignment
 //! on. The dimensions are those the items' weights name (an item without a weight weighs 1 in each), or `weight`
-//! ([`DEFAULT_DIMENSION`](crate::DEFAULT_DIMENSION)) when they name none; when a weight change drops a dimension,
+//! ([`DEFAULT_DIMENSION`](crate::weighted::DEFAULT_DIMENSION)) when they name none; when a weight change drops a dimension,
 //! its series are set to 0.
 //!
 //! The gauges are set at every transition and when the member starts (`ALLOCATING`, nothing held), and the session
@@ -59,7 +59,7 @@ use std::time::{Instant, SystemTime};
 use zookeeper_client::SessionState;
 
 use crate::paths::Paths;
-use crate::{Item, Load, PartitionState};
+use crate::{Item, PartitionState, weighted::Load};
 use proto::decision::Reason;
 
 /// Counter: the member stopped being `ACQUIRED`. Labels `path`, `cause` (one of [`CAUSES`]).
@@ -99,23 +99,23 @@ pub const STATE_ENTERED: &str = "zk_partitioner_state_entered_timestamp_seconds"
 /// Label `path`.
 pub const ITEMS: &str = "zk_partitioner_items";
 
-/// Gauge: the capacity the member's load is measured against ([`Load::capacity`](crate::Load::capacity)): its
+/// Gauge: the capacity the member's load is measured against ([`Load::capacity`](crate::weighted::Load::capacity)): its
 /// announced capacity ([`Builder::capacity`](crate::Builder::capacity)) under a weighted partition function, 1 under
 /// one that ignores capacities. Label `path`.
 pub const CAPACITY: &str = "zk_partitioner_capacity";
 /// Gauge: the weight of the member's share under its assignment, per dimension of the items' weights
-/// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned)). Labels `path`, `dimension` (the dimension's name:
+/// ([`DimensionLoad::assigned`](crate::weighted::DimensionLoad::assigned)). Labels `path`, `dimension` (the dimension's name:
 /// `weight` for weights given as one number, and for a set without weights, where it counts the items).
 pub const ASSIGNED_WEIGHT: &str = "zk_partitioner_assigned_weight";
 /// Gauge: the member's ideal share of each dimension: the dimension's total × its capacity / the party's total
-/// capacity ([`DimensionLoad::ideal`](crate::DimensionLoad::ideal)). Labels `path`, `dimension`.
+/// capacity ([`DimensionLoad::ideal`](crate::weighted::DimensionLoad::ideal)). Labels `path`, `dimension`.
 pub const IDEAL_WEIGHT: &str = "zk_partitioner_ideal_weight";
 /// Gauge: the largest [`ASSIGNED_WEIGHT`] / [`IDEAL_WEIGHT`] over the dimensions (1.0: exactly its share; 0 without
-/// an ideal share) ([`Load::imbalance`](crate::Load::imbalance)). Label `path`.
+/// an ideal share) ([`Load::imbalance`](crate::weighted::Load::imbalance)). Label `path`.
 pub const LOAD_IMBALANCE: &str = "zk_partitioner_load_imbalance";
 /// Gauge: 1 when the member carries more than its partition function's load bound allows in some dimension (no
 /// placement within every member's bound was found: an item larger than a share, say), else 0
-/// ([`Load::over_capacity`](crate::Load::over_capacity)). Label `path`.
+/// ([`Load::over_capacity`](crate::weighted::Load::over_capacity)). Label `path`.
 pub const OVER_CAPACITY: &str = "zk_partitioner_over_capacity";
 
 /// Counter: the member read the [shared set](crate::SharedSet) (at start, and after each change of it). Labels
@@ -201,11 +201,11 @@ pub(crate) fn weight_chunks_read(paths: &Paths, chunks: u64) {
 
 /// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].
 pub(crate) struct Timed {
-    pub(crate) inner: Box<dyn crate::PartitionFn>,
+    pub(crate) inner: Box<dyn crate::partition::PartitionFn>,
     pub(crate) path: String,
 }
 
-impl crate::PartitionFn for Timed {
+impl crate::partition::PartitionFn for Timed {
     fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
         let started = Instant::now();
         let mine = self.inner.partition(me, members, items);
@@ -222,7 +222,7 @@ impl crate::PartitionFn for Timed {
         self.inner.load_bound()
     }
 
-    fn partition_weighted(&self, input: &crate::Weighted<'_>) -> Vec<Item> {
+    fn partition_weighted(&self, input: &crate::weighted::Weighted<'_>) -> Vec<Item> {
         let started = Instant::now();
         let mine = self.inner.partition_weighted(input);
         ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
@@ -230,7 +230,7 @@ impl crate::PartitionFn for Timed {
         mine
     }
 
-    fn prepare_weighted(&self, input: &crate::Weighted<'_>) {
+    fn prepare_weighted(&self, input: &crate::weighted::Weighted<'_>) {
         self.inner.prepare_weighted(input);
     }
 
@@ -238,7 +238,7 @@ impl crate::PartitionFn for Timed {
         self.inner.keeps_placement()
     }
 
-    fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
+    fn placement(&self, input: &crate::weighted::Weighted<'_>) -> Option<Vec<usize>> {
         let started = Instant::now();
         let owners = self.inner.placement(input);
         ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
@@ -540,7 +540,7 @@ mod tests {
     fn a_load_sets_the_load_gauges_and_a_dimension_that_goes_reads_0() {
         use std::collections::BTreeMap;
 
-        use crate::{Weight, Weights};
+        use crate::weighted::{Weight, Weights};
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         let read = || -> Vec<(CompositeKey, DebugValue)> {

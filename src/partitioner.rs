@@ -5,12 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
 use tokio::sync::watch;
 use zookeeper_client::Client;
 
 use crate::handle::Handle;
-use crate::{Checkpoint, CheckpointWriter, Error, FencingToken, Item, PartitionState, SharedSet, Snapshot};
+use crate::{
+    Error, Item, PartitionState, SharedSet, Snapshot,
+    checkpoint::{Checkpoint, CheckpointWriter},
+};
 
 /// A member of a party dividing a set of items with the others, kazoo's `SetPartitioner`.
 ///
@@ -186,46 +188,6 @@ impl SetPartitioner {
         self.read(|s| s.items.to_vec())
     }
 
-    /// In [`PartitionState::Release`], the items to stop processing before calling
-    /// [`release_set`](SetPartitioner::release_set); empty otherwise.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
-    /// // Under Rebalance::Incremental, only the revoked items stop; items() keep being processed.
-    /// if partitioner.is_release() {
-    ///     for item in partitioner.revoked() {
-    ///         println!("stopping {item}");
-    ///     }
-    ///     partitioner.release_set().await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn revoked(&self) -> Vec<Item> {
-        self.read(|s| s.revoked.to_vec())
-    }
-
-    /// The fencing token of an item this member holds: `None` unless the state is
-    /// [`PartitionState::Acquired`] and the item is one of [`items`](SetPartitioner::items). See [`FencingToken`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::Item;
-    ///
-    /// let item = Item::from("queue-1");
-    /// if let Some(token) = partitioner.fencing_token(&item) {
-    ///     // Store the token with every write; the store rejects writes with a token lower than the last one seen.
-    ///     println!("writing to {item} as owner #{}", token.get());
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self, item: &Item) -> Option<FencingToken> {
-        self.handle.fencing_token(item)
-    }
-
     /// A writer of `item`'s checkpoint, fenced by the lock node through which this member holds the item now: its
     /// saves succeed only while the member still holds the item through that node. See [`CheckpointWriter`], which
     /// explains why the fence holds.
@@ -300,20 +262,6 @@ impl SetPartitioner {
         self.handle.load_checkpoint(item).await
     }
 
-    /// This member's name in the party: `<identifier>-<sequence>`, or the identifier itself under
-    /// [`Builder::static_membership`](crate::Builder::static_membership).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) -> Result<(), zk_partitioner::Error> {
-    /// println!("this process is {} in the party", partitioner.member());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn member(&self) -> Arc<str> {
-        self.read(|snapshot| snapshot.member.clone())
-    }
-
     /// The shared set this member follows ([`Builder::shared_set`](crate::Builder::shared_set)), on the
     /// member's own session; `None` with a fixed set. Changing it changes every member's set. Once the partitioner's
     /// task has ended, its methods fail with [`Error::Stopped`] (the member's session is released); use a [`SharedSet`]
@@ -361,32 +309,6 @@ impl SetPartitioner {
     /// ```
     pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
         self.handle.subscribe()
-    }
-
-    /// A stream of snapshots: the current one first, then one after each transition (intermediate snapshots may be
-    /// skipped, as with [`subscribe`](SetPartitioner::subscribe)). It ends after the partitioner's task has stopped
-    /// and the final snapshot was yielded.
-    ///
-    /// # Examples
-    /// With the `futures` crate's `StreamExt` (or `tokio-stream`'s):
-    /// ```no_run
-    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) {
-    /// use futures::StreamExt;
-    ///
-    /// let mut changes = partitioner.changes();
-    /// while let Some(snapshot) = changes.next().await {
-    ///     println!("{} (generation {})", snapshot.state, snapshot.generation);
-    /// }
-    /// # }
-    /// ```
-    pub fn changes(&self) -> impl Stream<Item = Snapshot> + Send + Unpin + 'static {
-        let mut receiver = self.handle.subscribe();
-        receiver.mark_changed();
-        Box::pin(futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.changed().await.ok()?;
-            let snapshot = receiver.borrow_and_update().clone();
-            Some((snapshot, receiver))
-        }))
     }
 
     /// Waits until the state is no longer [`PartitionState::Allocating`], or `timeout` passes, and returns the state

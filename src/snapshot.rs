@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::{Disagreement, Error, FencingToken, Item, PartitionState};
+pub use proto::{Disagreement, DisagreementKind};
+
+use crate::{Error, FencingToken, Item, PartitionState};
 
 /// What a partitioner published at its latest transition.
 ///
@@ -52,12 +54,12 @@ pub struct Snapshot {
     /// Members of the party that announce a different set of items or partition function: while this is not empty, the
     /// members may compute overlapping shares and wait forever for each other's locks. Reported at the first party
     /// read that shows it, in every state. Kazoo members announce nothing: they are listed
-    /// ([`DisagreementKind::Unannounced`](crate::DisagreementKind::Unannounced)) only when this member's function does not answer as kazoo's does.
+    /// ([`DisagreementKind::Unannounced`]) only when this member's function does not answer as kazoo's does.
     pub disagreements: Arc<[Disagreement]>,
     /// This member's load under the current assignment: its capacity, the weight of its share in each dimension
     /// against its ideal share, and whether it is over what the partition function's load bound allows (an item too
     /// large for any member's room). `None` until the first allocation.
-    pub load: Option<Arc<crate::Load>>,
+    pub load: Option<Arc<crate::weighted::Load>>,
     /// The items of [`items`](Snapshot::items) that are closed, in the same order: their source produces nothing new
     /// ([`SharedSet::close`](crate::SharedSet::close), or a split or merge of them), so drain each, then
     /// [`finish_item`](crate::SetPartitioner::finish_item) it. Only with a [shared set](crate::Builder::shared_set)
@@ -88,7 +90,7 @@ pub(crate) struct Transition {
     /// The shared set's change, when the set in force differs from the one published last.
     pub set: Option<SetChange>,
     pub disagreements: Arc<[Disagreement]>,
-    pub load: Option<Arc<crate::Load>>,
+    pub load: Option<Arc<crate::weighted::Load>>,
     pub closed: Arc<[Item]>,
     pub lock_nodes: Arc<[String]>,
 }
@@ -101,6 +103,27 @@ pub(crate) struct SetChange {
 }
 
 impl Snapshot {
+    /// The fencing token of `item`, one of [`items`](Snapshot::items): the token of the ownership through which this
+    /// member holds it now; `None` for an item it does not list. See [`FencingToken`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(partitioner: zk_partitioner::SetPartitioner) {
+    /// use zk_partitioner::Item;
+    ///
+    /// let item = Item::from("queue-1");
+    /// if let Some(token) = partitioner.snapshot().token(&item) {
+    ///     // Store the token with every write; the store rejects writes with a token lower than the last one seen.
+    ///     println!("writing to {item} as owner #{}", token.get());
+    /// }
+    /// # }
+    /// ```
+    pub fn token(&self, item: &Item) -> Option<FencingToken> {
+        // `tokens` is in the order of `items`, which is sorted.
+        let index = self.items.binary_search(item).ok()?;
+        self.tokens.get(index).copied()
+    }
+
     /// Whether `item` is one of this member's items and closed ([`closed`](Snapshot::closed)).
     pub fn is_closed(&self, item: &Item) -> bool {
         // In item order, as `items`.

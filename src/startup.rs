@@ -23,7 +23,7 @@ use crate::retry::retry_transient;
 use crate::session::SessionRef;
 use crate::shared_set::{SetStore, SharedSetVersion};
 use crate::zookeeper::ZooKeeper;
-use crate::{Error, Item, PartitionFn, Rebalance, SessionPolicy, SetPartitioner, SharedSet, Snapshot};
+use crate::{Error, Item, Rebalance, SessionPolicy, SetPartitioner, SharedSet, Snapshot, partition::PartitionFn};
 use proto::announcement::Agreement;
 use proto::decision::{Core, CoreConfig};
 
@@ -102,7 +102,7 @@ pub(crate) async fn start<Z: ZooKeeper>(
     let partition_fn = settings.partition_fn;
     let mut agreement = Agreement::new(set.is_none().then_some(&items[..]), set_version, &*partition_fn, items.first());
     agreement.capacity = settings.capacity;
-    let kazoo = Agreement::new(None, None, &crate::KazooStride, items.first());
+    let kazoo = Agreement::new(None, None, &crate::partition::KazooStride, items.first());
     let kazoo_compatible = agreement.function.is_none() || agreement.function == kazoo.function;
     let node_data = agreement.node_data(&settings.identifier);
     let naming = if settings.static_membership {

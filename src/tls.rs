@@ -24,13 +24,13 @@ use crate::Error;
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
 /// use std::time::Duration;
-/// use zk_partitioner::ConnectOptions;
+/// use zk_partitioner::connection::ConnectOptions;
 /// use zk_partitioner::zookeeper_client::Client;
 ///
-/// let tls = zk_partitioner::tls_options("/etc/zookeeper/ca.pem")?;
+/// let tls = zk_partitioner::connection::tls_options("/etc/zookeeper/ca.pem")?;
 /// let connector = Client::connector().with_session_timeout(Duration::from_secs(10)).with_tls(tls);
 /// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(10));
-/// let client = zk_partitioner::connect_with_options(connector, "tcp+tls://zk1:2281", options).await?;
+/// let client = zk_partitioner::connection::connect_with_options(connector, "tcp+tls://zk1:2281", options).await?;
 /// # drop(client);
 /// # Ok(())
 /// # }
@@ -53,7 +53,7 @@ pub fn tls_options(ca_file: impl AsRef<Path>) -> Result<TlsOptions, Error> {
 /// # Examples
 /// ```no_run
 /// # fn dox() -> Result<(), zk_partitioner::Error> {
-/// let tls = zk_partitioner::tls_options_with_identity("ca.pem", "client.pem", "client-key.pem")?;
+/// let tls = zk_partitioner::connection::tls_options_with_identity("ca.pem", "client.pem", "client-key.pem")?;
 /// let connector = zk_partitioner::zookeeper_client::Client::connector().with_tls(tls);
 /// # drop(connector);
 /// # Ok(())

@@ -13,7 +13,7 @@ use common::members::{auto_release, ints};
 use common::{Ctx, timing, wait_for};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use zk_partitioner::zookeeper_client::{SessionId, SessionState};
-use zk_partitioner::{Error, FencingToken, Item, MAX_CHECKPOINT_SIZE, PartitionState, SetPartitioner};
+use zk_partitioner::{Error, FencingToken, Item, PartitionState, SetPartitioner, checkpoint::MAX_CHECKPOINT_SIZE};
 
 const PATH: &str = "/partitioner";
 
@@ -38,8 +38,8 @@ async fn a_save_is_one_request_and_loads_back_with_its_writer() {
     // and it loads back with the writer's token and name
     let checkpoint = member.partitioner.load_checkpoint(&zero).await.unwrap().expect("a checkpoint");
     assert_eq!(checkpoint.data, b"offset=2");
-    assert_eq!(Some(checkpoint.token), member.partitioner.fencing_token(&zero));
-    assert_eq!(checkpoint.writer, *member.partitioner.member());
+    assert_eq!(Some(checkpoint.token), member.partitioner.snapshot().token(&zero));
+    assert_eq!(checkpoint.writer, *member.partitioner.snapshot().member);
     assert_eq!(checkpoint.version, 1);
     assert_eq!(proxy.take(), [op::GET_DATA], "a load is one getData");
     // and the node is <path>/checkpoints/<item>, next to the locks
@@ -143,7 +143,10 @@ async fn worker_code_running_after_its_member_released_the_item_cannot_save() {
     assert_eq!(proxy.take(), [op::MULTI, op::MULTI], "each refused save was one request");
     // and B's checkpoint survives, with B's larger token
     let checkpoint = b.partitioner.load_checkpoint(moved).await.unwrap().unwrap();
-    assert_eq!((checkpoint.data.as_slice(), checkpoint.writer.as_str()), (&b"from b"[..], &*b.partitioner.member()));
+    assert_eq!(
+        (checkpoint.data.as_slice(), checkpoint.writer.as_str()),
+        (&b"from b"[..], &*b.partitioner.snapshot().member)
+    );
     let moved_index = items.iter().position(|item| item == moved).unwrap();
     assert!(checkpoint.token > a_tokens[moved_index]);
     // and the handle refuses at once what A no longer lists
@@ -250,9 +253,9 @@ async fn a_paused_owner_cannot_overwrite_the_new_owner() {
     // and the new owner's checkpoint survives, with its larger token
     let after = new.partitioner.load_checkpoint(&item).await.unwrap().unwrap();
     assert_eq!(after.data, b"new owner");
-    assert_eq!(after.writer, *new.partitioner.member());
+    assert_eq!(after.writer, *new.partitioner.snapshot().member);
     assert!(after.token.get() > old_token);
-    assert_eq!(Some(after.token), new.partitioner.fencing_token(&item));
+    assert_eq!(Some(after.token), new.partitioner.snapshot().token(&item));
     let status = tokio::time::timeout(timing(Duration::from_secs(15)), child.wait()).await;
     assert!(matches!(status, Ok(Ok(s)) if s.success()), "the old owner's process did not exit cleanly: {status:?}");
 }
@@ -281,7 +284,7 @@ async fn items_added_to_a_shared_set_that_sort_first_can_be_checkpointed() {
     let snapshot = member.partitioner.snapshot();
     assert!(snapshot.items.is_sorted(), "the snapshot lists its items sorted: {:?}", snapshot.items);
     for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-        assert_eq!(member.partitioner.fencing_token(item), Some(*token), "{item}");
+        assert_eq!(member.partitioner.snapshot().token(item), Some(*token), "{item}");
         save_checkpoint(&member.partitioner, item, item.to_string().as_bytes()).await.expect("save");
         let loaded = member.partitioner.load_checkpoint(item).await.expect("load").expect("a checkpoint");
         assert_eq!((loaded.data, loaded.token), (item.to_string().into_bytes(), *token), "{item}");

@@ -13,8 +13,10 @@ use common::members::{AbortOnDrop, Member, TIME_BOUNDARY, auto_release, ints};
 use common::{Ctx, timing, wait_for, wait_until};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    DescribeOptions, Description, Error, Item, KazooStride, PartitionState, SharedSet, Weight, WeightedRendezvous,
-    describe, describe_with,
+    Error, Item, PartitionState, SharedSet, describe,
+    describe::{DescribeOptions, Description, describe_with},
+    partition::KazooStride,
+    weighted::{Weight, WeightedRendezvous},
 };
 use zk_partitioner_testing::lock_contenders;
 
@@ -121,8 +123,8 @@ async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
 
     // then: the members are the three processes, each with its identifier and session
     let kazoo = k1.view();
-    let r1_name = r1.partitioner.member().to_string();
-    let r2_name = r2.partitioner.member().to_string();
+    let r1_name = r1.partitioner.snapshot().member.to_string();
+    let r2_name = r2.partitioner.snapshot().member.to_string();
     let members: Vec<(&str, &str, i64)> =
         d.members.iter().map(|m| (m.name.as_str(), m.identifier.as_str(), m.session)).collect();
     assert_eq!(
@@ -270,7 +272,7 @@ async fn describe_reports_a_weighted_partys_capacities_and_loads() {
 
     // then: each member's capacity is the one it announced, and its load is the one it reports (checked while
     // waiting), its ideal share a quarter or three quarters of the 32 in all
-    let info = |m: &Member| d.member(&m.partitioner.member()).expect("a member").clone();
+    let info = |m: &Member| d.member(&m.partitioner.snapshot().member).expect("a member").clone();
     let (small_info, big_info) = (info(&small), info(&big));
     assert_eq!((small_info.capacity, big_info.capacity), (1, 3));
     for (m, ideal) in [(&small_info, 8.0), (&big_info, 24.0)] {
@@ -289,7 +291,7 @@ async fn describe_reports_a_weighted_partys_capacities_and_loads() {
     set.set_weights([(2, Weight::named([("cpu", 5), ("bytes", 100)]).expect("a weight"))]).await.expect("reweigh");
     let d = weighted_description(&ctx, &set, &[&small, &big]).await;
     // then: the loads follow, in every dimension the weights name, still as the members report them
-    let load = d.member(&big.partitioner.member()).and_then(|m| m.load.clone()).expect("a load");
+    let load = d.member(&big.partitioner.snapshot().member).and_then(|m| m.load.clone()).expect("a load");
     let dimensions: Vec<&str> = load.dimensions.iter().map(|dim| dim.dimension.as_str()).collect();
     assert_eq!(dimensions, ["bytes", "cpu", "weight"], "{load}");
     assert!(d.members.iter().all(|m| m.held == m.load), "{d:#?}");

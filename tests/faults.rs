@@ -95,7 +95,7 @@ async fn safety_checker_reports_claims_backed_by_another_session() {
     .await;
     // then: every violation is about m1's items, claimed while held by m1's real session
     let checks = checker.stop().await;
-    let m1_name = m1.partitioner.member();
+    let m1_name = m1.partitioner.snapshot().member;
     assert!(
         checks.violations.iter().all(|v| v.contains(&format!("{m1_name} (session")) && v.contains("held by session")),
         "{:#?}",
@@ -559,7 +559,7 @@ async fn server_restart_keeps_long_sessions_and_fails_members_whose_session_ran_
     // then: a1 and a2 resume their sessions (when the client's reconnect back-off lets them: it is not the
     // partitioner's), the server expires b's (1 s after its restart), and a1 and a2 share everything
     for member in [&a1, &a2] {
-        let what = format!("{} to reconnect", member.partitioner.member());
+        let what = format!("{} to reconnect", member.partitioner.snapshot().member);
         let mut watcher = member.client.state_watcher();
         wait_session_state(&mut watcher, SessionState::SyncConnected, timing(Duration::from_secs(20)), &what).await;
     }
@@ -832,7 +832,7 @@ async fn operator_deletes_a_members_party_node() {
     let _workers = [auto_release(&m0.partitioner), auto_release(&m1.partitioner)];
     let checker = SafetyChecker::start(ctx.observer.clone(), &items, &[&m0, &m1]);
     wait_converged("two members", &ctx.observer, &[&m0, &m1], &items, acquire_deadline()).await;
-    let name = m0.partitioner.member();
+    let name = m0.partitioner.snapshot().member;
     let (node, _) = party_nodes(&ctx.observer)
         .await
         .into_iter()
@@ -844,7 +844,7 @@ async fn operator_deletes_a_members_party_node() {
 
     // then: m0 joins again under a new name, and both converge
     wait_converged("after the deletion", &ctx.observer, &[&m0, &m1], &items, acquire_deadline()).await;
-    assert_ne!(m0.partitioner.member(), name, "m0 must have joined again");
+    assert_ne!(m0.partitioner.snapshot().member, name, "m0 must have joined again");
     let owners: Vec<i64> = party_nodes(&ctx.observer).await.into_iter().map(|(_, owner)| owner).collect();
     assert_eq!(owners.len(), 2, "{owners:x?}");
     assert!(owners.contains(&m0.session()) && owners.contains(&m1.session()), "{owners:x?}");
@@ -1167,7 +1167,7 @@ async fn own_contender(ctx: &Ctx, dir: &str, member: &Member) -> String {
             return child;
         }
     }
-    panic!("no contender of {} in {dir}", member.partitioner.member())
+    panic!("no contender of {} in {dir}", member.partitioner.snapshot().member)
 }
 
 /// A create of the member's that was lost with the connection lands late, after the member listed the directory and

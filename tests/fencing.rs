@@ -21,7 +21,7 @@ async fn tokens(ctx: &Ctx, members: &[&Member]) -> BTreeMap<String, FencingToken
         assert_eq!(snapshot.state, PartitionState::Acquired);
         assert_eq!(snapshot.items.len(), snapshot.tokens.len());
         for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-            assert_eq!(member.partitioner.fencing_token(item), Some(*token));
+            assert_eq!(member.partitioner.snapshot().token(item), Some(*token));
             // The token is the czxid of the lowest contender, owned by this member's session.
             let dir = format!("{PATH}/locks/{item}");
             let children = ctx.observer.list_children(&dir).await.unwrap();
@@ -51,7 +51,7 @@ async fn tokens_increase_across_hand_offs_and_expiry() {
     m0.wait_items(&items, timing(Duration::from_secs(10))).await;
     let first = tokens(&ctx, &[&m0]).await;
     assert!(first.values().all(|t| t.get() > 0));
-    assert_eq!(m0.partitioner.fencing_token(&zk_partitioner::Item::from(100_000)), None);
+    assert_eq!(m0.partitioner.snapshot().token(&zk_partitioner::Item::from(100_000)), None);
 
     // when: a member joins and half the items change hands
     let m1 = ctx.member("1", items.clone()).await;
@@ -64,7 +64,7 @@ async fn tokens_increase_across_hand_offs_and_expiry() {
     let [m0, m1] = pair;
     common::expire(&m0.client, &proxy).await;
     m0.wait_state(PartitionState::Failure, timing(Duration::from_secs(10))).await;
-    assert!(m0.partitioner.fencing_token(&items[0]).is_none(), "no token outside ACQUIRED");
+    assert!(m0.partitioner.snapshot().token(&items[0]).is_none(), "no token outside ACQUIRED");
     let survivors = [m1];
     settle(&survivors, timing(Duration::from_secs(20))).await;
     let third = tokens(&ctx, &[&survivors[0]]).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::faults::SafetyChecker;
 use common::members::{AbortOnDrop, Member, Recorder, auto_release, ints};
 use common::{Ctx, Proxy, timing, wait_for};
-use zk_partitioner::{FencingToken, Item, PartitionState, Rebalance, Rendezvous};
+use zk_partitioner::{FencingToken, Item, PartitionState, Rebalance, partition::Rendezvous};
 
 const PATH: &str = "/partitioner";
 
@@ -132,7 +132,7 @@ async fn unmoved_items_never_pause_on_join_leave_and_crash() {
     // when: one crashes (its connection cut for good; its session expires)
     restart_recorders(&mut workers);
     let crashed = workers.remove(2); // "d", behind the proxy
-    assert!(crashed.member.partitioner.member().starts_with("d-"));
+    assert!(crashed.member.partitioner.snapshot().member.starts_with("d-"));
     if let Some(proxy) = &crashed._proxy {
         proxy.cut();
     }

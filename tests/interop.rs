@@ -9,7 +9,10 @@ use std::time::Duration;
 use common::kazoo::{KazooWorker, require_kazoo};
 use common::members::{Member, TIME_BOUNDARY, auto_release, ints, lock_holders};
 use common::{Ctx, timing, wait_for};
-use zk_partitioner::{Item, KazooStride, PartitionFn, PartitionState};
+use zk_partitioner::{
+    Item, PartitionState,
+    partition::{KazooStride, PartitionFn},
+};
 
 const PATH: &str = "/partitioner";
 

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::members::{AbortOnDrop, Member, PATH, assert_disjoint_cover, auto_release, build_member, wait_snapshot};
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
-use zk_partitioner::{DisagreementKind, Error, Item, LineageStatus, PartitionState, Rebalance, SharedSet, Weight};
+use zk_partitioner::{
+    Error, Item, PartitionState, Rebalance, SharedSet, shared_set::LineageStatus, snapshot::DisagreementKind,
+    weighted::Weight,
+};
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(300);
 /// How long a worker "drains" a closed item before it finishes it.
@@ -158,7 +161,7 @@ async fn three_generations_are_processed_in_order_while_members_join_crash_and_e
     let holder = [&a, &b, &c]
         .iter()
         .find(|w| w.member.partitioner.snapshot().items.contains(&item("g1a")))
-        .map(|w| w.member.partitioner.member());
+        .map(|w| w.member.partitioner.snapshot().member);
     expire(&client_a, &proxy_a).await;
     proxy_b.cut();
     let lineage = admin.lineage().await.expect("lineage");
@@ -370,7 +373,7 @@ async fn bad_lineage_input_gets_clear_errors_and_changes_nothing() {
     let admin = SharedSet::new(ctx.client().await, PATH).expect("handle");
     admin.create_if_missing(items(&["a", "b"])).await.expect("create");
     let before = admin.read().await.expect("read");
-    let invalid = |result: Result<zk_partitioner::SharedSetVersion, Error>, needle: &str| match result {
+    let invalid = |result: Result<zk_partitioner::shared_set::SharedSetVersion, Error>, needle: &str| match result {
         Err(Error::InvalidItem { reason, .. }) if reason.contains(needle) => {}
         other => panic!("expected an InvalidItem error about {needle:?}, got {other:?}"),
     };

@@ -800,14 +800,14 @@ impl World {
             Fault::Join => Done { text: self.join(draw.victim).await, stall: None },
             Fault::Kill => {
                 let victim = self.live.remove((draw.victim % self.live.len() as u64) as usize);
-                let name = victim.member.partitioner.member();
+                let name = victim.member.partitioner.snapshot().member;
                 let took = common::expire(&victim.member.client, &victim.proxy).await;
                 victim.member.partitioner.finish().await;
                 drop(victim);
                 let replacement = self.member().await;
                 let text = format!(
                     "{name}'s session expired ({took:.2?}), replaced by {}",
-                    replacement.member.partitioner.member()
+                    replacement.member.partitioner.snapshot().member
                 );
                 self.live.push(replacement);
                 Done { text, stall: None }
@@ -826,11 +826,11 @@ impl World {
         let mut text = String::new();
         if self.live.len() >= MAX_PARTY {
             let leaving = self.live.remove((victim % self.live.len() as u64) as usize);
-            text = format!("{} left, ", leaving.member.partitioner.member());
+            text = format!("{} left, ", leaving.member.partitioner.snapshot().member);
             leaving.member.partitioner.finish().await;
         }
         let joining = self.member().await;
-        text.push_str(&format!("{} joined", joining.member.partitioner.member()));
+        text.push_str(&format!("{} joined", joining.member.partitioner.snapshot().member));
         self.live.push(joining);
         self.target = self.live.len();
         text

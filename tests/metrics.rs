@@ -21,7 +21,8 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::registry::{AtomicStorage, Registry};
 use tokio::sync::oneshot;
 use zk_partitioner::{
-    Builder, Item, Load, PartitionState, SetPartitioner, SharedSet, Weight, WeightedRendezvous, metrics as names,
+    Builder, Item, PartitionState, SetPartitioner, SharedSet, metrics as names,
+    weighted::{Load, Weight, WeightedRendezvous},
 };
 
 const PATH: &str = "/partitioner";

@@ -229,7 +229,7 @@ async fn duplicate_identifiers_still_cover_every_item() {
         [ctx.member("same", ints(7)).await, ctx.member("same", ints(7)).await, ctx.member("same", ints(7)).await];
     // The worker loop: whoever is told to release does so, until all hold a share of the same party.
     common::members::settle(&members, acquire_deadline()).await;
-    let names: Vec<_> = members.iter().map(|m| m.partitioner.member()).collect();
+    let names: Vec<_> = members.iter().map(|m| m.partitioner.snapshot().member).collect();
     assert!(names.iter().all(|n| n.starts_with("same-")), "{names:?}");
     assert_ne!(names[0], names[1]);
     assert_disjoint_cover(&ctx.observer, PATH, &members.iter().collect::<Vec<_>>(), &ints(7)).await;

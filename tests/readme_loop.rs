@@ -13,7 +13,9 @@ use std::time::Duration;
 use common::{Ctx, timing, wait_for};
 use tokio::task::JoinHandle;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Error, Item, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet, Snapshot};
+use zk_partitioner::{
+    Error, Item, PartitionState, Rebalance, SetPartitioner, SharedSet, Snapshot, partition::Rendezvous,
+};
 
 const PATH: &str = "/work_queues";
 

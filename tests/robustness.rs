@@ -12,7 +12,10 @@ use common::faults::nodes_owned_by;
 use common::members::{auto_release, ints, wait_snapshot};
 use common::{Ctx, connect, session_listed, timing, wait_for, wait_session_state, wait_until};
 use zk_partitioner::zookeeper_client::SessionState;
-use zk_partitioner::{Error, Item, KazooStride, PartitionFn, PartitionState, SetPartitioner};
+use zk_partitioner::{
+    Error, Item, PartitionState, SetPartitioner,
+    partition::{KazooStride, PartitionFn},
+};
 use zk_partitioner_testing::FreezingProxy;
 
 const PATH: &str = "/partitioner";

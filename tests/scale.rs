@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::members::{assert_disjoint_cover, ints, lock_holders, settle};
 use common::{Ctx, timing, wait_for};
-use zk_partitioner::{Item, PartitionState, Rendezvous};
+use zk_partitioner::{Item, PartitionState, partition::Rendezvous};
 
 const PATH: &str = "/partitioner";
 
@@ -27,7 +27,7 @@ async fn five_thousand_items_three_members_disjoint_cover() {
     assert_disjoint_cover(&ctx.observer, PATH, &members.iter().collect::<Vec<_>>(), &items).await;
     for member in &members {
         let count = member.partitioner.items().len();
-        assert!((1666..=1667).contains(&count), "{} holds {count} items", member.partitioner.member());
+        assert!((1666..=1667).contains(&count), "{} holds {count} items", member.partitioner.snapshot().member);
     }
     // and a rebalance to two members keeps the cover (released nodes are really gone)
     let [a, b, c] = members;

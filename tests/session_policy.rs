@@ -92,5 +92,5 @@ async fn a_lock_node_lost_during_the_stall_means_release() {
     // then: the member does not trust the survivors blindly: it releases and allocates again
     release.await.unwrap().expect("release_set");
     m0.wait_items(&ints(4), timing(Duration::from_secs(10))).await;
-    assert!(m0.partitioner.fencing_token(&ints(4)[2]).unwrap().get() > 0);
+    assert!(m0.partitioner.snapshot().token(&ints(4)[2]).unwrap().get() > 0);
 }

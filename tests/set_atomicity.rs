@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::members::{Member, Recorder, auto_release};
 use common::{Ctx, timing, wait_for, wait_until};
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{DisagreementKind, Error, Item, PartitionState, SharedSet};
+use zk_partitioner::{Error, Item, PartitionState, SharedSet, snapshot::DisagreementKind};
 use zk_partitioner_testing::Proxy;
 
 const PATH: &str = "/partitioner";

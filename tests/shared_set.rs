@@ -12,8 +12,8 @@ use common::members::{AbortOnDrop, Member, Recorder, assert_disjoint_cover, auto
 use common::{Ctx, timing, wait_for, wait_until};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    DisagreementKind, Error, FencingToken, Item, PartitionState, Rebalance, Rendezvous, SetPartitioner, SharedSet,
-    Snapshot,
+    Error, FencingToken, Item, PartitionState, Rebalance, SetPartitioner, SharedSet, Snapshot, partition::Rendezvous,
+    snapshot::DisagreementKind,
 };
 
 const PATH: &str = "/partitioner";

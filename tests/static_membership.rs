@@ -13,7 +13,10 @@ use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, Recorder, auto_release, ints, wait_snapshot};
 use common::{Ctx, Proxy, timing, wait_for};
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{Error, Item, KazooStride, PartitionFn, PartitionState, Rebalance, Rendezvous, SetPartitioner};
+use zk_partitioner::{
+    Error, Item, PartitionState, Rebalance, SetPartitioner,
+    partition::{KazooStride, PartitionFn, Rendezvous},
+};
 
 const PATH: &str = "/partitioner";
 
@@ -86,7 +89,7 @@ async fn converge(ctx: &Ctx, what: &str, workers: &[&Worker], items: &[Item]) {
 
 /// Every member's items, by name.
 fn assignment(workers: &[&Worker]) -> BTreeMap<String, Vec<Item>> {
-    workers.iter().map(|w| (w.member.partitioner.member().to_string(), w.items())).collect()
+    workers.iter().map(|w| (w.member.partitioner.snapshot().member.to_string(), w.items())).collect()
 }
 
 /// What `worker` published since its recorder started (the recorder's first entry is the snapshot current then).
@@ -121,7 +124,7 @@ async fn assert_quiet(others: &[&Worker], window: Duration) {
         assert!(
             published.is_empty(),
             "{} published {published:?} (state, items, revoked) during a restart within time_boundary",
-            worker.member.partitioner.member()
+            worker.member.partitioner.snapshot().member
         );
     }
 }
@@ -138,7 +141,11 @@ async fn graceful_restart(mode: Mode) {
     let all: Vec<&Worker> = workers.iter().chain([&restarted]).collect();
     converge(&ctx, "four static members", &all, &items).await;
     let before = assignment(&all);
-    assert_eq!(restarted.member.partitioner.member().as_ref(), "s-c", "a static member's name is its identifier");
+    assert_eq!(
+        restarted.member.partitioner.snapshot().member.as_ref(),
+        "s-c",
+        "a static member's name is its identifier"
+    );
     let old_items = restarted.items();
     let old_session = restarted.member.session();
     let checker = SafetyChecker::start(ctx.client().await, &items, &all.iter().map(|w| &w.member).collect::<Vec<_>>());
@@ -302,7 +309,7 @@ async fn a_live_duplicate_identifier_fails_after_the_limit_and_leaves_nothing_be
     // when: the first member finishes, a new build with the identifier goes through at once
     first.member.partitioner.finish().await;
     let next = builder(&client, "dup", &items, INCREMENTAL).build().await.expect("the identifier is free");
-    assert_eq!(next.member().as_ref(), "dup");
+    assert_eq!(next.snapshot().member.as_ref(), "dup");
     next.finish().await;
 }
 
@@ -365,7 +372,7 @@ async fn wait_mixed_cover(
 ) -> BTreeMap<String, Vec<String>> {
     wait_for("a disjoint cover agreed by static Rust members and kazoo", timing(Duration::from_secs(40)), || async {
         let holders = common::members::lock_holders(&ctx.observer, PATH, items).await;
-        let mut names: Vec<String> = rust.iter().map(|w| w.member.partitioner.member().to_string()).collect();
+        let mut names: Vec<String> = rust.iter().map(|w| w.member.partitioner.snapshot().member.to_string()).collect();
         names.extend(kazoo.iter().map(|k| k.identifier.clone()));
         names.sort();
         let mut claims = BTreeMap::new();
@@ -464,7 +471,7 @@ async fn a_static_member_whose_node_is_deleted_rejoins_under_the_same_name() {
     // ...under the same name, so the party converges on the same assignment
     converge(&ctx, "after the rejoin", &[&a, &b], &items).await;
     assert_eq!(assignment(&[&a, &b]), before);
-    assert_eq!(b.member.partitioner.member().as_ref(), "s-b");
+    assert_eq!(b.member.partitioner.snapshot().member.as_ref(), "s-b");
 }
 
 /// An operator deletes a static member's node while a duplicate waits for the identifier: the duplicate joins, and

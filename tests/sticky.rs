@@ -12,7 +12,9 @@ use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, 
 use common::{Ctx, Proxy, connect, expire, timing, wait_until};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
-    DescribeOptions, Error, Item, PartitionState, Rebalance, SharedSet, Weight, WeightedRendezvous, describe_with,
+    Error, Item, PartitionState, Rebalance, SharedSet,
+    describe::{DescribeOptions, describe_with},
+    weighted::{Weight, WeightedRendezvous},
 };
 
 const PATH: &str = "/partitioner";
@@ -288,7 +290,7 @@ async fn incremental_members_keep_the_placement_when_the_writer_expires() {
 /// must not depend on the rule being a fixed point, since it hands a record written for its very inputs out as it is.
 struct Rotating;
 
-impl zk_partitioner::PartitionFn for Rotating {
+impl zk_partitioner::partition::PartitionFn for Rotating {
     fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
         let at = members.iter().position(|m| m == me).unwrap_or(usize::MAX);
         items.iter().enumerate().filter(|(i, _)| i % members.len() == at).map(|(_, item)| item.clone()).collect()
@@ -296,7 +298,7 @@ impl zk_partitioner::PartitionFn for Rotating {
     fn keeps_placement(&self) -> bool {
         true
     }
-    fn placement(&self, input: &zk_partitioner::Weighted<'_>) -> Option<Vec<usize>> {
+    fn placement(&self, input: &zk_partitioner::weighted::Weighted<'_>) -> Option<Vec<usize>> {
         let m = input.members.len();
         let fresh = |i: usize| i % m;
         Some(match input.previous {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::members::{auto_release, ints};
 use common::{OwnedServer, timing, wait_for};
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{ConnectOptions, Error, PartitionState, SetPartitioner};
+use zk_partitioner::{Error, PartitionState, SetPartitioner, connection::ConnectOptions};
 use zk_partitioner_testing::ServerTls;
 
 /// Runs `openssl` with `args` in `dir`, panicking with its output if it fails.
@@ -78,15 +78,19 @@ async fn members_connect_over_tls_and_acquire() {
     let cluster = server.tls_connect_string().expect("a TLS client port");
     let connector = |options| Client::connector().with_session_timeout(Duration::from_secs(6)).with_tls(options);
     let identity = || {
-        zk_partitioner::tls_options_with_identity(dir.join("ca.pem"), dir.join("client.pem"), dir.join("client.key"))
-            .expect("TLS options from the test's PEM files")
+        zk_partitioner::connection::tls_options_with_identity(
+            dir.join("ca.pem"),
+            dir.join("client.pem"),
+            dir.join("client.key"),
+        )
+        .expect("TLS options from the test's PEM files")
     };
 
     // Two members over TLS divide the items and reach ACQUIRED.
     let items = ints(6);
     let mut members = Vec::new();
     for name in ["a", "b"] {
-        let client = zk_partitioner::connect_with_options(
+        let client = zk_partitioner::connection::connect_with_options(
             connector(identity()),
             &cluster,
             ConnectOptions::new().connect_timeout(timing(Duration::from_secs(20))),
@@ -113,8 +117,8 @@ async fn members_connect_over_tls_and_acquire() {
 
     // Refused: no client certificate, a CA that did not issue the server's certificate, plain text on the TLS port.
     let short = Duration::from_secs(2);
-    let ca_only = zk_partitioner::tls_options(dir.join("ca.pem")).expect("TLS options from ca.pem");
-    let other_ca = zk_partitioner::tls_options_with_identity(
+    let ca_only = zk_partitioner::connection::tls_options(dir.join("ca.pem")).expect("TLS options from ca.pem");
+    let other_ca = zk_partitioner::connection::tls_options_with_identity(
         dir.join("other-ca.pem"),
         dir.join("client.pem"),
         dir.join("client.key"),
@@ -127,8 +131,12 @@ async fn members_connect_over_tls_and_acquire() {
         ("plain text to the TLS port", Client::connector(), &plain),
     ] {
         let over_tls = cluster.starts_with("tcp+tls://");
-        match zk_partitioner::connect_with_options(connector, cluster, ConnectOptions::new().connect_timeout(short))
-            .await
+        match zk_partitioner::connection::connect_with_options(
+            connector,
+            cluster,
+            ConnectOptions::new().connect_timeout(short),
+        )
+        .await
         {
             Err(Error::Connect { reason, .. }) => {
                 assert!(reason.contains("opened no session"), "{what}: {reason}");

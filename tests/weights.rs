@@ -12,8 +12,11 @@ use common::kazoo::KazooWorker;
 use common::members::{AbortOnDrop, Member, assert_disjoint_cover, auto_release, items_of};
 use common::{Ctx, timing, wait_until};
 use zk_partitioner::{
-    DisagreementKind, Error, FencingToken, InputError, Item, PartitionState, Rebalance, SetPartitioner, SharedSet,
-    SharedSetVersion, Weight, WeightedRendezvous, capacity_limit,
+    Error, FencingToken, Item, PartitionState, Rebalance, SetPartitioner, SharedSet,
+    checks::InputError,
+    shared_set::SharedSetVersion,
+    snapshot::DisagreementKind,
+    weighted::{Weight, WeightedRendezvous, capacity_limit},
 };
 use zk_partitioner_testing::wait_snapshot;
 
@@ -41,7 +44,7 @@ async fn weighted_member(ctx: &Ctx, name: &str, capacity: u32, rebalance: Rebala
 
 /// The weight of `item` in the set as read (1 unless it names one).
 fn weight_of(set: &SharedSetVersion, item: &Item) -> u64 {
-    set.weights.get(item).map_or(1, |w| w.get(zk_partitioner::DEFAULT_DIMENSION))
+    set.weights.get(item).map_or(1, |w| w.get(zk_partitioner::weighted::DEFAULT_DIMENSION))
 }
 
 /// Waits until every member is ACQUIRED at the set's version, checks the claims are a disjoint cover, and checks each

@@ -20,7 +20,12 @@ use crate::lock_requests::READ_BATCH;
 use crate::paths::Paths;
 use crate::placement::store;
 use crate::retry::retry_transient;
-use crate::{Error, FencingToken, Item, Lineage, Load, PartitionFn, SharedSet, SharedSetVersion, Weight};
+use crate::{
+    Error, FencingToken, Item, SharedSet,
+    partition::PartitionFn,
+    shared_set::{Lineage, SharedSetVersion},
+    weighted::{Load, Weight},
+};
 use proto::announcement::Agreement;
 use proto::layout;
 use proto::layout::{contenders_in_order, sequence};
@@ -39,7 +44,7 @@ const DEFAULT_CONCURRENCY: usize = 8;
 ///
 /// ```
 /// use zk_partitioner::describe::DescribeOptions;
-/// use zk_partitioner::{Item, KazooStride};
+/// use zk_partitioner::{Item, partition::KazooStride};
 ///
 /// let items: Vec<Item> = (0..100).map(Item::from).collect();
 /// let options = DescribeOptions::new().items(&items).partition_func(&KazooStride);
@@ -220,7 +225,7 @@ pub struct MemberInfo {
     pub load: Option<Load>,
     /// With the [expected items](DescribeOptions::items) (or the [shared set](DescribeOptions::shared_set)):
     /// the same for the items its session actually holds (their locks), against the same ideal share
-    /// ([`DimensionLoad::assigned`](crate::DimensionLoad::assigned) is then the weight held). Without a partition
+    /// ([`DimensionLoad::assigned`](crate::weighted::DimensionLoad::assigned) is then the weight held). Without a partition
     /// function, the announced capacities count, and it is never over capacity.
     pub held: Option<Load>,
 }

@@ -6,7 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{ItemInfo, MemberInfo, OutsideShare, item_of_name};
-use crate::{Error, Item, Load, PartitionFn, Weight, Weighted, Weights};
+use crate::{
+    Error, Item,
+    partition::PartitionFn,
+    weighted::{Load, Weight, Weighted, Weights},
+};
 use proto::announcement::Agreement;
 use proto::partition_fn::guarded;
 use proto::placement::record::{Record, content_digest, digest, inputs_digest};

@@ -77,7 +77,7 @@ fn share_check_names_items_held_by_the_wrong_member() {
             (i.to_string(), vec![contender(0, name, session)])
         })
         .collect();
-    let stride = crate::KazooStride;
+    let stride = crate::partition::KazooStride;
     let d = assemble("/p", members, vec![], dirs, &DescribeOptions::new().partition_func(&stride), None, None).unwrap();
     let outside = d.outside_share.unwrap();
     assert_eq!(outside, [OutsideShare { item: "2".into(), holder: "b".into(), share_of: Some("a".into()) }]);
@@ -94,7 +94,7 @@ fn a_panicking_partition_fn_is_an_error() {
 
 #[test]
 fn a_weighted_function_is_called_with_the_weights_and_the_announced_capacities() {
-    use crate::{Load, Weight, Weighted, WeightedRendezvous, Weights};
+    use crate::weighted::{Load, Weight, Weighted, WeightedRendezvous, Weights};
     // a (capacity 1) and b (capacity 3) over 0..12, item 0 weighing 6: each holds its weighted share.
     let items: Vec<Item> = (0..12).map(Item::from).collect();
     let named = BTreeMap::from([(Item::from(0), Weight::new(6))]);
@@ -126,14 +126,14 @@ fn a_weighted_function_is_called_with_the_weights_and_the_announced_capacities()
     // An unweighted function ignores capacities: the members report capacity 1, and so does the load here.
     let dirs = vec![("0".to_string(), vec![contender(0, "b", 2)])];
     let members = vec![RawMember { capacity: 3, ..member("b", 2) }];
-    let options = DescribeOptions::new().items(&items[..2]).partition_func(&crate::KazooStride);
+    let options = DescribeOptions::new().items(&items[..2]).partition_func(&crate::partition::KazooStride);
     let d = assemble("/p", members, vec![], dirs, &options, None, None).unwrap();
     let (load, held) = (d.members[0].load.as_ref().unwrap(), d.members[0].held.as_ref().unwrap());
     assert_eq!((d.members[0].capacity, load.capacity, load.dimensions[0].assigned), (3, 1, 2));
     assert_eq!((held.dimensions[0].assigned, held.over_capacity, load.over_capacity), (1, false, false));
     // Without the expected items, no load (the lock directories may not name the whole set).
     let dirs = vec![("0".to_string(), vec![contender(0, "b", 2)])];
-    let options = DescribeOptions::new().partition_func(&crate::KazooStride);
+    let options = DescribeOptions::new().partition_func(&crate::partition::KazooStride);
     let d = assemble("/p", vec![member("b", 2)], vec![], dirs, &options, None, None).unwrap();
     assert_eq!((d.members[0].load.as_ref(), d.members[0].held.as_ref()), (None, None));
 }
@@ -166,7 +166,7 @@ fn item_names_that_are_not_canonical_integers_are_strings() {
 /// `s4`), so the two differ.
 #[test]
 fn a_sticky_partys_shares_come_from_its_placement_record() {
-    use crate::WeightedRendezvous;
+    use crate::weighted::WeightedRendezvous;
     use proto::placement::record::Record;
 
     const RECORDED: [usize; 27] = [0, 0, 3, 1, 0, 0, 3, 2, 1, 0, 0, 3, 0, 1, 0, 2, 1, 0, 3, 0, 3, 3, 3, 3, 2, 3, 3];
@@ -190,7 +190,7 @@ fn a_sticky_partys_shares_come_from_its_placement_record() {
     let options = DescribeOptions::new().items(&items).partition_func(&sticky);
     // The members' inputs: the fixed set as they were given it, the function, the party and its capacities.
     let function = proto::announcement::Agreement::new(Some(&items), None, &sticky, items.first()).function;
-    let content = proto::placement::record::content_digest(&items, &crate::Weights::uniform(items.len()));
+    let content = proto::placement::record::content_digest(&items, &crate::weighted::Weights::uniform(items.len()));
     let digest = proto::placement::record::inputs_digest(content, function, &names, &[3, 1, 2, 3]);
     let record = |inputs: u64| Record::computed(inputs, &names, items.clone().into(), &RECORDED).expect("a record");
 

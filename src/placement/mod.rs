@@ -1,5 +1,5 @@
 //! The placement record: the assignment in force, kept in ZooKeeper, so that every member can compute the next
-//! *sticky* placement ([`WeightedRendezvous::assign_sticky`](crate::WeightedRendezvous::assign_sticky)) from the
+//! *sticky* placement ([`WeightedRendezvous::assign_sticky`](crate::weighted::WeightedRendezvous::assign_sticky)) from the
 //! same previous one. Its protocol, and why a weighted placement needs it, are in `docs/sticky-placement.md`.
 //!
 //! ```text

@@ -223,8 +223,8 @@ impl SharedSet {
     }
 
     /// Gives each listed item its weight, all at once: one new version of the set, which every member follows like
-    /// any other change ([`Weight`](crate::Weight); a weighted partition function such as
-    /// [`WeightedRendezvous`](crate::WeightedRendezvous) divides by it). Items not listed keep theirs; an item without
+    /// any other change ([`Weight`](crate::weighted::Weight); a weighted partition function such as
+    /// [`WeightedRendezvous`](crate::weighted::WeightedRendezvous) divides by it). Items not listed keep theirs; an item without
     /// a weight weighs 1. A removed item loses its weight.
     ///
     /// The weights are a table beside the items (`<path>/item-weights/<tag>`: an index naming chunks of about 1,000
@@ -234,7 +234,7 @@ impl SharedSet {
     ///
     /// ```no_run
     /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::Weight;
+    /// use zk_partitioner::weighted::Weight;
     ///
     /// set.set_weights([("queue-1", Weight::new(40)), ("queue-2", "cpu=2,bytes=100".parse()?)]).await?;
     /// # Ok(()) }
@@ -249,10 +249,10 @@ impl SharedSet {
     /// its commit is deleted by the next weight change.
     pub async fn set_weights<I, T>(&self, weights: I) -> Result<SharedSetVersion, Error>
     where
-        I: IntoIterator<Item = (T, crate::Weight)>,
+        I: IntoIterator<Item = (T, crate::weighted::Weight)>,
         T: Into<Item>,
     {
-        let changes: Vec<(Item, Option<crate::Weight>)> =
+        let changes: Vec<(Item, Option<crate::weighted::Weight>)> =
             weights.into_iter().map(|(item, weight)| (item.into(), Some(weight))).collect();
         let inner = self.inner.clone();
         self.detached(async move { inner.change_weights(changes).await }).await
@@ -270,14 +270,15 @@ impl SharedSet {
         I: IntoIterator,
         I::Item: Into<Item>,
     {
-        let changes: Vec<(Item, Option<crate::Weight>)> = items.into_iter().map(|item| (item.into(), None)).collect();
+        let changes: Vec<(Item, Option<crate::weighted::Weight>)> =
+            items.into_iter().map(|item| (item.into(), None)).collect();
         let inner = self.inner.clone();
         self.detached(async move { inner.change_weights(changes).await }).await
     }
 
     /// Splits `parent` into `children`, as a stream splits a shard: `parent` is closed (its source produces nothing
     /// new for it) and the children are new items that enter the set only once `parent` has finished
-    /// ([`CheckpointWriter::finish_item`](crate::CheckpointWriter::finish_item)), so that no child is read before its
+    /// ([`CheckpointWriter::finish_item`](crate::checkpoint::CheckpointWriter::finish_item)), so that no child is read before its
     /// parent. One new version of the set.
     ///
     /// ```no_run
@@ -344,7 +345,7 @@ impl SharedSet {
     }
 
     /// Closes `items`: their source produces nothing new for them. An owner finishes a closed item once it has
-    /// drained it ([`CheckpointWriter::finish_item`](crate::CheckpointWriter::finish_item)); closing twice is not an
+    /// drained it ([`CheckpointWriter::finish_item`](crate::checkpoint::CheckpointWriter::finish_item)); closing twice is not an
     /// error.
     ///
     /// # Errors
@@ -367,7 +368,7 @@ impl SharedSet {
     ///
     /// ```no_run
     /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
-    /// use zk_partitioner::{Item, LineageStatus};
+    /// use zk_partitioner::{Item, shared_set::LineageStatus};
     ///
     /// let lineage = set.lineage().await?;
     /// if let Some(LineageStatus::Waiting { on }) = lineage.get(&Item::from("shard-2")).map(|l| &l.status) {

@@ -5,7 +5,7 @@
 //!
 //! One child of `<path>/items` per item scales to 100,000 items (a single node of JSON would hit ZooKeeper's 1 MB
 //! limit); the data of `<path>/items` is a header saying the set's kind, its version and where its latest update
-//! stands ([`layout`] has the whole format). Every reader (a member, `build()`, an admin) only ever sees a set that a
+//! stands (`zk_partitioner_proto::set_layout` has the whole format). Every reader (a member, `build()`, an admin) only ever sees a set that a
 //! writer committed, never a mix:
 //!
 //! - an update that fits one request (1,000 items, 512 KiB of paths) is one `multi`: the header's new version,
@@ -30,14 +30,17 @@
 //! renders. Children that do not (written by hand) are skipped with a warning and reported by [`SharedSet::read`]; the
 //! next update deletes them.
 //!
-//! # Where things are
+//! # Lineage
 //!
-//! [`api`]: the public [`SharedSet`]. [`read`]: reading the set ([`SharedSetVersion`], [`read_raw`]). [`create`] and
-//! [`update`]: a writer's first version of the set and its changes. [`apply`]: applying a committed change.
-//! [`recovery`]: an update found under way, and what stopped writers left behind. [`weights`] and [`table`]: weight
-//! tables and their shared chunks. [`writes`] and [`chunks`]: the requests they all send. `proto::set_layout`: the
-//! format of the nodes and how a read of them is interpreted. This file: the protocol's state ([`SetStore`]) and its pacing
-//! against concurrent writers.
+//! Shards that split and merge: [`SharedSet::split`] and [`SharedSet::merge`] record each item's parents, and a
+//! child enters the set only once its parents have finished ([`Lineage`], [`SharedSet::lineage`]).
+
+// Where things are: `api`, the public `SharedSet`. `read`: reading the set (`SharedSetVersion`, `read_raw`). `create`
+// and `update`: a writer's first version of the set and its changes. `apply`: applying a committed change. `recovery`:
+// an update found under way, and what stopped writers left behind. `weights` and `table`: weight tables and their
+// shared chunks. `writes` and `chunks`: the requests they all send. `lineage`: shards that split and merge.
+// `proto::set_layout`: the format of the nodes and how a read of them is interpreted. This file: the protocol's state
+// (`SetStore`) and its pacing against concurrent writers.
 
 mod api;
 mod apply;

@@ -10,7 +10,7 @@ use proto::set_layout::{self as layout, Chunk, Committed, Header, RawRead, SetPa
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use crate::{Error, Item, Weight};
+use crate::{Error, Item, weighted::Weight};
 
 /// The shared set as read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::{Item, Weight};
+use crate::{Item, weighted::Weight};
 use proto::chunked::{CHUNK_BYTES, chunk_name, cuts_before};
 use proto::set_layout::Table;
 

@@ -8,7 +8,7 @@ use super::chunks::{chunks, fits_one_request, paths_of};
 use super::{Attempts, MAX_ATTEMPTS, Retry, SetStore, SharedSetVersion};
 use crate::retry::{is_transient, retry_transient};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
-use crate::{Error, Item, Weight};
+use crate::{Error, Item, weighted::Weight};
 use proto::item::{check_kind_of_set, validate_items};
 use proto::set_layout::{self as layout, Committed, Kind, State, TableRef};
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Attempts, Retry, SetStore, SharedSetVersion, table};
 use crate::retry::retry_transient;
 use crate::zookeeper::{Mode, WriteOp, ZkError, ZooKeeper};
-use crate::{Error, Item, Weight};
+use crate::{Error, Item, weighted::Weight};
 use proto::chunked;
 use proto::set_layout::{self as layout, Committed, State, TableRef};
 

@@ -110,12 +110,12 @@ pub(crate) struct Plan {
     /// Members jitter their debounce waits as a large party's do.
     pub large_party_jitter: bool,
     /// Members have capacities 1 to 3 (by slot), the rendezvous combinations divide by weight
-    /// ([`WeightedRendezvous`](crate::WeightedRendezvous)), and admins of a shared set change weights too.
+    /// ([`WeightedRendezvous`](crate::weighted::WeightedRendezvous)), and admins of a shared set change weights too.
     pub weighted: bool,
     /// With a shared set: admins also split, merge, close and add children, and workers finish the closed items they
     /// hold (fenced, through the handle's checkpoint writer).
     pub lineage: bool,
-    /// In a weighted run: the function is sticky ([`WeightedRendezvous::sticky`](crate::WeightedRendezvous::sticky)),
+    /// In a weighted run: the function is sticky ([`WeightedRendezvous::sticky`](crate::weighted::WeightedRendezvous::sticky)),
     /// so members follow and write the placement record.
     pub sticky: bool,
     /// In a sticky run: the members of even slots run another sticky rule (one that places afresh, ignoring the

@@ -231,7 +231,7 @@ const PINNED: [Pin; 18] = [
     // A member that ignores the set's changes stays on an old version: the others report it once that lasts, or
     // (this seed, since the held-lock watch's registration became a reply of its own) the party waits on its share.
     pin(Sabotage::IgnoreSetChanges, 0, 20_360_183_784_062, "uses a different version of the shared set|is ALLOCATING"),
-    pin(Sabotage::IndexOrder, 0, 20_360_183_784_068, "but its handle's fencing_token says None"),
+    pin(Sabotage::IndexOrder, 0, 20_360_183_784_068, "but its handle's snapshot gives the token None"),
     pin(Sabotage::NoSetRecovery, 1, 20_360_183_784_618, "the shared set is still Applying"),
     pin(Sabotage::ApplyingReadAsBase, 0, 20_360_183_784_062, "of the shared set was"),
     pin(Sabotage::CreatingReadAsCommitted, 5, 20_360_183_785_177, "but the committed version 0 is"),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use zk_partitioner::zookeeper_client::{Client, Error as ZkError};
-use zk_partitioner::{Item, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner, Snapshot};
+use zk_partitioner::{Item, PartitionState, Rebalance, SessionPolicy, SetPartitioner, Snapshot, partition::Rendezvous};
 
 use super::ctx::SESSION_TIMEOUT;
 use super::members::{Member, Recorder, TIME_BOUNDARY, build_member, claimants};
@@ -28,7 +28,7 @@ pub struct Opts {
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
     pub rebalance: Rebalance,
-    /// [`Rendezvous`] instead of the default [`KazooStride`](zk_partitioner::KazooStride) (every member of a party
+    /// [`Rendezvous`] instead of the default [`KazooStride`](zk_partitioner::partition::KazooStride) (every member of a party
     /// must use the same function).
     pub rendezvous: bool,
 }

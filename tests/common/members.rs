@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::StreamExt;
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{Item, PartitionState, SetPartitioner, Snapshot};
 
@@ -72,10 +71,13 @@ pub struct Recorder {
 impl Recorder {
     pub fn start(partitioner: &SetPartitioner) -> Self {
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut changes = partitioner.changes();
+        // The current snapshot first, then one per change, until the task has stopped.
+        let mut changes = partitioner.subscribe();
+        changes.mark_changed();
         let sink = seen.clone();
         let task = tokio::spawn(async move {
-            while let Some(snapshot) = changes.next().await {
+            while changes.changed().await.is_ok() {
+                let snapshot = changes.borrow_and_update().clone();
                 sink.lock().unwrap().push(snapshot);
             }
         });

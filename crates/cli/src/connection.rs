@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use zk_partitioner::ConnectOptions;
+use zk_partitioner::connection::ConnectOptions;
 use zk_partitioner::zookeeper_client::Client;
 
 use crate::tls::TlsArgs;
@@ -42,7 +42,7 @@ pub struct SessionArgs {
 }
 
 impl SessionArgs {
-    /// Opens a session with `session_timeout` through `zk_partitioner::connect_with_options`: the error is the
+    /// Opens a session with `session_timeout` through `zk_partitioner::connection::connect_with_options`: the error is the
     /// library's, as is (`cannot connect to ZooKeeper at <connect string>: ...` with a reason per server, or the
     /// missing chroot).
     pub async fn open(&self, session_timeout: Duration) -> Result<Client, String> {
@@ -52,7 +52,7 @@ impl SessionArgs {
         }
         let (connector, cluster) = self.tls.apply(connector, &self.connect)?;
         let options = ConnectOptions::new().connect_timeout(self.connect_timeout).fail_fast(self.fail_fast);
-        let connecting = zk_partitioner::connect_with_options(connector, &cluster, options);
+        let connecting = zk_partitioner::connection::connect_with_options(connector, &cluster, options);
         tokio::pin!(connecting);
         // Say what the wait is once it is noticeable: a server that is still starting is waited for.
         tokio::select! {

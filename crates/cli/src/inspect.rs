@@ -36,7 +36,11 @@ use clap::ValueEnum;
 use serde::Serialize;
 use zk_partitioner::describe::{Contender, DescribeOptions, Description, ItemInfo, MemberInfo, describe_with};
 use zk_partitioner::zookeeper_client::{AddWatchMode, EventType, SessionState};
-use zk_partitioner::{Item, KazooStride, Load, PartitionFn, Rendezvous, WeightedRendezvous};
+use zk_partitioner::{
+    Item,
+    partition::{KazooStride, PartitionFn, Rendezvous},
+    weighted::{Load, WeightedRendezvous},
+};
 
 use crate::connection::{self, seconds};
 use crate::lineage;
@@ -96,13 +100,13 @@ pub struct Args {
 enum Partition {
     /// No share check
     None,
-    /// kazoo's default (sorted items, stride over sorted members): zk_partitioner::KazooStride
+    /// kazoo's default (sorted items, stride over sorted members): zk_partitioner::partition::KazooStride
     Stride,
-    /// zk_partitioner::Rendezvous::default()
+    /// zk_partitioner::partition::Rendezvous::default()
     Rendezvous,
-    /// zk_partitioner::WeightedRendezvous::default(): by weight, in proportion to the members' capacities
+    /// zk_partitioner::weighted::WeightedRendezvous::default(): by weight, in proportion to the members' capacities
     Weighted,
-    /// zk_partitioner::WeightedRendezvous::default().sticky(): the shares the members compute from the placement
+    /// zk_partitioner::weighted::WeightedRendezvous::default().sticky(): the shares the members compute from the placement
     /// record in force (<path>/placement)
     Sticky,
 }
@@ -120,7 +124,7 @@ pub async fn main(args: Args) -> ExitCode {
 
 /// A partition path, checked as the partitioners check it.
 fn path(value: &str) -> Result<String, String> {
-    zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+    zk_partitioner::checks::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {

@@ -42,7 +42,11 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use serde_json::json;
-use zk_partitioner::{Item, Lineage, SharedSet, SharedSetVersion, Weight};
+use zk_partitioner::{
+    Item, SharedSet,
+    shared_set::{Lineage, SharedSetVersion},
+    weighted::Weight,
+};
 
 use crate::connection::{self, seconds};
 use crate::lineage;
@@ -153,7 +157,7 @@ enum Output {
 
 /// A partition path, checked as the partitioners check it.
 fn path(value: &str) -> Result<String, String> {
-    zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+    zk_partitioner::checks::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
 }
 
 /// The items of the command line, checked as the set checks them (whether they are of the set's kind is known only
@@ -170,7 +174,7 @@ fn items(raw: &[String], ints: bool) -> Result<Vec<Item>, String> {
             }
         })
         .collect::<Result<_, _>>()?;
-    zk_partitioner::check_items(&items).map_err(|err| err.to_string())?;
+    zk_partitioner::checks::check_items(&items).map_err(|err| err.to_string())?;
     Ok(items)
 }
 

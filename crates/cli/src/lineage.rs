@@ -4,7 +4,10 @@
 use std::collections::BTreeSet;
 
 use serde_json::json;
-use zk_partitioner::{Item, ItemLineage, Lineage, LineageStatus};
+use zk_partitioner::{
+    Item,
+    shared_set::{ItemLineage, Lineage, LineageStatus},
+};
 
 /// One line per item, indented under its parent: `shard-2  ready, closed`.
 pub fn trees(lineage: &Lineage) -> String {

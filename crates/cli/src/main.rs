@@ -15,6 +15,10 @@
 //! reason on stderr, prefixed by the subcommand), 2 on bad arguments (with the usage, before any connection). Each
 //! subcommand's module says what it prints.
 
+// The doc comments of the arguments are clap's help text, written for a terminal (`<path>`, `[default: ..]`), not
+// for rustdoc, which would read them as HTML tags and links.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -29,8 +29,8 @@ impl TlsArgs {
             return Ok((connector, cluster.to_string()));
         };
         let options = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => zk_partitioner::tls_options_with_identity(ca, cert, key),
-            _ => zk_partitioner::tls_options(ca),
+            (Some(cert), Some(key)) => zk_partitioner::connection::tls_options_with_identity(ca, cert, key),
+            _ => zk_partitioner::connection::tls_options(ca),
         }
         .map_err(|err| err.to_string())?;
         let cluster = cluster

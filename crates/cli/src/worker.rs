@@ -14,7 +14,7 @@
 //! ([`Builder::capacity`](zk_partitioner::Builder::capacity)), announced to the others. When ACQUIRED, the worker
 //! prints its load: per dimension of the weights, the weight of its share against its ideal share, and `OVER CAPACITY`
 //! when no placement within the function's load bound was found. `--partition sticky`
-//! ([`WeightedRendezvous::sticky`](zk_partitioner::WeightedRendezvous::sticky)) is the same, computing each change from
+//! ([`WeightedRendezvous::sticky`](zk_partitioner::weighted::WeightedRendezvous::sticky)) is the same, computing each change from
 //! the assignment in force, which the party keeps in ZooKeeper: far less moves on a join, a leave or a weight change.
 //!
 //! `--static-membership` ([`Builder::static_membership`](zk_partitioner::Builder::static_membership)) makes the
@@ -56,12 +56,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{ArgGroup, ValueEnum};
-use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use zk_partitioner::zookeeper_client::{SessionState, StateWatcher};
 use zk_partitioner::{
-    Item, KazooStride, Load, PartitionFn, PartitionState, Rebalance, Rendezvous, SessionPolicy, SetPartitioner,
-    Snapshot, Weighted, WeightedRendezvous,
+    Item, PartitionState, Rebalance, SessionPolicy, SetPartitioner, Snapshot,
+    partition::{KazooStride, PartitionFn, Rendezvous},
+    weighted::{Load, Weighted, WeightedRendezvous},
 };
 
 use crate::connection::{self, seconds};
@@ -165,12 +165,12 @@ enum SessionPolicyArg {
 
 /// A partition path, checked as `build()` checks it.
 fn path(value: &str) -> Result<String, String> {
-    zk_partitioner::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+    zk_partitioner::checks::check_path(value).map(|()| value.to_string()).map_err(|err| err.to_string())
 }
 
 /// A capacity, checked as `build()` checks it (1 to 1,000,000).
 fn capacity(value: &str) -> Result<u32, String> {
-    let max = zk_partitioner::MAX_CAPACITY;
+    let max = zk_partitioner::weighted::MAX_CAPACITY;
     value
         .parse::<u32>()
         .ok()
@@ -180,7 +180,7 @@ fn capacity(value: &str) -> Result<u32, String> {
 
 /// A member identifier, checked as `build()` checks it.
 fn identifier(value: &str) -> Result<String, String> {
-    zk_partitioner::check_identifier(value).map(|()| value.to_string()).map_err(|err| err.to_string())
+    zk_partitioner::checks::check_identifier(value).map(|()| value.to_string()).map_err(|err| err.to_string())
 }
 
 impl Args {
@@ -202,7 +202,7 @@ impl Args {
         } else {
             raw.into_iter().map(Item::from).collect()
         };
-        zk_partitioner::check_items(&items).map_err(|err| err.to_string())?;
+        zk_partitioner::checks::check_items(&items).map_err(|err| err.to_string())?;
         Ok(items)
     }
 }
@@ -266,7 +266,9 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
         joined = join(&args, items) => joined?,
     };
     let (partitioner, session, mut session_state) = joined;
-    let mut changes = partitioner.changes();
+    // The current snapshot first, then one per transition (the watch may skip intermediate ones).
+    let mut changes = partitioner.subscribe();
+    changes.mark_changed();
     // With --drain-secs: when each held item was first seen closed, by ownership (fencing token).
     let mut draining: std::collections::HashMap<Item, (zk_partitioner::FencingToken, tokio::time::Instant)> =
         Default::default();
@@ -284,8 +286,11 @@ async fn run(args: Args, items: Vec<Item>) -> Result<ExitCode, String> {
                     drain_closed(&partitioner, drain, &mut draining, args.json).await;
                 }
             }
-            snapshot = changes.next() => {
-                let Some(snapshot) = snapshot else { break };
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    break; // the partitioner's task has stopped
+                }
+                let snapshot = changes.borrow_and_update().clone();
                 let resumed = if args.checkpoints && snapshot.state == PartitionState::Acquired {
                     take_checkpoints(&partitioner, &snapshot, &mut counted).await
                 } else {
@@ -335,7 +340,7 @@ async fn drain_closed(
     json: bool,
 ) {
     let snapshot = partitioner.snapshot();
-    draining.retain(|item, (token, _)| partitioner.fencing_token(item) == Some(*token));
+    draining.retain(|item, (token, _)| partitioner.snapshot().token(item) == Some(*token));
     let now = tokio::time::Instant::now();
     for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
         if !snapshot.is_closed(item) {

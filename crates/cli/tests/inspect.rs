@@ -12,7 +12,11 @@ use common::{Ctx, timing, wait_until, zkp};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use zk_partitioner::zookeeper_client::Client;
-use zk_partitioner::{DescribeOptions, Item, PartitionState, SharedSet, WeightedRendezvous, describe_with};
+use zk_partitioner::{
+    Item, PartitionState, SharedSet,
+    describe::{DescribeOptions, describe_with},
+    weighted::WeightedRendezvous,
+};
 
 const PATH: &str = "/partitioner";
 
@@ -41,7 +45,7 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     let items = ints(4);
     let member: Member = ctx.member("solo", items.clone()).await;
     member.wait_items(&items, timing(Duration::from_secs(10))).await;
-    let name = member.partitioner.member().to_string();
+    let name = member.partitioner.snapshot().member.to_string();
     let ghost = ctx.client().await;
     orphan_contender(&ghost, "2", "ghost").await;
 
@@ -79,7 +83,7 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     assert_eq!(doc["orphans"][0]["holds"], false);
     assert_eq!(doc["outside_share"], serde_json::json!([]));
     assert_eq!(doc["owner_counts"][&name], 4);
-    let token = member.partitioner.fencing_token(&Item::from(1));
+    let token = member.partitioner.snapshot().token(&Item::from(1));
     let token = token.unwrap_or_else(|| panic!("no token: {:?}", member.partitioner.snapshot())).get();
     let one = doc["items"].as_array().unwrap().iter().find(|i| i["item"] == "1").expect("item 1");
     assert_eq!(one["owner"]["token"], token);

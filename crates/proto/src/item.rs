@@ -135,7 +135,7 @@ impl From<&Item> for Item {
 ///
 /// # Examples
 /// ```
-/// use zk_partitioner::{Item, check_items};
+/// use zk_partitioner::{Item, checks::check_items};
 ///
 /// assert!(check_items(["queue-1", "queue-2"]).is_ok());
 /// assert!(check_items(["queue-1", "a/b"]).is_err()); // a '/' would make it a path

@@ -69,8 +69,8 @@ pub fn check_base_path(path: &str) -> Result<(), InputError> {
 ///
 /// # Examples
 /// ```
-/// assert!(zk_partitioner::check_path("/work_queues").is_ok());
-/// let err = zk_partitioner::check_path("work_queues").unwrap_err();
+/// assert!(zk_partitioner::checks::check_path("/work_queues").is_ok());
+/// let err = zk_partitioner::checks::check_path("work_queues").unwrap_err();
 /// assert_eq!(err.to_string(), "invalid path: \"work_queues\" is not absolute (it must start with '/')");
 /// ```
 pub fn check_path(path: &str) -> Result<(), InputError> {
@@ -86,8 +86,8 @@ pub fn check_path(path: &str) -> Result<(), InputError> {
 ///
 /// # Examples
 /// ```
-/// assert!(zk_partitioner::check_identifier("worker-3").is_ok());
-/// assert!(zk_partitioner::check_identifier("rack/worker-3").is_err());
+/// assert!(zk_partitioner::checks::check_identifier("worker-3").is_ok());
+/// assert!(zk_partitioner::checks::check_identifier("rack/worker-3").is_err());
 /// ```
 pub fn check_identifier(identifier: &str) -> Result<(), InputError> {
     check_node_name(identifier).map_err(|reason| {

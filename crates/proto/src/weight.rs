@@ -29,7 +29,7 @@ pub const MAX_CAPACITY: u32 = 1_000_000;
 /// An item's weight: one value ([`Weight::new`]), or values in named dimensions ([`Weight::named`]).
 ///
 /// ```
-/// use zk_partitioner::Weight;
+/// use zk_partitioner::weighted::Weight;
 ///
 /// fn main() -> Result<(), zk_partitioner::Error> {
 ///     assert_eq!(Weight::new(5).to_string(), "5");
@@ -193,7 +193,7 @@ pub fn check_capacity(capacity: u32) -> Result<u32, InputError> {
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use zk_partitioner::{Item, Weight, Weights};
+/// use zk_partitioner::{Item, weighted::{Weight, Weights}};
 ///
 /// let items: Vec<Item> = (0..3).map(Item::from).collect();
 /// let set = BTreeMap::from([(Item::from(1), Weight::new(7))]);

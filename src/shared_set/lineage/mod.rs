@@ -14,7 +14,7 @@
 //! - **split**, **merge**, **add child**, **close** are an admin's ([`SharedSet`](crate::SharedSet)): the children are
 //!   new items (so lineage never has a cycle) whose parents exist; a child all of whose parents already finished
 //!   enters the set at once.
-//! - **finish** is the owner's ([`CheckpointWriter::finish_item`](crate::CheckpointWriter::finish_item)): one `multi`
+//! - **finish** is the owner's ([`CheckpointWriter::finish_item`](crate::checkpoint::CheckpointWriter::finish_item)): one `multi`
 //!   that checks the owner's lock node (the checkpoint's fence), writes the next header, marks the item finished,
 //!   deletes it from the set, creates every child whose parents have now all finished, and optionally writes the
 //!   item's final checkpoint. Under `Rebalance::Incremental` that is a set change of one item out and its ready

@@ -14,7 +14,7 @@
 //! translates its answers; [`client`] is [`SimClient`].
 
 mod client;
-mod connection;
+mod client_link;
 mod server;
 
 use std::cmp::Reverse;
@@ -29,7 +29,7 @@ use super::Rng;
 use super::zk::{self as model, Mode as ModelMode, SessionId, Zk, ZkErr};
 use crate::zookeeper::{ReadResult, Stat, WatchEvent, Written, ZkError};
 pub(crate) use client::{SimClient, SimWatch};
-use connection::Conn;
+use client_link::Conn;
 
 /// Identifies a request, a watch or a timer.
 pub(crate) type Ticket = u64;

@@ -1,7 +1,7 @@
 //! The server's side of the network: each session's requests served in order, one at a time, on the model; the
 //! model's answers and fired watches translated into what the client sees.
 
-use super::connection::session_error;
+use super::client_link::session_error;
 use super::{Answer, Delivery, Ev, Net, Request, Response, Ticket, Write};
 use crate::sim::zk::{self as model, SessionId, WatchEvent as ModelEvent, WatchId, ZkErr};
 use crate::zookeeper::{ReadResult, Stat, WatchEvent, Written, ZkError};

@@ -18,7 +18,7 @@ use crate::{Error, Item};
 pub(super) struct Admin {
     pub(super) zk: SimClient,
     pub(super) set: SetStore<SimClient>,
-    pub(super) op: Option<(String, BoxFuture<'static, Result<crate::SharedSetVersion, Error>>)>,
+    pub(super) op: Option<(String, BoxFuture<'static, Result<crate::shared_set::SharedSetVersion, Error>>)>,
     /// Updates left in this admin's burst (each one starts when the one before returns).
     pub(super) burst: usize,
     /// Items the burst adds back first (what another admin's update, whose reply was lost, removed).
@@ -26,7 +26,7 @@ pub(super) struct Admin {
 }
 
 /// An admin's change in flight: what it is (for the log), and the call.
-type AdminOp = (String, BoxFuture<'static, Result<crate::SharedSetVersion, Error>>);
+type AdminOp = (String, BoxFuture<'static, Result<crate::shared_set::SharedSetVersion, Error>>);
 
 impl World {
     pub(super) fn drive_admin(&mut self, actor: ActorId, admin: &mut Admin) {
@@ -234,62 +234,62 @@ impl World {
             5.. => self.lineage_change(kind, &current, set.clone()),
             _ => None,
         };
-        let (what, future): (String, BoxFuture<'static, Result<crate::SharedSetVersion, Error>>) = match (lineage, kind)
-        {
-            (Some(change), _) => change,
-            (None, 0) if current.len() > count + 1 => {
-                let mut removed = Vec::new();
-                let mut rng = lock(&self.net);
-                for _ in 0..count {
-                    let pick = current[rng.rng.below(current.len() as u64) as usize];
-                    if !removed.contains(&pick) {
-                        removed.push(pick);
+        let (what, future): (String, BoxFuture<'static, Result<crate::shared_set::SharedSetVersion, Error>>) =
+            match (lineage, kind) {
+                (Some(change), _) => change,
+                (None, 0) if current.len() > count + 1 => {
+                    let mut removed = Vec::new();
+                    let mut rng = lock(&self.net);
+                    for _ in 0..count {
+                        let pick = current[rng.rng.below(current.len() as u64) as usize];
+                        if !removed.contains(&pick) {
+                            removed.push(pick);
+                        }
                     }
+                    drop(rng);
+                    let items: Vec<Item> = removed.iter().copied().map(Item::from).collect();
+                    (format!("remove {removed:?}"), async move { set.remove(items).await }.boxed())
                 }
-                drop(rng);
-                let items: Vec<Item> = removed.iter().copied().map(Item::from).collect();
-                (format!("remove {removed:?}"), async move { set.remove(items).await }.boxed())
-            }
-            (None, 4) if !current.is_empty() => {
-                let mut rng = lock(&self.net);
-                let mut changes = Vec::new();
-                for _ in 0..count.min(3) {
-                    let item = Item::from(current[rng.rng.below(current.len() as u64) as usize]);
-                    // Now and then back to 1; else 0 to 9 (a zero weight, and items heavier than a share, included).
-                    let weight = (rng.rng.below(4) != 0).then(|| crate::Weight::new(rng.rng.below(10)));
-                    changes.push((item, weight));
+                (None, 4) if !current.is_empty() => {
+                    let mut rng = lock(&self.net);
+                    let mut changes = Vec::new();
+                    for _ in 0..count.min(3) {
+                        let item = Item::from(current[rng.rng.below(current.len() as u64) as usize]);
+                        // Now and then back to 1; else 0 to 9 (a zero weight, and items heavier than a share, included).
+                        let weight = (rng.rng.below(4) != 0).then(|| crate::weighted::Weight::new(rng.rng.below(10)));
+                        changes.push((item, weight));
+                    }
+                    drop(rng);
+                    let what = format!("weigh {changes:?}");
+                    (what, async move { set.change_weights(changes).await }.boxed())
                 }
-                drop(rng);
-                let what = format!("weigh {changes:?}");
-                (what, async move { set.change_weights(changes).await }.boxed())
-            }
-            (None, 1) if !current.is_empty() => {
-                // A compare-and-set from the version read: keep most, add some.
-                let version = self.committed.last_key_value().map_or(0, |(v, _)| *v);
-                let mut items: Vec<Item> = current.iter().skip(count / 2).copied().map(Item::from).collect();
-                for _ in 0..count {
-                    items.push(Item::from(self.next_value));
-                    self.next_value += 1;
-                }
-                let what = format!("replace_if {version} with {} items", items.len());
-                (what, async move { set.replace(Some(version), items).await }.boxed())
-            }
-            _ => {
-                let mut added = Vec::new();
-                for _ in 0..count {
-                    // A new value, or one removed earlier (it comes back under its old index in older members).
-                    let value = if self.next_value > 0 && lock(&self.net).rng.below(3) == 0 {
-                        lock(&self.net).rng.below(self.next_value as u64) as i64
-                    } else {
+                (None, 1) if !current.is_empty() => {
+                    // A compare-and-set from the version read: keep most, add some.
+                    let version = self.committed.last_key_value().map_or(0, |(v, _)| *v);
+                    let mut items: Vec<Item> = current.iter().skip(count / 2).copied().map(Item::from).collect();
+                    for _ in 0..count {
+                        items.push(Item::from(self.next_value));
                         self.next_value += 1;
-                        self.next_value - 1
-                    };
-                    added.push(value);
+                    }
+                    let what = format!("replace_if {version} with {} items", items.len());
+                    (what, async move { set.replace(Some(version), items).await }.boxed())
                 }
-                let items: Vec<Item> = added.iter().copied().map(Item::from).collect();
-                (format!("add {added:?}"), async move { set.add(items).await }.boxed())
-            }
-        };
+                _ => {
+                    let mut added = Vec::new();
+                    for _ in 0..count {
+                        // A new value, or one removed earlier (it comes back under its old index in older members).
+                        let value = if self.next_value > 0 && lock(&self.net).rng.below(3) == 0 {
+                            lock(&self.net).rng.below(self.next_value as u64) as i64
+                        } else {
+                            self.next_value += 1;
+                            self.next_value - 1
+                        };
+                        added.push(value);
+                    }
+                    let items: Vec<Item> = added.iter().copied().map(Item::from).collect();
+                    (format!("add {added:?}"), async move { set.add(items).await }.boxed())
+                }
+            };
         self.note(format!("a{actor} admin starts: {what}"));
         if let Actor::Admin(admin) = &mut self.actors[actor] {
             admin.op = Some((what, future));

@@ -254,7 +254,7 @@ impl World {
     /// once that has lasted past the time a member needs to follow a change: through the `catch_up` before the report
     /// (less the time a read and a write take, `SLACK`), what the reporter announced (its core's line) and what the
     /// other's node said differed at every instant.
-    pub(super) fn check_reported_lag(&mut self, reporter: &str, d: &crate::Disagreement) {
+    pub(super) fn check_reported_lag(&mut self, reporter: &str, d: &crate::snapshot::Disagreement) {
         const SLACK: Duration = Duration::from_millis(300);
         let catch_up = self.plan.time_boundary * 2 + Duration::from_secs(2);
         let now = self.now();
@@ -485,7 +485,7 @@ impl World {
                 let reported = snapshot
                     .disagreements
                     .iter()
-                    .any(|d| d.member == *name && d.kind == crate::DisagreementKind::PartitionFn);
+                    .any(|d| d.member == *name && d.kind == crate::snapshot::DisagreementKind::PartitionFn);
                 if !reported {
                     return Some(Err(format!(
                         "{} does not report {name}, which runs another sticky rule",
@@ -531,7 +531,7 @@ impl World {
 
     /// Every member reports its own capacity, and a load that is the committed weight of what it lists.
     fn loads_follow_the_weights(&self, members: &[ActorId]) -> Result<(), String> {
-        let (items, weights): (Vec<Item>, BTreeMap<Item, crate::Weight>) = if self.plan.shared_set {
+        let (items, weights): (Vec<Item>, BTreeMap<Item, crate::weighted::Weight>) = if self.plan.shared_set {
             let Some((&version, names)) = self.committed.last_key_value() else { return Ok(()) };
             let mut items: Vec<Item> = names.iter().filter_map(|n| n.parse::<i64>().ok()).map(Item::from).collect();
             items.sort();
@@ -539,7 +539,7 @@ impl World {
         } else {
             (self.fixed.clone(), BTreeMap::new())
         };
-        let table = crate::Weights::of(&items, &weights);
+        let table = crate::weighted::Weights::of(&items, &weights);
         for &actor in members {
             let Actor::Member(m) = &self.actors[actor] else { continue };
             // A function that ignores capacities divides as if every member had capacity 1.
@@ -552,7 +552,7 @@ impl World {
                 return Err(format!("{} is ACQUIRED without a load", snapshot.member));
             };
             let positions = snapshot.items.iter().filter_map(|item| items.binary_search(item).ok());
-            let expected = crate::Load::of(positions, &table, capacity, 1, None);
+            let expected = crate::weighted::Load::of(positions, &table, capacity, 1, None);
             let reported: Vec<(&str, u64)> = load.dimensions.iter().map(|d| (&*d.dimension, d.assigned)).collect();
             let held: Vec<(&str, u64)> = expected.dimensions.iter().map(|d| (&*d.dimension, d.assigned)).collect();
             if load.capacity != capacity || reported != held {

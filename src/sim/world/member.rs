@@ -216,11 +216,11 @@ impl World {
             self.start_finishes(m, &snapshot);
             if snapshot.state == PartitionState::Acquired {
                 for (item, token) in snapshot.items.iter().zip(snapshot.tokens.iter()) {
-                    if m.handle.fencing_token(item) != Some(*token) {
+                    if m.handle.read(|s| s.token(item)) != Some(*token) {
                         self.violate(format!(
-                            "{} lists {item} with token {token} but its handle's fencing_token says {:?}",
+                            "{} lists {item} with token {token} but its handle's snapshot gives the token {:?}",
                             snapshot.member,
-                            m.handle.fencing_token(item)
+                            m.handle.read(|s| s.token(item))
                         ));
                     }
                     match m.handle.checkpoint_writer(item) {

@@ -127,7 +127,7 @@ pub(super) struct World {
     /// Every committed version of the shared set, with its items' names.
     committed: BTreeMap<u64, BTreeSet<String>>,
     /// Every committed version's weights (of the items that have one).
-    committed_weights: BTreeMap<u64, BTreeMap<Item, crate::Weight>>,
+    committed_weights: BTreeMap<u64, BTreeMap<Item, crate::weighted::Weight>>,
     /// The token of every update applied, from the writes that applied them (each must be applied once).
     landed: BTreeSet<String>,
     /// The header's version as of the last write applied to it (to tell an update from a change of state).

@@ -11,7 +11,10 @@ use crate::acl::NodeAcls;
 use crate::sim::net::{ActorId, SimClient, lock};
 use crate::sim::zk::SessionId;
 use crate::startup::{self, Settings};
-use crate::{KazooStride, Rendezvous, WeightedRendezvous};
+use crate::{
+    partition::{KazooStride, Rendezvous},
+    weighted::WeightedRendezvous,
+};
 use proto::decision::JitterParties;
 use proto::sabotage::Sabotage;
 
@@ -20,20 +23,20 @@ use proto::sabotage::Sabotage;
 /// use of a previous assignment differs.
 pub(super) struct PlacesAfresh(pub WeightedRendezvous);
 
-impl crate::PartitionFn for PlacesAfresh {
+impl crate::partition::PartitionFn for PlacesAfresh {
     fn partition(&self, me: &str, members: &[String], items: &[crate::Item]) -> Vec<crate::Item> {
         self.0.partition(me, members, items)
     }
     fn load_bound(&self) -> Option<f64> {
         self.0.load_bound()
     }
-    fn partition_weighted(&self, input: &crate::Weighted<'_>) -> Vec<crate::Item> {
+    fn partition_weighted(&self, input: &crate::weighted::Weighted<'_>) -> Vec<crate::Item> {
         self.0.partition_weighted(input)
     }
     fn keeps_placement(&self) -> bool {
         true
     }
-    fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
+    fn placement(&self, input: &crate::weighted::Weighted<'_>) -> Option<Vec<usize>> {
         self.0.placement(&input.without_previous())
     }
 }
@@ -53,7 +56,7 @@ pub(super) fn other_rule(plan: &crate::sim::Plan, slot: usize) -> bool {
 /// capacities.
 pub(super) struct Rotating;
 
-impl crate::PartitionFn for Rotating {
+impl crate::partition::PartitionFn for Rotating {
     fn partition(&self, me: &str, members: &[String], items: &[crate::Item]) -> Vec<crate::Item> {
         let at = members.iter().position(|m| m == me);
         items.iter().enumerate().filter(|(i, _)| Some(i % members.len()) == at).map(|(_, item)| item.clone()).collect()
@@ -61,7 +64,7 @@ impl crate::PartitionFn for Rotating {
     fn keeps_placement(&self) -> bool {
         true
     }
-    fn placement(&self, input: &crate::Weighted<'_>) -> Option<Vec<usize>> {
+    fn placement(&self, input: &crate::weighted::Weighted<'_>) -> Option<Vec<usize>> {
         let n = input.members.len().max(1);
         Some(match input.previous {
             Some(previous) => previous.iter().enumerate().map(|(i, p)| p.map_or(i % n, |o| (o + 1) % n)).collect(),
@@ -95,7 +98,7 @@ impl World {
         let zk = SimClient::new(self.net.clone(), session);
         let plan = &self.plan;
         let ident = if plan.static_membership { format!("s{slot}") } else { format!("m{actor}") };
-        let partition_fn: Box<dyn crate::PartitionFn> = match (plan.combo.rendezvous, plan.weighted) {
+        let partition_fn: Box<dyn crate::partition::PartitionFn> = match (plan.combo.rendezvous, plan.weighted) {
             (true, true) if other_rule(plan, slot) => Box::new(PlacesAfresh(WeightedRendezvous::default().sticky())),
             (true, true) if plan.sticky && plan.rotating => Box::new(Rotating),
             (true, true) if plan.sticky => Box::new(WeightedRendezvous::default().sticky()),

@@ -28,7 +28,7 @@ pub use weighted::WeightedRendezvous;
 /// ([`Error::PartitionFn`](https://docs.rs/zk-partitioner/latest/zk_partitioner/enum.Error.html#variant.PartitionFn)). Closures implement the trait:
 ///
 /// ```
-/// use zk_partitioner::{Item, PartitionFn};
+/// use zk_partitioner::{Item, partition::PartitionFn};
 ///
 /// // Everything goes to the alphabetically first member.
 /// let first_takes_all = |me: &str, members: &[String], items: &[Item]| -> Vec<Item> {
@@ -174,7 +174,7 @@ where
 /// Balanced (assignments differ by at most one item) but not sticky: when the party changes, most items move.
 ///
 /// ```
-/// use zk_partitioner::{Item, KazooStride, PartitionFn};
+/// use zk_partitioner::{Item, partition::{KazooStride, PartitionFn}};
 ///
 /// let members = ["w-1".to_string(), "w2".to_string()];
 /// let items: Vec<Item> = ["a", "b", "c", "d", "e"].into_iter().map(Item::from).collect();
@@ -259,7 +259,7 @@ mod tests {
 /// must keep [`KazooStride`].
 ///
 /// ```
-/// use zk_partitioner::{Item, PartitionFn, Rendezvous};
+/// use zk_partitioner::{Item, partition::{PartitionFn, Rendezvous}};
 ///
 /// let items: Vec<Item> = (0..1000).map(Item::from).collect();
 /// let three: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();

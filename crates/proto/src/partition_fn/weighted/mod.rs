@@ -56,7 +56,7 @@ use place::{Problem, assign_uncached};
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use zk_partitioner::{Item, PartitionFn, Weight, Weighted, WeightedRendezvous, Weights};
+/// use zk_partitioner::{Item, partition::PartitionFn, weighted::{Weight, Weighted, WeightedRendezvous, Weights}};
 ///
 /// let items: Vec<Item> = (0..100).map(Item::from).collect();
 /// let weights = Weights::of(&items, &BTreeMap::from([(Item::from(7), Weight::new(20))]));
@@ -156,7 +156,7 @@ impl WeightedRendezvous {
     /// [`assign`](Self::assign), ignoring `previous`.
     ///
     /// ```
-    /// use zk_partitioner::{Item, Weighted, WeightedRendezvous, Weights};
+    /// use zk_partitioner::{Item, weighted::{Weighted, WeightedRendezvous, Weights}};
     ///
     /// let items: Vec<Item> = (0..1000).map(Item::from).collect();
     /// let weights = Weights::uniform(items.len());

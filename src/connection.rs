@@ -1,9 +1,14 @@
-//! Opening a ZooKeeper session with a bounded wait and an error that says what is wrong.
+//! Opening a ZooKeeper session with a bounded wait and an error that says what is wrong ([`connect`], re-exported
+//! at the crate root, and [`connect_with_options`]), and, with the `tls` feature, the TLS options of a session.
 //!
 //! The session is zookeeper-client's own, on the connect string as given: this crate opens no port and runs no
 //! service of its own in the user's process. (An earlier version relayed the session through a loopback port to
 //! shorten the client's reconnection back-off; it was removed, since on a ZooKeeper ensemble the client alone is
 //! back within a second, RELIABILITY.md, "Reconnection after a server restart".)
+
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use crate::tls::{tls_options, tls_options_with_identity};
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +31,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use zk_partitioner::ConnectOptions;
+/// use zk_partitioner::connection::ConnectOptions;
 ///
 /// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(30)).fail_fast(true);
 /// assert_eq!(options.get_connect_timeout(), Duration::from_secs(30));
@@ -132,14 +137,14 @@ pub async fn connect(cluster: &str, session_timeout: Duration) -> Result<Client,
 /// ```no_run
 /// # async fn dox() -> Result<(), zk_partitioner::Error> {
 /// use std::time::Duration;
-/// use zk_partitioner::ConnectOptions;
+/// use zk_partitioner::connection::ConnectOptions;
 /// use zk_partitioner::zookeeper_client::Client;
 ///
 /// let connector = Client::connector()
 ///     .with_session_timeout(Duration::from_secs(10))
 ///     .with_auth("digest", b"user:password");
 /// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(5)).fail_fast(true);
-/// let client = zk_partitioner::connect_with_options(connector, "zk1:2181,zk2:2181/apps", options).await?;
+/// let client = zk_partitioner::connection::connect_with_options(connector, "zk1:2181,zk2:2181/apps", options).await?;
 /// # drop(client);
 /// # Ok(())
 /// # }
