@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds every Rust example of the README and of the API docs (`//!` and `///` in src/ and crates/*/src/) as a user would paste it:
+# Builds every Rust example of the README, the guide (src/guide/*.md) and the API docs (`//!` and `///` in src/ and
+# crates/*/src/) as a user would paste it:
 # in a scratch crate OUTSIDE this repository whose only dependencies are the ones the README's Install section names
 # (zk-partitioner, tokio, the test kit as a dev-dependency, and `futures` if the Install section names it), with
 # zk-partitioner's optional `tls` feature on, as docs.rs documents it.
@@ -70,6 +71,12 @@ def unhide(line):
 
 readme = open(os.path.join(repo, "README.md"), encoding="utf-8").read().splitlines()
 examples = blocks(list(enumerate(readme, 1)), "README.md")
+# The guide's chapters (src/guide/*.md, the `guide` module's docs).
+guide = os.path.join(repo, "src", "guide")
+for name in sorted(os.listdir(guide)):
+    if name.endswith(".md"):
+        chapter = open(os.path.join(guide, name), encoding="utf-8").read().splitlines()
+        examples += blocks(list(enumerate(chapter, 1)), f"src/guide/{name}")
 for root, _, files in [w for top in ("src", "crates/proto/src", "crates/testing/src") for w in os.walk(os.path.join(repo, top))]:
     for name in sorted(files):
         if name.endswith(".rs"):
@@ -119,7 +126,7 @@ for origin, line, code in examples:
     open(os.path.join(scratch, "examples", file + ".rs"), "w").write("#![allow(unused)]\n" + source)
     index.append(f"examples/{file}.rs  <-  {origin}:{line}")
 open(os.path.join(scratch, "INDEX"), "w").write("\n".join(index) + "\n")
-print(f"doc examples: {len(examples)} (README.md and the crates' src/), dependencies from the README's Install section:")
+print(f"doc examples: {len(examples)} (README.md, the guide and the crates' src/), dependencies from the README's Install section:")
 print("    " + "\n    ".join(l for l in toml.splitlines() if l.strip()))
 PY
 

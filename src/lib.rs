@@ -5,6 +5,13 @@
 //! Rust and Python workers can share one party), without kazoo's known bugs, and with requests pipelined on the
 //! session instead of sent one after another.
 //!
+//! The [`guide`] explains each feature in depth, a chapter per topic: [states and sessions](guide::states),
+//! [beyond kazoo](guide::beyond_kazoo), [static membership](guide::static_membership), [the shared
+//! set](guide::shared_set), [lineage](guide::lineage), [weights](guide::weights), [who owns
+//! what](guide::who_owns_what), [checkpoints](guide::checkpoints), [security](guide::security),
+//! [metrics](guide::metrics), [testing your workers](guide::testing), [troubleshooting](guide::troubleshooting) and
+//! [performance](guide::performance).
+//!
 //! # Install
 //!
 //! ```toml
@@ -179,8 +186,8 @@
 //!
 //! `RELIABILITY.md`, in the repository, says how each guarantee is tested: the decision table row by row, a
 //! deterministic simulation of every mode combination under seeded faults, and real faults on a real ZooKeeper. How
-//! the crate is built (one background task per partitioner around a sans-IO decision core) is in the README's "How it
-//! is built".
+//! the crate is built (one background task per partitioner around a sans-IO decision core) is in the guide,
+//! [Performance, reliability and how it is built](guide::performance).
 //!
 //! # A set that changes
 //!
@@ -217,6 +224,7 @@ pub mod connection;
 pub mod describe;
 mod driver;
 mod error;
+pub mod guide;
 mod handle;
 mod lock_requests;
 mod membership;
