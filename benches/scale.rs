@@ -47,7 +47,7 @@ use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     Item, PartitionState, Rebalance, SessionPolicy, SetPartitioner, Snapshot,
     connection::ConnectOptions,
-    partition::{KazooStride, PartitionFn, Rendezvous},
+    partition::{Call, KazooStride, Observed, Observer, Rendezvous},
 };
 use zk_partitioner_testing::Proxy;
 
@@ -155,27 +155,17 @@ fn read_items(args: &Args) -> Result<Vec<Item>, String> {
         .collect()
 }
 
-/// A partition function that adds the CPU time its thread spent in `inner` to a shared counter (nanoseconds).
-struct Timed<F> {
-    inner: F,
-    nanos: Arc<AtomicU64>,
-}
+/// Adds the CPU time the observed partition function's calls take to a shared counter (nanoseconds). The function
+/// is synchronous: it runs start to end on this thread, so the thread's CPU clock measures it alone, whatever the
+/// other members' threads do meanwhile (a wall clock would count their time too).
+struct CpuNanos(Arc<AtomicU64>);
 
-impl<F: PartitionFn> PartitionFn for Timed<F> {
-    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
-        // The function is synchronous: it runs start to end on this thread, so the thread's CPU clock measures it
-        // alone, whatever the other members' threads do meanwhile (a wall clock would count their time too).
+impl Observer for CpuNanos {
+    fn observe<T>(&self, _call: Call, run: impl FnOnce() -> T) -> T {
         let started = thread_cpu_nanos();
-        let mine = self.inner.partition(me, members, items);
-        self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
-        mine
-    }
-
-    /// Forwarded (a wrapper that does not would keep `Rendezvous` from ranking ahead), and counted too.
-    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
-        let started = thread_cpu_nanos();
-        self.inner.prepare(me, members, items);
-        self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
+        let answer = run();
+        self.0.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
+        answer
     }
 }
 
@@ -258,9 +248,9 @@ async fn member(id: String, connect: String, args: Args, items: Arc<Vec<Item>>, 
         .rebalance(args.rebalance)
         .session_policy(args.session_policy);
     builder = if args.rendezvous {
-        builder.partition_func(Timed { inner: Rendezvous::default(), nanos: nanos.clone() })
+        builder.partition_func(Observed::new(Rendezvous::default(), CpuNanos(nanos.clone())))
     } else {
-        builder.partition_func(Timed { inner: KazooStride, nanos: nanos.clone() })
+        builder.partition_func(Observed::new(KazooStride, CpuNanos(nanos.clone())))
     };
     let partitioner = match builder.build().await {
         Ok(partitioner) => partitioner,

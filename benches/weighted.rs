@@ -29,8 +29,8 @@ use support::{process_cpu_nanos, thread_cpu_nanos};
 use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     FencingToken, Item, PartitionState, Rebalance, SetPartitioner, SharedSet,
-    partition::{PartitionFn, Rendezvous},
-    weighted::{Weight, Weighted, WeightedRendezvous},
+    partition::{Call, Observed, Observer, PartitionFn, Rendezvous},
+    weighted::{Weight, WeightedRendezvous},
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -137,42 +137,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// The partition function, with the CPU its calls take (the thread's clock) added up.
-struct CpuTimed {
-    inner: Box<dyn PartitionFn>,
-    nanos: Arc<AtomicU64>,
-}
+/// Adds up the CPU the observed partition function's calls take (the thread's clock).
+struct CpuNanos(Arc<AtomicU64>);
 
-impl CpuTimed {
-    fn time<T>(&self, call: impl FnOnce() -> T) -> T {
+impl Observer for CpuNanos {
+    fn observe<T>(&self, _call: Call, run: impl FnOnce() -> T) -> T {
         let started = thread_cpu_nanos();
-        let result = call();
-        self.nanos.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
-        result
-    }
-}
-
-impl PartitionFn for CpuTimed {
-    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
-        self.time(|| self.inner.partition(me, members, items))
-    }
-    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
-        self.time(|| self.inner.prepare(me, members, items))
-    }
-    fn load_bound(&self) -> Option<f64> {
-        self.inner.load_bound()
-    }
-    fn partition_weighted(&self, input: &Weighted<'_>) -> Vec<Item> {
-        self.time(|| self.inner.partition_weighted(input))
-    }
-    fn prepare_weighted(&self, input: &Weighted<'_>) {
-        self.time(|| self.inner.prepare_weighted(input))
-    }
-    fn keeps_placement(&self) -> bool {
-        self.inner.keeps_placement()
-    }
-    fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
-        self.time(|| self.inner.placement(input))
+        let answer = run();
+        self.0.fetch_add(thread_cpu_nanos().saturating_sub(started), Ordering::Relaxed);
+        answer
     }
 }
 
@@ -197,7 +170,7 @@ async fn join(args: &Args, path: &str, name: &str, capacity: u32) -> Result<Memb
     let partitioner = SetPartitioner::builder(client, path.to_owned(), Vec::<Item>::new())
         .identifier(name)
         .shared_set(true)
-        .partition_func(CpuTimed { inner, nanos: cpu.clone() })
+        .partition_func(Observed::new(inner, CpuNanos(cpu.clone())))
         .capacity(capacity)
         .rebalance(Rebalance::Incremental)
         .time_boundary(args.time_boundary)

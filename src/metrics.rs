@@ -199,51 +199,21 @@ pub(crate) fn weight_chunks_read(paths: &Paths, chunks: u64) {
     }
 }
 
-/// The partition function, timed: each call's duration is recorded as [`PARTITION_FN_SECONDS`].
-pub(crate) struct Timed {
-    pub(crate) inner: Box<dyn crate::partition::PartitionFn>,
+/// Records each decision of the partition function it observes (its share, a sticky function's placement; not
+/// its work ahead) as [`PARTITION_FN_SECONDS`] for the member at `path`.
+pub(crate) struct PartitionFnSeconds {
     pub(crate) path: String,
 }
 
-impl crate::partition::PartitionFn for Timed {
-    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+impl crate::partition::Observer for PartitionFnSeconds {
+    fn observe<T>(&self, call: crate::partition::Call, run: impl FnOnce() -> T) -> T {
         let started = Instant::now();
-        let mine = self.inner.partition(me, members, items);
-        ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
-            .record(started.elapsed().as_secs_f64());
-        mine
-    }
-
-    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
-        self.inner.prepare(me, members, items);
-    }
-
-    fn load_bound(&self) -> Option<f64> {
-        self.inner.load_bound()
-    }
-
-    fn partition_weighted(&self, input: &crate::weighted::Weighted<'_>) -> Vec<Item> {
-        let started = Instant::now();
-        let mine = self.inner.partition_weighted(input);
-        ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
-            .record(started.elapsed().as_secs_f64());
-        mine
-    }
-
-    fn prepare_weighted(&self, input: &crate::weighted::Weighted<'_>) {
-        self.inner.prepare_weighted(input);
-    }
-
-    fn keeps_placement(&self) -> bool {
-        self.inner.keeps_placement()
-    }
-
-    fn placement(&self, input: &crate::weighted::Weighted<'_>) -> Option<Vec<usize>> {
-        let started = Instant::now();
-        let owners = self.inner.placement(input);
-        ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
-            .record(started.elapsed().as_secs_f64());
-        owners
+        let answer = run();
+        if call != crate::partition::Call::Prepare {
+            ::metrics::histogram!(PARTITION_FN_SECONDS, "path" => self.path.clone())
+                .record(started.elapsed().as_secs_f64());
+        }
+        answer
     }
 }
 

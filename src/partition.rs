@@ -8,8 +8,10 @@
 //! - [`Rendezvous`]: rendezvous hashing with a load cap; a join or leave moves few items. With
 //!   [`Rebalance::Incremental`](crate::Rebalance::Incremental) it is the function for a set that changes.
 //! - [`WeightedRendezvous`](crate::weighted::WeightedRendezvous): by weight and capacity (see [`weighted`](crate::weighted)).
-//! - Your own: any [`PartitionFn`], closures included.
+//! - Your own: any [`PartitionFn`], closures included. To add behaviour around a function (timing its calls, say),
+//!   wrap it in [`Observed`] with an [`Observer`]: it stays the wrapped function in every respect.
 //!
 //! [`Builder::partition_func`]: crate::Builder::partition_func
 
+pub use proto::partition_fn::{Call, Observed, Observer};
 pub use proto::{KazooStride, PartitionFn, Rendezvous};

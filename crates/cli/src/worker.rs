@@ -60,8 +60,8 @@ use serde_json::{Map, Value, json};
 use zk_partitioner::zookeeper_client::{SessionState, StateWatcher};
 use zk_partitioner::{
     Item, PartitionState, Rebalance, SessionPolicy, SetPartitioner, Snapshot,
-    partition::{KazooStride, PartitionFn, Rendezvous},
-    weighted::{Load, Weighted, WeightedRendezvous},
+    partition::{Call, KazooStride, Observed, Observer, Rendezvous},
+    weighted::{Load, WeightedRendezvous},
 };
 
 use crate::connection::{self, seconds};
@@ -387,10 +387,10 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
             SessionPolicyArg::SessionAware => SessionPolicy::SessionAware,
         });
     builder = match args.partition {
-        Partition::Stride => builder.partition_func(Timed(KazooStride)),
-        Partition::Rendezvous => builder.partition_func(Timed(Rendezvous::default())),
-        Partition::Weighted => builder.partition_func(Timed(WeightedRendezvous::default())),
-        Partition::Sticky => builder.partition_func(Timed(WeightedRendezvous::default().sticky())),
+        Partition::Stride => builder.partition_func(Observed::new(KazooStride, CpuTime)),
+        Partition::Rendezvous => builder.partition_func(Observed::new(Rendezvous::default(), CpuTime)),
+        Partition::Weighted => builder.partition_func(Observed::new(WeightedRendezvous::default(), CpuTime)),
+        Partition::Sticky => builder.partition_func(Observed::new(WeightedRendezvous::default().sticky(), CpuTime)),
     };
     builder = builder.capacity(args.capacity);
     if let Some(identifier) = &args.identifier {
@@ -457,57 +457,17 @@ async fn take_checkpoints(
 /// benchmark reads).
 static PARTITION_FN_MICROS: AtomicU64 = AtomicU64::new(0);
 
-/// A partition function that adds the CPU time of each call to [`PARTITION_FN_MICROS`]: CPU time, not wall time,
-/// since a hundred members on two cores wait for each other (the wall time of a 50 ms call can reach seconds).
-struct Timed<F>(F);
+/// Adds the CPU time of each call of the partition function (its work ahead included) to [`PARTITION_FN_MICROS`]:
+/// CPU time, not wall time, since a hundred members on two cores wait for each other (the wall time of a 50 ms call
+/// can reach seconds).
+struct CpuTime;
 
-impl<F: PartitionFn> PartitionFn for Timed<F> {
-    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+impl Observer for CpuTime {
+    fn observe<T>(&self, _call: Call, run: impl FnOnce() -> T) -> T {
         let started = thread_cpu_micros();
-        let mine = self.0.partition(me, members, items);
+        let answer = run();
         PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
-        mine
-    }
-
-    /// Forwarded (a wrapper that does not would keep `Rendezvous` from ranking ahead), and counted too.
-    fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
-        let started = thread_cpu_micros();
-        self.0.prepare(me, members, items);
-        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
-    }
-
-    /// Forwarded: without it the wrapper would look unweighted, and the partitioner would neither wait for the
-    /// capacities nor pass the weights.
-    fn load_bound(&self) -> Option<f64> {
-        self.0.load_bound()
-    }
-
-    /// The call the partitioner makes: forwarded (a weighted function reads the weights and capacities), and counted.
-    fn partition_weighted(&self, input: &Weighted<'_>) -> Vec<Item> {
-        let started = thread_cpu_micros();
-        let mine = self.0.partition_weighted(input);
-        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
-        mine
-    }
-
-    /// Forwarded and counted, as `prepare`.
-    fn prepare_weighted(&self, input: &Weighted<'_>) {
-        let started = thread_cpu_micros();
-        self.0.prepare_weighted(input);
-        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
-    }
-
-    /// Forwarded: without it a sticky function would look stateless, and the partitioner would keep no record.
-    fn keeps_placement(&self) -> bool {
-        self.0.keeps_placement()
-    }
-
-    /// The call the partitioner makes for a sticky function: forwarded, and counted.
-    fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
-        let started = thread_cpu_micros();
-        let owners = self.0.placement(input);
-        PARTITION_FN_MICROS.fetch_add(thread_cpu_micros().saturating_sub(started), Ordering::Relaxed);
-        owners
+        answer
     }
 }
 

@@ -5,9 +5,11 @@ use std::sync::Mutex;
 use crate::Item;
 use crate::hash::{FNV_OFFSET, FNV_PRIME, finish, fnv1a};
 
+mod observed;
 mod prefix;
 mod ranking;
 mod weighted;
+pub use observed::{Call, Observed, Observer};
 use ranking::Ranking;
 pub use weighted::WeightedRendezvous;
 
@@ -48,7 +50,7 @@ pub trait PartitionFn: Send + Sync + 'static {
     /// [`partition`](PartitionFn::partition) call gets the same arguments. The wait is idle time for every member,
     /// so work done here (a first ranking of every item, say) is off the path to `Acquired`. It must not change what
     /// `partition` returns. The default does nothing; a function that wraps another (to time it, say) should forward
-    /// it.
+    /// it, as [`Observed`] does.
     fn prepare(&self, me: &str, members: &[String], items: &[Item]) {
         let _ = (me, members, items);
     }
@@ -78,9 +80,9 @@ pub trait PartitionFn: Send + Sync + 'static {
 
     /// Whether the function computes a *sticky* placement from the previous assignment ([`Weighted::previous`]), so
     /// that the partitioner keeps the assignment in force in ZooKeeper for every member to compute from (see
-    /// [`WeightedRendezvous::sticky`]). `false` (the default): it computes from its inputs alone. A function that
-    /// wraps another (to time it, say) must forward this and [`placement`](PartitionFn::placement), or the party
-    /// keeps no record and computes without the previous assignment.
+    /// [`WeightedRendezvous::sticky`]). `false` (the default): it computes from its inputs alone. To wrap a function
+    /// (to time it, say), use [`Observed`], which forwards this and every other method: a hand-written wrapper that
+    /// forgets this one makes the party keep no record and compute without the previous assignment.
     fn keeps_placement(&self) -> bool {
         false
     }
