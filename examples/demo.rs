@@ -14,8 +14,11 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "common/zookeeper.rs"]
+mod zookeeper;
+
 use zk_partitioner::{Item, PartitionState, SetPartitioner};
-use zk_partitioner_testing::{self as testing, OwnedServer};
+use zk_partitioner_testing as testing;
 
 const TIME_BOUNDARY: Duration = Duration::from_millis(500);
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
@@ -38,32 +41,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [] => {
-            println!("starting ZooKeeper in Docker (zk_partitioner_testing) ...");
-            // Finds, pulls or builds the image first, so that a machine without one gets a message, not a panic.
-            let image = testing::ensure_image().await.map_err(|err| format!("cannot start ZooKeeper: {err}"))?;
-            println!("image {image}");
-            let server = OwnedServer::launch().await;
-            let outcome = run(&server.endpoint()).await;
-            // Removes the container now, before the process exits.
-            drop(server);
-            outcome
-        }
-        [flag, endpoint] if flag == "--connect" => run(endpoint).await,
-        [flag] if flag == "--help" || flag == "-h" => {
-            println!("usage: demo [--connect HOST:PORT]   (without --connect: a throwaway ZooKeeper in Docker)");
-            Ok(())
-        }
-        _ => Err("usage: demo [--connect HOST:PORT]".into()),
-    }
-}
-
-async fn run(connect: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let namespace = testing::namespace(connect).await;
-    let cluster = testing::with_chroot(connect, &namespace);
-    println!("ZooKeeper at {connect}; partitioning 12 items under {namespace}/queues\n");
+    // The container (without --connect) is removed when `_server` drops, at the end of this function.
+    let Some((cluster, _server)) = zookeeper::zookeeper("demo").await? else { return Ok(()) };
+    println!("ZooKeeper at {cluster}; partitioning 12 items under /queues\n");
     let items: Vec<Item> = (0..12).map(|i| Item::from(format!("queue-{i:02}"))).collect();
     let started = Instant::now();
 

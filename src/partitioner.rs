@@ -292,7 +292,9 @@ impl SetPartitioner {
 
     /// A `watch` receiver of snapshots: `changed()` wakes on every transition. Like every `watch` receiver it may
     /// skip intermediate snapshots when several transitions happen before it looks;
-    /// [`Snapshot::generation`] counts them.
+    /// [`Snapshot::generation`] counts them. `changed()` fails once the partitioner's task has stopped and its final
+    /// snapshot has been seen. This is the one way to watch a partitioner; a loop that handles every snapshot in
+    /// `changed()`'s arm of a `select!` calls `mark_changed()` first, so that the current snapshot comes first.
     ///
     /// # Examples
     /// ```no_run
