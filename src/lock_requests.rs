@@ -16,12 +16,12 @@ use crate::retry::{is_transient, retry_transient, session_end};
 use crate::zookeeper::{Mode, ReadOp, ReadResult, WatchEvent, WriteOp, Written, ZkError, ZooKeeper};
 use proto::layout::sequence;
 
-/// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set
-/// ([`LOCK_BATCH`]): one transaction for 100 locks saves 99 round trips. Not more: ZooKeeper keeps its last 500 write
-/// transactions in memory (`zookeeper.commitLogCount`, for followers catching up; a standalone server too), whole
-/// `multi`s included, so at 500 per `multi` a 100-member rebalance of 100,000 items stayed in its heap entirely
-/// (measured with a 256 MB heap, eager phases: 218-234 MB in use after the last collection, against 161-181 MB at 100
-/// per `multi`, and a quarter as many collections; BENCHMARKS.md, "The scale benchmark").
+/// Write operations (creates, deletes) per `multi` in releases, and in allocations over a large set ([`LOCK_BATCH`]):
+/// one transaction for 100 locks saves 99 round trips. Not more: ZooKeeper keeps its last 500 write transactions in
+/// memory (`zookeeper.commitLogCount`, for followers catching up; a standalone server too), whole `multi`s included, so
+/// at 500 per `multi` a 100-member rebalance of 100,000 items stayed in its heap entirely (measured with a 256 MB heap,
+/// eager phases: 218-234 MB in use after the last collection, against 161-181 MB at 100 per `multi`, and a quarter as
+/// many collections; bench/history/scale.md, "What changed, and where the time goes now").
 pub(crate) const WRITE_BATCH: usize = 100;
 
 /// Lock operations per `multi` in an allocation: 500 for sets of up to 25,000 items, [`WRITE_BATCH`] above. A lone

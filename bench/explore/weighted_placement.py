@@ -14,7 +14,7 @@ best-ranked member within 1.10x its share), `pure` (weighted rendezvous, no boun
 from a fixed total capacity, 460, as if limits did not move with the party), `quantC` (limits from the total capacity
 rounded up to a power of 1.05), `fluid` (items above a tenth of a capacity unit's share by the greedy, the rest by
 rendezvous weighted by each member's room), `dchoice` (the least loaded of the two best-ranked members with room).
-Results of 2026-11-26 are in BENCHMARKS.md ("Stateless placements tried for the movement target").
+Results of 2026-11-26 are in bench/history/weighted.md ("Stateless placements tried for the movement target").
 """
 import numpy as np
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
