@@ -31,13 +31,7 @@ struct Member {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match demo().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("demo: {err}"); // Display, not the Debug that returning the error from main would print
-            std::process::ExitCode::FAILURE
-        }
-    }
+    zookeeper::exit("demo", demo().await)
 }
 
 async fn demo() -> Result<(), Box<dyn std::error::Error>> {

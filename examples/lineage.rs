@@ -26,13 +26,7 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("lineage: {err}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    zookeeper::exit("lineage", run().await)
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -76,16 +76,6 @@ async fn described_when(
     .await
 }
 
-/// Creates a lock contender for `item` from `client`, a session with no party node: an orphan.
-async fn orphan_contender(client: &Client, item: &str, data: &str) -> String {
-    let dir = format!("{PATH}/locks/{item}");
-    client.mkdir(&dir, &common::persistent()).await.expect("mkdir the lock directory");
-    let prefix = format!("{dir}/{}__lock__", "0123456789abcdef".repeat(2));
-    let (_, sequence) =
-        client.create(&prefix, data.as_bytes(), &common::ephemeral_sequential()).await.expect("create the orphan");
-    format!("{prefix}{sequence}")
-}
-
 fn leak<T>(value: T) -> &'static T {
     Box::leak(Box::new(value))
 }
@@ -163,8 +153,8 @@ async fn describe_matches_the_lock_nodes_with_rust_and_kazoo_members() {
     // when: the blocker lets go, then a ghost session queues behind item 0's owner and holds a directory of its own
     ctx.release_locks(&blocker, held).await;
     let ghost = ctx.client().await;
-    orphan_contender(&ghost, "extra", "ghost").await;
-    let ghost_waiting = orphan_contender(&ghost, "0", "ghost").await;
+    common::orphan_contender(&ghost, PATH, "extra", "ghost").await;
+    let ghost_waiting = common::orphan_contender(&ghost, PATH, "0", "ghost").await;
     let expected: &'static [Item] = leak(ints(13)); // 12 never had a lock directory
     let d = described_when(
         &ctx,

@@ -2,6 +2,8 @@
 //! the test kit (`zk_partitioner_testing`), removed when the returned guard drops. Each example includes this file
 //! with `#[path]`.
 
+use std::process::ExitCode;
+
 use zk_partitioner_testing::{self as testing, OwnedServer};
 
 /// A ZooKeeper for the example named `example`: its connect string (a fresh chroot of its own), and the server to
@@ -28,4 +30,16 @@ pub async fn zookeeper(example: &str) -> Result<Option<(String, Option<OwnedServ
     };
     let namespace = testing::namespace(&connect).await;
     Ok(Some((testing::with_chroot(&connect, &namespace), server)))
+}
+
+/// An example's exit: 0, or 1 with the error on stderr, prefixed by the example's name (its `Display`, not the
+/// `Debug` that returning the error from `main` would print).
+pub fn exit(example: &str, outcome: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{example}: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }

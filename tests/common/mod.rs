@@ -36,6 +36,22 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
+/// Creates a kazoo-style lock contender for `item` under the partition path `path` from `client`, a session with no
+/// party node: an orphan. Returns its node's path.
+pub async fn orphan_contender(
+    client: &zk_partitioner::zookeeper_client::Client,
+    path: &str,
+    item: &str,
+    data: &str,
+) -> String {
+    let dir = format!("{path}/locks/{item}");
+    client.mkdir(&dir, &persistent()).await.expect("mkdir the lock directory");
+    let prefix = format!("{dir}/{}__lock__", "0123456789abcdef".repeat(2));
+    let (_, sequence) =
+        client.create(&prefix, data.as_bytes(), &ephemeral_sequential()).await.expect("create the orphan");
+    format!("{prefix}{sequence}")
+}
+
 /// The `zkp` binary the tool's tests run (`crates/cli/tests`, which include this harness): `$ZKP` if set (CI points it
 /// at the binary `cargo install` put on a PATH, to test what an operator installs), else the one cargo built for
 /// these tests. The library's own tests do not run it.

@@ -11,7 +11,6 @@ use common::members::{AbortOnDrop, Member, auto_release, build_member, ints};
 use common::{Ctx, timing, wait_until, zkp};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
-use zk_partitioner::zookeeper_client::Client;
 use zk_partitioner::{
     Item, PartitionState, SharedSet,
     describe::{DescribeOptions, describe_with},
@@ -19,16 +18,6 @@ use zk_partitioner::{
 };
 
 const PATH: &str = "/partitioner";
-
-/// Creates a lock contender for `item` from `client`, a session with no party node: an orphan.
-async fn orphan_contender(client: &Client, item: &str, data: &str) -> String {
-    let dir = format!("{PATH}/locks/{item}");
-    client.mkdir(&dir, &common::persistent()).await.expect("mkdir the lock directory");
-    let prefix = format!("{dir}/{}__lock__", "0123456789abcdef".repeat(2));
-    let (_, sequence) =
-        client.create(&prefix, data.as_bytes(), &common::ephemeral_sequential()).await.expect("create the orphan");
-    format!("{prefix}{sequence}")
-}
 
 /// Runs `inspect` with `args` to completion: (exit code, stdout, stderr).
 async fn inspect(args: &[&str]) -> (i32, String, String) {
@@ -47,7 +36,7 @@ async fn the_inspect_command_prints_a_table_json_and_changes() {
     member.wait_items(&items, timing(Duration::from_secs(10))).await;
     let name = member.partitioner.snapshot().member.to_string();
     let ghost = ctx.client().await;
-    orphan_contender(&ghost, "2", "ghost").await;
+    common::orphan_contender(&ghost, PATH, "2", "ghost").await;
 
     // when: an operator runs the table
     let (code, table, stderr) = inspect(&["--connect", &connect, "--path", PATH, "--items", "0,1,2,3,4"]).await;
