@@ -1,32 +1,4 @@
-//! `zkp inspect`: who owns what under a partition path, an operator's view of a party of zk-partitioner or kazoo
-//! members.
-//!
-//! ```text
-//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues
-//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --json
-//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --watch
-//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --owner-of b
-//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --items a,b,c,d --partition stride
-//! zkp inspect --connect 127.0.0.1:2181 --path /work_queues --shared-set --partition weighted
-//! ```
-//!
-//! It prints the members with their item counts, the imbalance, the unowned items, the contended items (an owner and
-//! contenders waiting behind it), orphaned lock nodes (their session has no party node) and, with `--partition`, the
-//! items a member holds outside its share (`--partition sticky` computes the shares from the party's placement record,
-//! as the members of a `WeightedRendezvous::sticky()` party do). Each member's capacity is the one it announces (1 for
-//! a kazoo member). With the set known (`--items`, or `--shared-set`, which reads the shared set with its weights), it
-//! also prints each member's load: with `--partition`, the weight of its share per dimension against its ideal share
-//! (the dimension's total × its capacity / the party's), the imbalance, and `OVER CAPACITY` when the function's load
-//! bound is passed; and the weight it actually holds. With `--shared-set`, it also prints the set's lineage trees, if
-//! it has any (each item with parents, children or closed: ready, waiting on which parents, or finished by whom), as
-//! `zkp items lineage` does. `--owner-of a,b` prints only who owns those items, a line each. `--json` prints the same
-//! as one JSON document; `--watch` prints again after every change to the party or the locks, until interrupted. It
-//! only reads: it never joins the party. Sessions are printed in decimal (a number in the JSON), as the worker prints
-//! its own.
-//!
-//! Exit status: 0 on success, 1 on an error (a missing path, a missing chroot, an unreachable server: the same
-//! messages as `zkp worker`'s and `zkp items`'s), 2 on bad arguments (checked before connecting). `--connect` is
-//! required, as by `zkp worker` and `zkp items`.
+#![doc = include_str!("inspect.md")]
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;

@@ -1,42 +1,4 @@
-//! `zkp items`, the shared set's admin command: read or change the items of a partition path whose members run with
-//! `shared_set(true)` (`zkp worker --shared-set`). Not a member: it joins no party and holds no lock.
-//!
-//! ```text
-//! zkp items --connect 127.0.0.1:2181 --path /work_queues show
-//! zkp items --connect 127.0.0.1:2181 --path /work_queues add e,f
-//! zkp items --connect 127.0.0.1:2181 --path /work_queues remove a
-//! zkp items --connect 127.0.0.1:2181 --path /work_queues replace a,b,c --if-version 7
-//! zkp items --connect 127.0.0.1:2181 --path /work_queues weigh a 5 b cpu=3,bytes=100
-//! zkp items --connect 127.0.0.1:2181 --path /work_queues reset-weights a,b
-//! zkp items --connect 127.0.0.1:2181 --path /shards split shard-1 shard-2,shard-3
-//! zkp items --connect 127.0.0.1:2181 --path /shards merge shard-2,shard-3 shard-4
-//! zkp items --connect 127.0.0.1:2181 --path /shards add-child shard-5 shard-4
-//! zkp items --connect 127.0.0.1:2181 --path /shards close shard-5
-//! zkp items --connect 127.0.0.1:2181 --path /shards lineage
-//! zkp items --connect 127.0.0.1:2181 --path /shards retire --age-secs 86400
-//! zkp items --help
-//! ```
-//!
-//! Every change is one atomic, versioned update ([`SharedSet`]): two admins at once never lose each other's changes.
-//! Prints the set after the command (`--json`: one JSON object with `version`, `items`, `updating`, `skipped`, and
-//! `weights`: for each item that has one, its value per dimension, e.g. `{"a": {"weight": 5}}`; after `create`,
-//! also `created`: whether this command created the set).
-//!
-//! `weigh` gives items weights for a weighted partition function (`zkp worker --partition weighted`), all in one
-//! update: a weight is a whole number (`5`) or values in named dimensions (`cpu=3,bytes=100`); items not named keep
-//! theirs, and an item without a weight weighs 1. `reset-weights` gives items back the weight of 1.
-//!
-//! Lineage (for shards that split and merge): `split` closes a parent and gives it new children, which enter the set
-//! only once it has finished; `merge` closes parents and gives them one new child; `add-child` adds a child after
-//! parents that stay open; `close` says the source produces nothing new for items (their owners finish them once
-//! drained: `zkp worker --drain-secs`); `lineage` prints the trees (`--json`: `version`, `roots`, and per item its
-//! `parents`, `children`, `closed` and `status`, `ready`, `waiting` with `waiting_on`, or `finished` with `finished_by`
-//! and `token`); `retire` deletes the lineage and checkpoints of items finished more than `--age-secs` ago whose
-//! children have all started, and prints them.
-//!
-//! Exits 1 with the reason when the update is refused (an item that is not there, an item of the other kind, a set left
-//! empty, a stale `--if-version`) or the session cannot be opened (the same messages as `zkp worker`'s and `zkp
-//! inspect`'s), 2 on bad arguments (checked before connecting). `--connect` is required, as by the other subcommands.
+#![doc = include_str!("items.md")]
 
 use std::process::ExitCode;
 

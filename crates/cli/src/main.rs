@@ -13,7 +13,8 @@
 //! Every subcommand that opens a session takes `--connect` (or `$ZOOKEEPER_CONNECT`), `--connect-timeout`,
 //! `--fail-fast`, `--auth` and the TLS flags. Exit status, for all of them: 0 on success, 1 on an error (with the
 //! reason on stderr, prefixed by the subcommand), 2 on bad arguments (with the usage, before any connection). Each
-//! subcommand's module says what it prints.
+//! subcommand's page (`<name>.md`, its module's docs) says what it prints; `zkp <subcommand> --help` and `zkp man
+//! <subcommand>` show the same page.
 
 // The doc comments of the arguments are clap's help text, written for a terminal (`<path>`, `[default: ..]`), not
 // for rustdoc, which would read them as HTML tags and links.
@@ -42,10 +43,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Tool {
     /// Join a party under --path as one member and print every state change (kazoo's worker loop)
+    #[command(long_about = include_str!("worker.md"))]
     Worker(worker::Args),
     /// Who owns what under --path: members, shares, contended, unowned and orphaned items (read-only)
+    #[command(long_about = include_str!("inspect.md"))]
     Inspect(inspect::Args),
     /// Read or change the shared set of items under --path: add, remove, weigh, split, merge, close, retire
+    #[command(long_about = include_str!("items.md"))]
     Items(items::Args),
     /// Print a completion script for a shell to stdout
     Completions {

@@ -350,6 +350,11 @@ async fn completions_and_man_pages() {
     let (code, page, stderr) = run(&["man", "worker"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(page.contains(".TH zkp-worker 1"), "{page}");
+    // The subcommand's whole page (what it prints, its exit codes), in the man page as in --help.
+    let (_, help, _) = run(&["worker", "--help"]).await;
+    for text in [&help, &page] {
+        assert!(text.contains("one JSON object per line") && text.contains("exits 2 with the usage"), "{text}");
+    }
     for flag in ["time\\-boundary", "shared\\-set", "metrics\\-addr"] {
         assert!(page.contains(flag), "{flag} missing from the page");
     }
