@@ -492,6 +492,10 @@ impl Builder {
         // A shared set is all of one kind (its node records which, so that members parse it alike).
         let items = validate_items(self.items, self.partition_fn.is_none() || self.shared_set)?;
         let partition_fn = self.partition_fn.unwrap_or_else(|| Box::new(KazooStride));
+        // A function whose declarations disagree with its answers (a wrapper that forwards half of one) would run
+        // without its placement record or without its weights, silently: refused here, before anything is created.
+        proto::partition_fn::check_declarations(partition_fn.as_ref())
+            .map_err(|reason| Error::config("partition_func", reason))?;
         let settings = Settings {
             path: self.path.clone(),
             items,

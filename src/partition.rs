@@ -9,9 +9,10 @@
 //!   [`Rebalance::Incremental`](crate::Rebalance::Incremental) it is the function for a set that changes.
 //! - [`WeightedRendezvous`](crate::weighted::WeightedRendezvous): by weight and capacity (see [`weighted`](crate::weighted)).
 //! - Your own: any [`PartitionFn`], closures included. To add behaviour around a function (timing its calls, say),
-//!   wrap it in [`Observed`] with an [`Observer`]: it stays the wrapped function in every respect.
+//!   wrap it in [`Observed`] with an [`Observer`]: it stays the wrapped function in every respect. `build()` refuses a
+//!   function whose declarations disagree with its answers ([`check_declarations`]).
 //!
 //! [`Builder::partition_func`]: crate::Builder::partition_func
 
-pub use proto::partition_fn::{Call, Observed, Observer};
+pub use proto::partition_fn::{Call, Observed, Observer, check_declarations};
 pub use proto::{KazooStride, PartitionFn, Rendezvous};

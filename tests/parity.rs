@@ -286,6 +286,25 @@ async fn release_set_round_trip() {
     assert_disjoint_cover(&ctx.observer, PATH, &[&member], &ints(3)).await;
 }
 
+/// A wrapper that forwards a sticky function's answers and placement but not that it keeps one: `build()` refuses it
+/// (without the check the party would silently keep no placement record).
+struct HalfForwarded(zk_partitioner::weighted::WeightedRendezvous);
+
+impl Default for HalfForwarded {
+    fn default() -> Self {
+        HalfForwarded(zk_partitioner::weighted::WeightedRendezvous::default().sticky())
+    }
+}
+
+impl zk_partitioner::partition::PartitionFn for HalfForwarded {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        self.0.partition(me, members, items)
+    }
+    fn placement(&self, input: &zk_partitioner::weighted::Weighted<'_>) -> Option<Vec<usize>> {
+        self.0.placement(input)
+    }
+}
+
 #[tokio::test]
 async fn bad_input_is_rejected_before_anything_is_written() {
     let ctx = Ctx::new().await;
@@ -309,6 +328,7 @@ async fn bad_input_is_rejected_before_anything_is_written() {
         ("zero max_reaction_time", build("/bad", ints(1)).max_reaction_time(Duration::ZERO)),
         ("absurd time_boundary", build("/bad", ints(1)).time_boundary(Duration::MAX)),
         ("zero max_allocation_time", build("/bad", ints(1)).max_allocation_time(Duration::ZERO)),
+        ("half-forwarded partition function", build("/bad", ints(1)).partition_func(HalfForwarded::default())),
     ];
     for (case, builder) in cases {
         match builder.build().await {

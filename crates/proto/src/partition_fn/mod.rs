@@ -9,7 +9,7 @@ mod observed;
 mod prefix;
 mod ranking;
 mod weighted;
-pub use observed::{Call, Observed, Observer};
+pub use observed::{Call, Observed, Observer, check_declarations};
 use ranking::Ranking;
 pub use weighted::WeightedRendezvous;
 
@@ -81,8 +81,10 @@ pub trait PartitionFn: Send + Sync + 'static {
     /// Whether the function computes a *sticky* placement from the previous assignment ([`Weighted::previous`]), so
     /// that the partitioner keeps the assignment in force in ZooKeeper for every member to compute from (see
     /// [`WeightedRendezvous::sticky`]). `false` (the default): it computes from its inputs alone. To wrap a function
-    /// (to time it, say), use [`Observed`], which forwards this and every other method: a hand-written wrapper that
-    /// forgets this one makes the party keep no record and compute without the previous assignment.
+    /// (to time it, say), use [`Observed`], which forwards this and every other method. `build()` refuses a function
+    /// whose declarations disagree with its answers ([`check_declarations`]), such as a hand-written wrapper that
+    /// forwards [`placement`](PartitionFn::placement) but not this: it would keep no record and compute without the
+    /// previous assignment.
     fn keeps_placement(&self) -> bool {
         false
     }

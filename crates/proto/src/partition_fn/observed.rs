@@ -1,6 +1,7 @@
 //! Wrapping a partition function: the way to add behaviour around one (timing its calls, counting them) that
 //! forwards every method, so that a wrapper cannot leave out the weighted or the sticky half of the function it
-//! wraps.
+//! wraps; and the check `build()` runs so that a hand-written wrapper that does is refused, not run silently
+//! without its placement record or its weights.
 
 use super::{PartitionFn, Weighted};
 use crate::Item;
@@ -113,6 +114,63 @@ impl<F: PartitionFn, O: Observer> PartitionFn for Observed<F, O> {
     }
 }
 
+/// Checks that what `function` declares agrees with what it computes, on a probe party: a function that computes a
+/// sticky placement says so ([`keeps_placement`](PartitionFn::keeps_placement)), one that says so computes one, and one
+/// that declares no [`load_bound`](PartitionFn::load_bound) (it ignores weights and capacities) answers the same with
+/// and without them. A hand-written wrapper that forwards a function's answers but not its declarations, or the
+/// reverse, fails here instead of silently running without its placement record or its weights. `Err` says which
+/// declaration disagrees; a function that panics on the probe is not judged here (its panic is reported when it
+/// decides).
+pub fn check_declarations(function: &dyn PartitionFn) -> Result<(), String> {
+    let members: Vec<String> =
+        ["probe-a-0000000000", "probe-b-0000000001", "probe-c-0000000002"].map(String::from).to_vec();
+    let items: Vec<Item> = (0..24).map(Item::from).collect();
+    let capacities = [1, 2, 3];
+    let weights: std::collections::BTreeMap<Item, crate::Weight> =
+        items.iter().zip(0u64..).map(|(item, i)| (item.clone(), crate::Weight::new(i % 5 + 1))).collect();
+    let weights = crate::Weights::of(&items, &weights);
+    let previous: Vec<Option<usize>> = (0..items.len()).map(|i| Some(i % 2)).collect();
+    let verdict = || -> Result<(), String> {
+        let input = Weighted::new(&members[0], &members, &capacities, &items, &weights);
+        let placement = function.placement(&input.with_previous(&previous));
+        match (function.keeps_placement(), placement.is_some()) {
+            (false, true) => {
+                return Err("it computes a placement but keeps_placement() is false, so the party would keep no \
+                            record: a wrapper must forward keeps_placement (partition::Observed forwards every \
+                            method)"
+                    .to_string());
+            }
+            (true, false) => {
+                return Err("keeps_placement() is true but placement() computes none: a wrapper must forward \
+                            placement (partition::Observed forwards every method)"
+                    .to_string());
+            }
+            _ => {}
+        }
+        if function.load_bound().is_none() {
+            for me in &members {
+                let input = Weighted::new(me, &members, &capacities, &items, &weights);
+                let mut weighted = function.partition_weighted(&input);
+                let mut plain = function.partition(me, &members, &items);
+                weighted.sort();
+                plain.sort();
+                if weighted != plain {
+                    return Err("its answers change with weights and capacities but load_bound() is None, so the \
+                                partitioner would not wait for the members' capacities: a wrapper must forward \
+                                load_bound (partition::Observed forwards every method)"
+                        .to_string());
+                }
+            }
+        }
+        Ok(())
+    };
+    // User code: a panic (or a payload whose drop panics) is not this check's to report.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| super::guarded(verdict))) {
+        Ok(Ok(verdict)) => verdict,
+        _ => Ok(()),
+    }
+}
+
 /// A boxed function is a function: what the partitioner keeps of the one it is given, and what a wrapper built on
 /// top of it ([`Observed`]) holds.
 impl PartitionFn for Box<dyn PartitionFn> {
@@ -184,6 +242,63 @@ mod tests {
             *observed.observer().0.lock().unwrap(),
             [Call::Partition, Call::Placement, Call::Prepare, Call::Partition]
         );
+    }
+
+    /// Forwards a sticky function's answers and placement, and nothing it declares.
+    struct HalfForwarded(WeightedRendezvous);
+
+    impl PartitionFn for HalfForwarded {
+        fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+            self.0.partition(me, members, items)
+        }
+        fn partition_weighted(&self, input: &Weighted<'_>) -> Vec<Item> {
+            self.0.partition_weighted(input)
+        }
+        fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
+            self.0.placement(input)
+        }
+    }
+
+    /// Declares a sticky function's placement and load bound, and forwards only its plain answers.
+    struct DeclaresOnly(WeightedRendezvous);
+
+    impl PartitionFn for DeclaresOnly {
+        fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+            self.0.partition(me, members, items)
+        }
+        fn load_bound(&self) -> Option<f64> {
+            self.0.load_bound()
+        }
+        fn keeps_placement(&self) -> bool {
+            self.0.keeps_placement()
+        }
+    }
+
+    #[test]
+    fn a_half_forwarding_wrapper_is_refused_and_the_shipped_functions_pass() {
+        let sticky = || WeightedRendezvous::default().sticky();
+        let forgot_declarations = check_declarations(&HalfForwarded(sticky())).unwrap_err();
+        assert!(forgot_declarations.contains("keeps_placement() is false"), "{forgot_declarations}");
+        let forgot_answers = check_declarations(&DeclaresOnly(sticky())).unwrap_err();
+        assert!(forgot_answers.contains("placement() computes none"), "{forgot_answers}");
+        // A weighted (not sticky) function whose load bound was not forwarded.
+        let forgot_bound = check_declarations(&HalfForwarded(WeightedRendezvous::default())).unwrap_err();
+        assert!(forgot_bound.contains("load_bound() is None"), "{forgot_bound}");
+
+        let plain = |me: &str, members: &[String], items: &[Item]| -> Vec<Item> {
+            if members.first().map(String::as_str) == Some(me) { items.to_vec() } else { Vec::new() }
+        };
+        let shipped: [Box<dyn PartitionFn>; 6] = [
+            Box::new(crate::KazooStride),
+            Box::new(crate::Rendezvous::default()),
+            Box::new(WeightedRendezvous::default()),
+            Box::new(sticky()),
+            Box::new(Observed::new(sticky(), Log::default())),
+            Box::new(plain),
+        ];
+        for function in &shipped {
+            assert_eq!(check_declarations(function.as_ref()), Ok(()));
+        }
     }
 
     #[test]
