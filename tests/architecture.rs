@@ -619,14 +619,15 @@ fn dependencies(manifest: &str) -> Vec<String> {
         .collect()
 }
 
-/// The test kit is a leaf: no crate of the workspace depends on it but for its tests (CI also asks cargo, with
-/// `cargo tree -i zk-partitioner-testing -e normal`).
+/// The test kit and the tool are leaves: no crate of the workspace depends on them but for its tests (CI also asks
+/// cargo, with `cargo tree -i zk-partitioner-testing -e normal` and the same for `zk-partitioner-cli`).
 #[test]
-fn nothing_depends_on_the_test_kit_but_tests() {
+fn nothing_depends_on_the_test_kit_or_the_tool_but_tests() {
     for manifest in ["Cargo.toml", "crates/proto/Cargo.toml", "crates/testing/Cargo.toml", "crates/cli/Cargo.toml"] {
         let names = dependencies(manifest);
         assert!(names.len() >= 2, "read {manifest}'s dependencies: {names:?}");
         assert!(!names.iter().any(|name| name.contains("testing")), "{manifest} depends on the test kit: {names:?}");
+        assert!(!names.iter().any(|name| name == "zk-partitioner-cli"), "{manifest} depends on the tool: {names:?}");
     }
 }
 
