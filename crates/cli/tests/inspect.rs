@@ -19,7 +19,7 @@ use zk_partitioner::{
 
 const PATH: &str = "/partitioner";
 
-/// Runs `inspect` with `args` to completion: (exit code, stdout, stderr).
+/// Runs `zkp inspect` with `args` to completion: (exit code, stdout, stderr).
 async fn inspect(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(zkp()).arg("inspect").args(args).output().await.expect("run zkp inspect");
     let text = |bytes: Vec<u8>| String::from_utf8(bytes).expect("UTF-8 output");

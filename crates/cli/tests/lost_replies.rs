@@ -1,8 +1,8 @@
 //! Writers whose reply is lost while other writers land many versions (issue 44): an update of the shared set, a
 //! lineage change, a creation and a retirement each learn their exact outcome from the marker their commit created,
 //! however many versions landed meanwhile, and never apply their change twice. The admin whose reply is lost is an
-//! `shared_set` process behind a proxy that lets its commit reach the server and drops the reply; the other admin's
-//! updates are `shared_set` processes too.
+//! `zkp items` process behind a proxy that lets its commit reach the server and drops the reply; the other admin's
+//! updates are `zkp items` processes too.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -20,7 +20,7 @@ const OTHERS: usize = 20;
 /// ZooKeeper's type of a write `multi` (the commit of every update).
 const MULTI: i32 = 14;
 
-/// Runs `shared_set` on `cluster` (the namespace's connect string, or a proxy's) with `args`, as a process.
+/// Runs `zkp items` on `cluster` (the namespace's connect string, or a proxy's) with `args`, as a process.
 fn shared_set(cluster: &str, args: &[&str]) -> Command {
     let mut command = Command::new(zkp());
     command
@@ -33,7 +33,7 @@ fn shared_set(cluster: &str, args: &[&str]) -> Command {
     command
 }
 
-/// Runs `shared_set` to the end; its JSON output (it must succeed).
+/// Runs `zkp items` to the end; its JSON output (it must succeed).
 async fn admin(cluster: &str, args: &[&str]) -> Value {
     let output = shared_set(cluster, args).output().await.expect("run shared_set");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -41,7 +41,7 @@ async fn admin(cluster: &str, args: &[&str]) -> Value {
     serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("shared_set {args:?} printed {stdout:?}: {err}"))
 }
 
-/// Starts `shared_set` with `args` through a fresh proxy that cuts the connection right after its first write `multi`
+/// Starts `zkp items` with `args` through a fresh proxy that cuts the connection right after its first write `multi`
 /// reaches the server (the commit: its reply is lost), and waits until that happened. The process waits, cut off.
 async fn started_and_cut_after_its_commit(ctx: &Ctx, args: &[&str]) -> (Child, Proxy) {
     let proxy = Proxy::start(ctx.addr).await;

@@ -163,7 +163,7 @@ async fn worker_processes_follow_the_shared_set_eagerly() {
     processes_follow_the_set("eager").await;
 }
 
-/// The reproduction: an `shared_set add` of 3,000 items killed with SIGKILL part-way (here: stopped by its
+/// The reproduction: a `zkp items add` of 3,000 items killed with SIGKILL part-way (here: stopped by its
 /// proxy right after its first staging request, or right after its commit, then killed). The worker that is first
 /// in the party finds the admin's lease gone once its session expires (the admin's default 6 s) and undoes or
 /// finishes the update: the set is whole (the old one or the new one), `ready` again, and the workers follow it.

@@ -498,8 +498,8 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     }
 }
 
-/// Lineage end to end: `shared_set split` and `merge`, `worker --drain-secs` finishing the closed items it holds so that
-/// the children start, `shared_set lineage` and `inspect --shared-set` showing the trees.
+/// Lineage end to end: `zkp items split` and `merge`, `zkp worker --drain-secs` finishing the closed items it holds so
+/// that the children start, `zkp items lineage` and `zkp inspect --shared-set` showing the trees.
 #[tokio::test]
 async fn split_drain_finish_and_show_the_trees() {
     let ctx = Ctx::new().await;
