@@ -302,6 +302,11 @@ async fn inspect_names_the_owner_of_an_item() {
 }
 
 /// Runs `tool` with `args` to completion: (exit code, stdout, stderr).
+/// `zkp items --connect <connect> --path /p <args>` to completion: (exit code, stdout, stderr).
+async fn items_on(connect: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    output("items", &[&["--connect", connect, "--path", "/p"], args].concat()).await
+}
+
 async fn output(tool: &str, args: &[&str]) -> (Option<i32>, String, String) {
     let output = command(tool, args).output().await.expect("run the tool");
     let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
@@ -364,24 +369,19 @@ async fn completions_and_man_pages() {
 
 #[tokio::test]
 async fn weigh_divide_by_capacity_and_inspect_the_loads() {
-    // given: a shared set of 8 items, a and b made heavy with shared_set weigh
+    // given: a shared set of 8 items, a and b made heavy with zkp items weigh
     let ctx = Ctx::new().await;
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
-    let shared_set = |args: &[&str]| {
-        let args = [&["--connect", &connect, "--path", "/p"], args].concat();
-        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        async move { output("items", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
-    };
-    assert_eq!(shared_set(&["create", "a,b,c,d,e,f,g,h"]).await.0, Some(0));
-    let (code, stdout, stderr) = shared_set(&["weigh", "a", "5", "b", "3"]).await;
+    assert_eq!(items_on(&connect, &["create", "a,b,c,d,e,f,g,h"]).await.0, Some(0));
+    let (code, stdout, stderr) = items_on(&connect, &["weigh", "a", "5", "b", "3"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("version 2: 8 items: a,b,c,d,e,f,g,h\n"), "{stdout}");
     assert!(stdout.contains("weights of 2 items (the others weigh 1): a 5; b 3"), "{stdout}");
-    let (_, json, _) = shared_set(&["--json", "show"]).await;
+    let (_, json, _) = items_on(&connect, &["--json", "show"]).await;
     let shown: Value = serde_json::from_str(&json).expect("one JSON object");
     assert_eq!(shown["weights"], serde_json::json!({"a": {"weight": 5}, "b": {"weight": 3}}), "{shown}");
     // and an item outside the set is refused, changing nothing
-    let (code, _, stderr) = shared_set(&["weigh", "z", "2"]).await;
+    let (code, _, stderr) = items_on(&connect, &["weigh", "z", "2"]).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("invalid item \"z\""), "{stderr}");
 
@@ -470,7 +470,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     }
 
     // when: one item outweighs what the bound lets any member carry (109 in all: the big worker may carry 90)
-    assert_eq!(shared_set(&["weigh", "a", "100"]).await.0, Some(0));
+    assert_eq!(items_on(&connect, &["weigh", "a", "100"]).await.0, Some(0));
     // then: its holder says it is over capacity, and so does inspect, in the JSON and in the table
     wait_for("a worker over capacity, as inspect shows it", timing(Duration::from_secs(30)), || async {
         let doc: Value = serde_json::from_str(&inspect(true).await).map_err(|e| e.to_string())?;
@@ -488,7 +488,7 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
     assert_eq!(table.matches("OVER CAPACITY").count(), 1, "{table}");
 
     // when: the weights are reset
-    let (code, stdout, _) = shared_set(&["reset-weights", "a,b"]).await;
+    let (code, stdout, _) = items_on(&connect, &["reset-weights", "a,b"]).await;
     // then: the set has none
     assert_eq!(code, Some(0));
     assert!(stdout.starts_with("version 4: 8 items") && !stdout.contains("weights"), "{stdout}");
@@ -504,20 +504,15 @@ async fn weigh_divide_by_capacity_and_inspect_the_loads() {
 async fn split_drain_finish_and_show_the_trees() {
     let ctx = Ctx::new().await;
     let connect = format!("{}{}", ctx.endpoint, ctx.namespace);
-    let shared_set = |args: &[&str]| {
-        let args = [&["--connect", &connect, "--path", "/p"], args].concat();
-        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        async move { output("items", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
-    };
-    assert_eq!(shared_set(&["create", "s1,s2,other"]).await.0, Some(0));
-    let (code, stdout, stderr) = shared_set(&["split", "s1", "s3,s4"]).await;
+    assert_eq!(items_on(&connect, &["create", "s1,s2,other"]).await.0, Some(0));
+    let (code, stdout, stderr) = items_on(&connect, &["split", "s1", "s3,s4"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("version 2: 3 items: other,s1,s2\n"), "the children wait: {stdout}");
-    assert_eq!(shared_set(&["merge", "s2,s4", "s5"]).await.0, Some(0));
-    let (code, _, stderr) = shared_set(&["split", "s1", "s2"]).await;
+    assert_eq!(items_on(&connect, &["merge", "s2,s4", "s5"]).await.0, Some(0));
+    let (code, _, stderr) = items_on(&connect, &["split", "s1", "s2"]).await;
     assert_eq!(code, Some(1), "a child must be new: {stderr}");
     assert!(stderr.contains("already exists"), "{stderr}");
-    let (_, json, _) = shared_set(&["--json", "lineage"]).await;
+    let (_, json, _) = items_on(&connect, &["--json", "lineage"]).await;
     let lineage: Value = serde_json::from_str(&json).expect("one JSON object");
     assert_eq!(lineage["items"]["s5"]["status"], "waiting", "{lineage}");
     assert_eq!(lineage["items"]["s5"]["waiting_on"], serde_json::json!(["s2", "s4"]), "{lineage}");
@@ -546,7 +541,7 @@ async fn split_drain_finish_and_show_the_trees() {
         }
     });
     wait_for("s5 in the set and every closed item finished", timing(Duration::from_secs(40)), || async {
-        let (_, json, _) = shared_set(&["--json", "show"]).await;
+        let (_, json, _) = items_on(&connect, &["--json", "show"]).await;
         let shown: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
         let done = shown["items"] == serde_json::json!(["other", "s3", "s5"]);
         if done { Ok(()) } else { Err(format!("{shown}; finished {:?}", finished.lock().unwrap())) }
