@@ -76,22 +76,19 @@ fn main() -> ExitCode {
             write_out("completions", &script)
         }
         Tool::Man { subcommand } => man(subcommand.as_deref()),
-        tool => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    eprintln!("zkp: cannot start the async runtime: {err}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            runtime.block_on(async {
-                match tool {
-                    Tool::Worker(args) => worker::main(args).await,
-                    Tool::Inspect(args) => inspect::main(args).await,
-                    Tool::Items(args) => items::main(args).await,
-                    Tool::Completions { .. } | Tool::Man { .. } => ExitCode::SUCCESS,
-                }
-            })
+        Tool::Worker(args) => block_on(worker::main(args)),
+        Tool::Inspect(args) => block_on(inspect::main(args)),
+        Tool::Items(args) => block_on(items::main(args)),
+    }
+}
+
+/// Runs a subcommand that talks to ZooKeeper on a runtime of its own: exit 1 if none can be started.
+fn block_on(subcommand: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(subcommand),
+        Err(err) => {
+            eprintln!("zkp: cannot start the async runtime: {err}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -41,13 +41,12 @@
 use std::fmt;
 
 use crate::hash::{FNV_OFFSET, fnv1a};
+use crate::partition_fn::{PROBE_CAPACITIES, PROBE_MEMBERS, probe_weights};
 use crate::{Item, PartitionFn};
 
 /// The marker that starts an agreement line.
 const MARKER: &str = "zkp/1";
 
-/// The members of the probe party (the function runs once for each).
-const PROBE_MEMBERS: [&str; 3] = ["probe-a-0000000000", "probe-b-0000000001", "probe-c-0000000002"];
 /// Items in the probe set.
 const PROBE_ITEMS: i64 = 48;
 
@@ -206,13 +205,8 @@ fn function_fingerprint(function: &dyn PartitionFn, kind_hint: Option<&Item>) ->
     };
     let members: Vec<String> = PROBE_MEMBERS.iter().map(|m| m.to_string()).collect();
     let weighted = function.load_bound().is_some();
-    let capacities: Vec<u32> = if weighted { vec![1, 2, 3] } else { vec![1; members.len()] };
-    let weights = if weighted {
-        let weights = items.iter().zip(0u64..).map(|(item, i)| (item.clone(), crate::Weight::new(i % 5 + 1))).collect();
-        crate::Weights::of(&items, &weights)
-    } else {
-        crate::Weights::uniform(items.len())
-    };
+    let capacities: Vec<u32> = if weighted { PROBE_CAPACITIES.to_vec() } else { vec![1; members.len()] };
+    let weights = if weighted { probe_weights(&items) } else { crate::Weights::uniform(items.len()) };
     let probe = || {
         let mut hash = Fnv::new();
         for me in &members {

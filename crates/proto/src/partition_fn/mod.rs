@@ -154,6 +154,19 @@ impl<'a> Weighted<'a> {
     }
 }
 
+/// The probe party a function is asked about, without ZooKeeper: by the announcement's fingerprint (what the other
+/// members compare) and by [`check_declarations`] (what `build()` refuses). Three members; with weights, of
+/// capacities 1, 2 and 3.
+pub(crate) const PROBE_MEMBERS: [&str; 3] = ["probe-a-0000000000", "probe-b-0000000001", "probe-c-0000000002"];
+/// The probe members' capacities when the function is asked with weights.
+pub(crate) const PROBE_CAPACITIES: [u32; 3] = [1, 2, 3];
+
+/// The probe items' weights when the function is asked with weights: 1 to 5, in turn.
+pub(crate) fn probe_weights(items: &[Item]) -> crate::Weights {
+    let weights = items.iter().zip(0u64..).map(|(item, i)| (item.clone(), crate::Weight::new(i % 5 + 1))).collect();
+    crate::Weights::of(items, &weights)
+}
+
 /// Calls the user's partition function (or anything that calls it): a panic becomes its message, so the member
 /// reports `Failure` with the cause instead of a dead task behind a stale snapshot. Every call of user code goes
 /// through here. The payload is dropped normally: a payload whose drop panics unwinds from here (the driver's

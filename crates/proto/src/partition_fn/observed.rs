@@ -3,7 +3,7 @@
 //! wraps; and the check `build()` runs so that a hand-written wrapper that does is refused, not run silently
 //! without its placement record or its weights.
 
-use super::{PartitionFn, Weighted};
+use super::{PROBE_CAPACITIES, PROBE_MEMBERS, PartitionFn, Weighted, probe_weights};
 use crate::Item;
 
 /// The work of a wrapped partition function that an [`Observer`] sees.
@@ -122,13 +122,10 @@ impl<F: PartitionFn, O: Observer> PartitionFn for Observed<F, O> {
 /// declaration disagrees; a function that panics on the probe is not judged here (its panic is reported when it
 /// decides).
 pub fn check_declarations(function: &dyn PartitionFn) -> Result<(), String> {
-    let members: Vec<String> =
-        ["probe-a-0000000000", "probe-b-0000000001", "probe-c-0000000002"].map(String::from).to_vec();
+    let members: Vec<String> = PROBE_MEMBERS.map(String::from).to_vec();
     let items: Vec<Item> = (0..24).map(Item::from).collect();
-    let capacities = [1, 2, 3];
-    let weights: std::collections::BTreeMap<Item, crate::Weight> =
-        items.iter().zip(0u64..).map(|(item, i)| (item.clone(), crate::Weight::new(i % 5 + 1))).collect();
-    let weights = crate::Weights::of(&items, &weights);
+    let capacities = PROBE_CAPACITIES;
+    let weights = probe_weights(&items);
     let previous: Vec<Option<usize>> = (0..items.len()).map(|i| Some(i % 2)).collect();
     let verdict = || -> Result<(), String> {
         let input = Weighted::new(&members[0], &members, &capacities, &items, &weights);
