@@ -499,10 +499,7 @@ impl Builder {
         let settings = Settings {
             path: self.path.clone(),
             items,
-            partition_fn: Box::new(crate::partition::Observed::new(
-                partition_fn,
-                crate::metrics::PartitionFnSeconds { path: self.path },
-            )),
+            partition_fn: crate::metrics::timed(partition_fn, &self.path),
             identifier,
             time_boundary: self.time_boundary,
             max_reaction_time: self.max_reaction_time,

@@ -199,10 +199,19 @@ pub(crate) fn weight_chunks_read(paths: &Paths, chunks: u64) {
     }
 }
 
+/// `function` as every member runs it: each of its decisions timed into [`PARTITION_FN_SECONDS`] for the member at
+/// `path`. The builder and the simulation both wrap their members' functions with it.
+pub(crate) fn timed(
+    function: Box<dyn crate::partition::PartitionFn>,
+    path: &str,
+) -> Box<dyn crate::partition::PartitionFn> {
+    Box::new(crate::partition::Observed::new(function, PartitionFnSeconds { path: path.to_owned() }))
+}
+
 /// Records each decision of the partition function it observes (its share, a sticky function's placement; not
 /// its work ahead) as [`PARTITION_FN_SECONDS`] for the member at `path`.
-pub(crate) struct PartitionFnSeconds {
-    pub(crate) path: String,
+struct PartitionFnSeconds {
+    path: String,
 }
 
 impl crate::partition::Observer for PartitionFnSeconds {

@@ -109,7 +109,8 @@ impl World {
         let settings = Settings {
             path: PATH.to_owned(),
             items: self.fixed.clone(),
-            partition_fn,
+            // Wrapped as the builder wraps it: the simulation runs the shipped wrapper too.
+            partition_fn: crate::metrics::timed(partition_fn, PATH),
             identifier: ident.clone(),
             time_boundary: plan.time_boundary,
             max_reaction_time: Duration::from_millis(100),
