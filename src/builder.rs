@@ -41,6 +41,7 @@ pub struct Builder {
     max_allocation_time: Option<Duration>,
     session_policy: SessionPolicy,
     rebalance: Rebalance,
+    departure_fast_path: bool,
     static_membership: bool,
     max_identity_wait: Option<Duration>,
     shared_set: bool,
@@ -60,6 +61,7 @@ impl fmt::Debug for Builder {
             .field("max_allocation_time", &self.max_allocation_time)
             .field("session_policy", &self.session_policy)
             .field("rebalance", &self.rebalance)
+            .field("departure_fast_path", &self.departure_fast_path)
             .field("static_membership", &self.static_membership)
             .field("max_identity_wait", &self.max_identity_wait)
             .field("shared_set", &self.shared_set)
@@ -96,8 +98,8 @@ impl Builder {
 
     /// This member's identifier, stored in its party node; default `<hostname>-<pid>`, as kazoo. It need not be
     /// unique: the member's name adds the party node's sequence number. Under
-    /// [`static_membership`](Builder::static_membership) it is required, must be unique in the party, and is the
-    /// member's name.
+    /// [`static_membership`](Builder::static_membership) it is required, must be unique in the party, must not end in
+    /// `-<10 digits>` (a dynamic member's name), and is the member's name.
     ///
     /// # Examples
     /// ```no_run
@@ -229,6 +231,40 @@ impl Builder {
     /// ```
     pub fn rebalance(mut self, rebalance: Rebalance) -> Self {
         self.rebalance = rebalance;
+        self
+    }
+
+    /// Whether a member's departure is handed over at once; default `true`. It applies under
+    /// [`Rebalance::Incremental`](crate::Rebalance::Incremental) with a partition function whose departures move only
+    /// the departed member's items ([`Rendezvous`](crate::partition::Rendezvous),
+    /// [`WeightedRendezvous`](crate::weighted::WeightedRendezvous): see
+    /// [`PartitionFn::departures_move_only_theirs`](crate::partition::PartitionFn::departures_move_only_theirs)).
+    /// Then, when the party changes only by departures (sessions that ended, members that finished), the survivors
+    /// take the departed members' items as soon as their lock nodes are gone, without waiting `time_boundary`; joins
+    /// and everything else still wait the quiet period ([the guide](crate::guide::departures)).
+    ///
+    /// `false` keeps the quiet period for every change, as before: a member whose session expired during a stall then
+    /// has `time_boundary` more before the others start on its items. With the fast path that margin is gone, and
+    /// the session timeout alone separates a stalled member from its successors; fenced checkpoints
+    /// ([`SetPartitioner::checkpoint_writer`](crate::SetPartitioner::checkpoint_writer)) stay safe either way.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn dox(client: zk_partitioner::zookeeper_client::Client) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::{Rebalance, SetPartitioner, partition::Rendezvous};
+    ///
+    /// // Every party change waits time_boundary, departures included.
+    /// let partitioner = SetPartitioner::builder(client, "/work_queues", 0..1000)
+    ///     .partition_func(Rendezvous::default())
+    ///     .rebalance(Rebalance::Incremental)
+    ///     .departure_fast_path(false)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn departure_fast_path(mut self, enabled: bool) -> Self {
+        self.departure_fast_path = enabled;
         self
     }
 
@@ -473,6 +509,16 @@ impl Builder {
             }
         };
         check_identifier(&identifier)?;
+        if self.static_membership && proto::layout::is_dynamic_member(&identifier) {
+            // The others tell a static member (whose departure may be a restart) from a dynamic one by its name.
+            return Err(Error::config(
+                "identifier",
+                format!(
+                    "{identifier:?} ends in -<10 digits>, which reads as a dynamic member's name: a static member's \
+                     identifier must not"
+                ),
+            ));
+        }
         let identity_wait = match (self.max_identity_wait, self.static_membership) {
             (Some(limit), true) => {
                 check_duration("max_identity_wait", limit)?;
@@ -506,6 +552,7 @@ impl Builder {
             max_allocation_time: self.max_allocation_time,
             session_policy: self.session_policy,
             rebalance: self.rebalance,
+            departure_fast_path: self.departure_fast_path,
             static_membership: self.static_membership,
             identity_wait,
             shared_set: self.shared_set,
@@ -579,6 +626,7 @@ impl SetPartitioner {
             max_allocation_time: None,
             session_policy: SessionPolicy::Standard,
             rebalance: Rebalance::Eager,
+            departure_fast_path: true,
             static_membership: false,
             max_identity_wait: None,
             shared_set: false,

@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     pub max_allocation_time: Option<Duration>,
     pub session_policy: SessionPolicy,
     pub rebalance: Rebalance,
+    /// [`Builder::departure_fast_path`](crate::Builder::departure_fast_path).
+    pub departure_fast_path: bool,
     pub static_membership: bool,
     /// Under static membership, how long to wait for another node carrying the identifier to go.
     pub identity_wait: Duration,
@@ -128,6 +130,7 @@ pub(crate) async fn start<Z: ZooKeeper>(
             batch: settings.batch,
             jitter_parties: settings.jitter_parties,
             lock_dirs_exist,
+            departure_fast_path: settings.departure_fast_path,
             identifier: settings.identifier.clone(),
             party_node: membership.node.clone(),
         },

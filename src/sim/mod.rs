@@ -180,6 +180,8 @@ pub(crate) struct Outcome {
     pub mixed_rules: bool,
     /// A sticky run whose members ran the rotating rule ([`Plan::rotating`]).
     pub rotating: bool,
+    /// Departures a member handed over at once (the fast path), summed over the members.
+    pub hand_overs: u64,
     /// Simulated time from the end of the last fault to a converged, clean world.
     pub recovery: Duration,
     pub violation: Option<String>,

@@ -55,6 +55,10 @@ pub struct Args {
     /// What a party change does: eager (everyone stops everything) or incremental (only moved items stop)
     #[arg(long, value_enum, default_value_t = RebalanceArg::Eager)]
     rebalance: RebalanceArg,
+    /// Under --rebalance incremental: wait time_boundary after a departure too (by default a departed member's items
+    /// are taken as soon as its session has ended or it has left, with --partition rendezvous, weighted or sticky)
+    #[arg(long)]
+    no_departure_fast_path: bool,
     /// What a suspended connection does: standard (release everything) or session-aware (pause, keep the items)
     #[arg(long, value_enum, default_value_t = SessionPolicyArg::Standard)]
     session_policy: SessionPolicyArg,
@@ -334,7 +338,8 @@ async fn join(args: &Args, items: Vec<Item>) -> Result<(SetPartitioner, i64, Sta
         .session_policy(match args.session_policy {
             SessionPolicyArg::Standard => SessionPolicy::Standard,
             SessionPolicyArg::SessionAware => SessionPolicy::SessionAware,
-        });
+        })
+        .departure_fast_path(!args.no_departure_fast_path);
     builder = match args.partition {
         Partition::Stride => builder.partition_func(Observed::new(KazooStride, CpuTime)),
         Partition::Rendezvous => builder.partition_func(Observed::new(Rendezvous::default(), CpuTime)),

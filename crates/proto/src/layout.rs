@@ -104,6 +104,16 @@ pub fn members(children: &[String]) -> (Vec<String>, Vec<&str>) {
     (names, foreign)
 }
 
+/// Whether a member name is a dynamic member's, `<identifier>-<10-digit seq>`: one join's alone, never taken again. A
+/// static member's (or a kazoo member's) name is its identifier, which a restarted process takes again; builds refuse a
+/// static identifier that would read as a dynamic name.
+pub fn is_dynamic_member(name: &str) -> bool {
+    name.len() > 11
+        && name.is_char_boundary(name.len() - 11)
+        && name[name.len() - 11..].starts_with('-')
+        && name[name.len() - 10..].bytes().all(|b| b.is_ascii_digit())
+}
+
 /// The start of a new member node's name, `<32 hex>-<identifier>-`: ours alone (the hex is random).
 pub fn node_prefix(hex: &str, identifier: &str) -> String {
     format!("{hex}-{identifier}-")
@@ -117,10 +127,7 @@ pub fn static_node(hex: &str, identifier: &str) -> String {
 /// The prefix a dynamic member's node was created with (`<32 hex>-<identifier>-`, see [`node_prefix`]): every child
 /// starting with it is a join of that member. `None` for a static member's node, whose name cannot be created twice.
 pub fn own_node_prefix(node: &str) -> Option<&str> {
-    let dynamic = node.len() > 11
-        && node.is_char_boundary(node.len() - 11)
-        && node[node.len() - 11..].starts_with('-')
-        && node[node.len() - 10..].bytes().all(|b| b.is_ascii_digit());
+    let dynamic = is_dynamic_member(node);
     dynamic.then(|| &node[..node.len() - 10])
 }
 

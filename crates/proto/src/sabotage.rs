@@ -84,12 +84,15 @@ pub enum Sabotage {
     /// an item finished, retired and added again under its name between two versions a member reads, or taken again
     /// later, shows the old item's closing, and the worker finishes a new item it must process.
     ClosedOutlivesOwnership,
+    /// The departure fast path is taken on any party change, a join included: a joiner's arrival is divided at the
+    /// read, without the quiet period that lets a burst of joins be divided once.
+    HandOverJoins,
 }
 
 #[cfg(any(test, feature = "sim"))]
 impl Sabotage {
     /// Every switch but `None`.
-    pub const ALL: [Sabotage; 25] = [
+    pub const ALL: [Sabotage; 26] = [
         Sabotage::ResumeAbandonsRebalance,
         Sabotage::UnnoticedSuspensionDuringRelease,
         Sabotage::AckBeforeRelease,
@@ -115,6 +118,7 @@ impl Sabotage {
         Sabotage::CatchingUpReported,
         Sabotage::RepublishUnchanged,
         Sabotage::ClosedOutlivesOwnership,
+        Sabotage::HandOverJoins,
     ];
 
     /// The switch of this name (`SIM_SABOTAGE`).

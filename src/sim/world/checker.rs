@@ -385,6 +385,69 @@ impl World {
         Ok(())
     }
 
+    /// The quiet period and the departure fast path, from outside the cores: a member takes a name into its
+    /// assignment only once that member has been in the party for `time_boundary` (joins are divided once per quiet
+    /// period, whatever the mode); and a departure handed over at once was only departures, of members whose
+    /// sessions had ended (no node left in the party: a stalled member keeps its items while its session lives),
+    /// and moved none of the member's own share away.
+    pub(super) fn check_assignments(&mut self) -> Result<(), String> {
+        let now = self.now();
+        let party: Vec<String> = proto::layout::members(&lock(&self.net).zk.children_of(PARTY)).0;
+        // A name's first appearance: a static member restarted within the quiet period may never have been seen
+        // gone by the others, and its new node is no join to them.
+        for name in &party {
+            self.party_seen.entry(name.clone()).or_insert(now);
+        }
+        for actor in self.members() {
+            let Actor::Member(m) = &self.actors[actor] else { continue };
+            let core = m.step.core();
+            let now_in_force = core.members_in_force().to_vec();
+            let (target, hand_overs) = (core.target().cloned(), core.hand_overs());
+            let me = core.me().to_owned();
+            let Some((before, before_target, before_hand_overs)) = self.assignments.get(&actor) else {
+                self.assignments.insert(actor, (now_in_force, target, hand_overs));
+                continue;
+            };
+            if now_in_force != *before {
+                for joined in now_in_force.iter().filter(|name| before.binary_search(name).is_err()) {
+                    let Some(&seen) = self.party_seen.get(joined) else { continue };
+                    if now < seen + self.plan.time_boundary {
+                        return Err(format!(
+                            "{me} took {joined} into its assignment {:?} after it joined the party, before the quiet \
+                             period of {:?}",
+                            now - seen,
+                            self.plan.time_boundary
+                        ));
+                    }
+                }
+            }
+            if hand_overs > *before_hand_overs {
+                self.hand_overs += hand_overs - before_hand_overs;
+                let departures_only = now_in_force.len() < before.len()
+                    && now_in_force.iter().all(|name| before.binary_search(name).is_ok());
+                if !departures_only {
+                    return Err(format!(
+                        "{me} handed over the change from {before:?} to {now_in_force:?} at once: not only departures"
+                    ));
+                }
+                for gone in before.iter().filter(|name| now_in_force.binary_search(name).is_err()) {
+                    if party.binary_search(gone).is_ok() {
+                        return Err(format!("{me} handed over {gone}'s items while {gone}'s session still lives"));
+                    }
+                }
+                if let (Some(before_target), Some(target)) = (before_target, &target)
+                    && !before_target.is_subset(target)
+                {
+                    return Err(format!(
+                        "{me}'s hand-over moved items of its own share away: {before_target:?} → {target:?}"
+                    ));
+                }
+            }
+            self.assignments.insert(actor, (now_in_force, target, hand_overs));
+        }
+        Ok(())
+    }
+
     /// Every live member `Acquired` over the real party and the latest committed set, nothing unfinished in the set,
     /// listings a disjoint cover, no stray lock node.
     pub(super) fn converged(&self) -> Result<(), String> {

@@ -153,7 +153,18 @@ pub(super) struct World {
     ever_finished: BTreeSet<String>,
     /// A `Check` is scheduled.
     checking: bool,
+    /// When the checker first saw each member name in the party.
+    party_seen: BTreeMap<String, Duration>,
+    /// Each member's assignment in force as last checked: its party, its share, and how many departures it had
+    /// handed over at once.
+    assignments: BTreeMap<ActorId, Assignment>,
+    /// Departures handed over at once, summed over the members.
+    hand_overs: u64,
 }
+
+/// A member's assignment in force, as the checker last saw it: its party, its share (`None` while settling), and how
+/// many departures it had handed over at once.
+type Assignment = (Vec<String>, Option<BTreeSet<usize>>, u64);
 
 /// Wakes an actor: marks it for the world to poll (futures inside, such as `buffer_unordered`'s, keep their own
 /// wakers, which the network wakes when their answer comes).
@@ -222,6 +233,9 @@ impl World {
             finished_at: BTreeMap::new(),
             ever_finished: BTreeSet::new(),
             checking: false,
+            party_seen: BTreeMap::new(),
+            assignments: BTreeMap::new(),
+            hand_overs: 0,
         };
         for _ in 0..world.plan.members {
             world.join();
@@ -293,7 +307,9 @@ impl World {
             self.drive();
             self.record_set();
             self.record_announcements();
-            if let Err(violation) = self.check_safety().and_then(|()| self.check_listings()) {
+            let checked =
+                self.check_safety().and_then(|()| self.check_listings()).and_then(|()| self.check_assignments());
+            if let Err(violation) = checked {
                 self.violate(violation);
             }
             if let Some(violation) = self.violation.take() {
@@ -349,6 +365,7 @@ impl World {
             lost_replies: self.lost_replies,
             mixed_rules: self.plan.weighted && self.plan.combo.rendezvous && self.plan.sticky && self.plan.mixed_rules,
             rotating: self.plan.weighted && self.plan.combo.rendezvous && self.plan.sticky && self.plan.rotating,
+            hand_overs: self.hand_overs,
             recovery: Duration::ZERO,
             violation,
         }

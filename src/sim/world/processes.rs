@@ -117,6 +117,7 @@ impl World {
             max_allocation_time: plan.max_allocation_time,
             session_policy: plan.combo.policy,
             rebalance: plan.combo.rebalance,
+            departure_fast_path: true,
             static_membership: plan.static_membership,
             identity_wait: plan.session * 2,
             shared_set: plan.shared_set,

@@ -44,4 +44,19 @@ impl Core {
         items.sort();
         Some((version, items))
     }
+
+    /// The members the assignment in force was computed from.
+    pub fn members_in_force(&self) -> &[String] {
+        self.party.members()
+    }
+
+    /// Our share under the assignment in force (`None` while the party settles).
+    pub fn target(&self) -> Option<&BTreeSet<usize>> {
+        self.share.target()
+    }
+
+    /// How many departures were handed over at once (the fast path).
+    pub fn hand_overs(&self) -> u64 {
+        self.party.hand_overs()
+    }
 }

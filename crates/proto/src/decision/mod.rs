@@ -157,6 +157,10 @@ pub struct CoreConfig {
     /// Whether the items' lock directories are taken to exist at start: `false` when `<path>/locks` had no child
     /// when the member was built (a fresh path), so that the first creates do not each fail with `NoNode` first.
     pub lock_dirs_exist: bool,
+    /// Whether a party change that is only departures may be handed over at once, under Incremental with a function
+    /// that declares it ([`PartitionFn::departures_move_only_theirs`]); `false` keeps the quiet period for every
+    /// change.
+    pub departure_fast_path: bool,
 }
 
 impl std::fmt::Debug for CoreConfig {
@@ -349,7 +353,13 @@ impl Core {
             }
             Event::PartyChanged => {
                 self.party.mark_stale();
-                self.on_inputs_changed(Reason::PartyChanged);
+                if self.hands_over_departures() {
+                    // Judged on the read (a change that is only departures is handed over at once); the quiet
+                    // period starts now either way.
+                    self.party.restart_quiet_period(self.now);
+                } else {
+                    self.on_inputs_changed(Reason::PartyChanged);
+                }
             }
             // Only a read that shows a different set starts a new episode.
             Event::SetChanged => self.set.mark_stale(),

@@ -32,8 +32,12 @@ pub(super) struct PartyView {
     joining: Option<ReqId>,
     /// The members the assignment in force was computed from.
     members: Arc<[String]>,
+    /// Their capacities then, in the same order (a departed member's announcement is gone once it has left).
+    capacities: Arc<[u32]>,
     /// What the other members announce, and the disagreements it shows.
     announcements: Announcements,
+    /// How many departures were handed over at once (the checker's count of the fast path).
+    hand_overs: u64,
 }
 
 impl PartyView {
@@ -49,7 +53,9 @@ impl PartyView {
             debounce,
             joining: None,
             members: Arc::from([]),
+            capacities: Arc::from([]),
             announcements: Announcements::new(now),
+            hand_overs: 0,
         }
     }
 
@@ -71,6 +77,12 @@ impl PartyView {
     /// The members the assignment in force was computed from.
     pub(super) fn members(&self) -> &Arc<[String]> {
         &self.members
+    }
+
+    /// How many departures were handed over at once, without the quiet period.
+    #[cfg(any(test, feature = "sim"))]
+    pub(super) fn hand_overs(&self) -> u64 {
+        self.hand_overs
     }
 
     /// Whether the latest party read is newer than the last change notification.
@@ -218,13 +230,74 @@ impl Core {
     /// The quiet period has lasted `time_boundary`: our share under the party as it stands becomes the target.
     pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
         let (target, load, placement) = self.assignment(&self.party.latest)?;
+        self.adopt(load, placement, |share| share.set(target));
+        Ok(())
+    }
+
+    /// Makes our share under the party as it stands the assignment in force (`set` writes the target).
+    fn adopt(&mut self, load: Load, placement: Option<Placed>, set: impl FnOnce(&mut super::rebalance::Share)) {
         self.note_placement(placement);
         self.share.set_load(load);
         self.party.members = self.party.latest.clone().into();
-        self.share.set(target);
+        self.party.capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]).into();
+        set(&mut self.share);
         self.locks.set_want_is_target(false);
         self.note_set_in_force();
         self.announce();
+    }
+
+    /// The departure fast path: a party read after a change notification, with the assignment in force, judged
+    /// here rather than at the notification ([`hands_over_departures`](Core::hands_over_departures)). A change that
+    /// is only departures of dynamic members is handed over at once; anything else (a join, a static member's
+    /// departure, which may be a restart, a change while the set changes too) starts a new episode, as at the
+    /// notification without the fast path. The quiet period was restarted at the notification already.
+    fn judge_party_change(&mut self) {
+        if self.ending.is_some() || self.share.target().is_none() || self.party.latest == *self.party.members {
+            // Settling (the quiet period governs), or nothing changed for the assignment in force.
+            return;
+        }
+        let ready = !self.share.outdated()
+            && self.session.connected()
+            && self.set.fresh()
+            && self.capacities_known()
+            && self.placement.ready();
+        if ready && self.departures_only() {
+            if let Err(cause) = self.hand_over() {
+                self.fail(cause);
+            }
+            return;
+        }
+        self.on_inputs_changed(Reason::PartyChanged);
+    }
+
+    /// Whether the party as last read is the party in force less some dynamic members (one join's names, never
+    /// taken again; a static member's departure may be a restart within `time_boundary`), ourselves still in it.
+    fn departures_only(&self) -> bool {
+        let (latest, in_force) = (&self.party.latest, &self.party.members);
+        let only_departures = latest.len() < in_force.len()
+            && latest.iter().all(|member| in_force.binary_search(member).is_ok())
+            && in_force.iter().filter(|m| latest.binary_search(m).is_err()).all(|gone| layout::is_dynamic_member(gone));
+        let me_in_it = self.party.in_party && latest.binary_search_by(|m| (**m).cmp(&*self.party.me)).is_ok();
+        me_in_it && (only_departures || breaks(Sabotage::HandOverJoins))
+    }
+
+    /// Our share under the party without the departed members, at once: the departed members' items that we gain
+    /// are taken now (each as soon as its holder's lock node is gone, which the lock decides), and every item we hold
+    /// is kept. What else the change would move (a load bound's shifts between survivors: one we would lose, one we
+    /// would gain from a survivor) waits for the quiet period, restarted at the change: the target stays outdated
+    /// until then, and the assignment then computed moves it.
+    fn hand_over(&mut self) -> Result<(), Cause> {
+        // The departed members' items, as the assignment in force gave them (computed first: a function that
+        // remembers its latest party, as Rendezvous does, then follows one change only).
+        let (in_force, capacities) = (self.party.members.clone(), self.party.capacities.clone());
+        let mut orphans = BTreeSet::new();
+        for gone in in_force.iter().filter(|member| self.party.latest.binary_search(member).is_err()) {
+            orphans.extend(self.assignment_of(gone, &in_force, &capacities)?.0);
+        }
+        let (target, load, placement) = self.assignment(&self.party.latest)?;
+        self.party.hand_overs += 1;
+        self.adopt(load, placement, |share| share.hand_over(target, &orphans));
+        self.on_new_episode(Reason::PartyChanged);
         Ok(())
     }
 
@@ -287,6 +360,9 @@ impl Core {
                 if let Some(unfinished) = self.set.unfinished().cloned() {
                     self.watch_unfinished(&unfinished);
                 }
+                if self.hands_over_departures() {
+                    self.judge_party_change();
+                }
             }
             Err(ReqError::Transient) => self.back_off(),
             Err(ReqError::NoNode) => {
@@ -296,6 +372,9 @@ impl Core {
                 self.party.in_party = false;
                 self.party.fresh = true;
                 self.party.restart_quiet_period(self.now);
+                if self.hands_over_departures() {
+                    self.on_inputs_changed(Reason::PartyChanged);
+                }
             }
             Err(ReqError::Fatal(cause)) => self.fail(cause),
         }
@@ -517,9 +596,20 @@ impl Core {
     /// Our share under the partition function, as indexes into the sorted item list, our load under it, and (for a
     /// function that keeps the placement) the whole assignment.
     pub(super) fn assignment(&self, members: &[String]) -> Result<(BTreeSet<usize>, Load, Option<Placed>), Cause> {
-        let (items, weights) = (self.set.catalogue().sorted(), self.set.catalogue().weights());
         let capacities = self.capacities().unwrap_or_else(|| vec![1; members.len()]);
-        let input = Weighted::new(&self.party.me, members, &capacities, items, weights);
+        self.assignment_of(&self.party.me, members, &capacities)
+    }
+
+    /// The share of `me` among `members` (with their `capacities`), as [`assignment`](Core::assignment) computes
+    /// ours: the departure fast path asks it of a departed member, under the party it left.
+    fn assignment_of(
+        &self,
+        me: &str,
+        members: &[String],
+        capacities: &[u32],
+    ) -> Result<(BTreeSet<usize>, Load, Option<Placed>), Cause> {
+        let (items, weights) = (self.set.catalogue().sorted(), self.set.catalogue().weights());
+        let input = Weighted::new(me, members, capacities, items, weights);
         let (mine, placed) = if self.placement.on() {
             self.placed_share(&input)?
         } else {
@@ -528,7 +618,7 @@ impl Core {
             (guarded(call).map_err(Cause::PartitionFn)?, None)
         };
         let positions: Vec<usize> = mine.iter().filter_map(|item| items.binary_search(item).ok()).collect();
-        let ours = members.iter().position(|m| **m == *self.party.me).map_or(1, |at| capacities[at]);
+        let ours = members.iter().position(|m| **m == *me).map_or(1, |at| capacities[at]);
         let total: u64 = capacities.iter().map(|&c| u64::from(c)).sum();
         let load = Load::of(positions, weights, ours, total, self.cfg.partition_fn.load_bound());
         let mut assigned = BTreeSet::new();

@@ -129,6 +129,11 @@ impl Shown {
     pub(super) fn set(&self) -> &SetInForce {
         &self.set
     }
+
+    /// Our load under the assignment in force, as published.
+    pub(super) fn load(&self) -> Option<&Arc<crate::Load>> {
+        self.load.as_ref()
+    }
 }
 
 impl Core {

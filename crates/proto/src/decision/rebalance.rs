@@ -73,6 +73,17 @@ impl Share {
         !std::mem::replace(&mut self.outdated, true)
     }
 
+    /// The party lost members only (the departure fast path): the target grows at once by the departed members'
+    /// items (`orphans`) that `new` gives us. Whatever else `new` changes (a load bound's shifts between survivors)
+    /// waits: the target stays outdated, replaced once the quiet period ends.
+    pub(super) fn hand_over(&mut self, new: BTreeSet<usize>, orphans: &BTreeSet<usize>) {
+        let mut target = self.target.take().unwrap_or_default();
+        target.extend(new.intersection(orphans).copied());
+        self.outdated = target != new;
+        self.target = Some(target);
+        self.changed();
+    }
+
     /// What was listed changed: whether it is within the target is checked again.
     pub(super) fn listed_changed(&mut self) {
         self.listed_in_target = false;
@@ -102,6 +113,18 @@ impl Core {
         match self.cfg.rebalance {
             Rebalance::Eager => self.party.restart_quiet_period(self.now),
             Rebalance::Incremental => self.party.set_changed_quiet_period(self.now),
+        }
+    }
+
+    /// Whether a party change is judged on its read, so that one that is only departures is handed over at once
+    /// (the departure fast path, [`party`](super::party)): under Incremental, with a function whose departures move
+    /// only the departed member's items. Eager keeps kazoo's rule: every change waits the quiet period.
+    pub(super) fn hands_over_departures(&self) -> bool {
+        match self.cfg.rebalance {
+            Rebalance::Eager => false,
+            Rebalance::Incremental => {
+                self.cfg.departure_fast_path && self.cfg.partition_fn.departures_move_only_theirs()
+            }
         }
     }
 
@@ -245,10 +268,13 @@ impl Core {
             && self.locks.held().len() == self.locks.want().len()
             && self.released_all_unwanted()
             && self.want_is_held();
+        // The load too: an assignment taken again over the same party and items (a departure handed over at once,
+        // then the quiet period's) may weigh differently, and the published load must be the one in force.
         let unchanged = self.published.shown().state() == PartitionState::Acquired
             && self.published.shown().listed() == self.locks.held()
             && self.published.shown().members() == self.party.members()
-            && self.published.shown().set() == self.set.in_force();
+            && self.published.shown().set() == self.set.in_force()
+            && self.published.shown().load() == self.share.load().as_ref();
         if complete && !unchanged {
             self.stop_allocation_clock();
             let held = self.locks.held().clone();

@@ -41,6 +41,7 @@ fn config(items: usize, rebalance: Rebalance, policy: SessionPolicy, limit: Opti
         batch: Batch::fixed(100),
         jitter_parties: JitterParties::default(),
         lock_dirs_exist: true,
+        departure_fast_path: true,
     }
 }
 
@@ -725,6 +726,7 @@ fn held_locks_are_watched_within_twice_time_boundary_of_their_acquisition_under_
     crate::sabotage::set(Sabotage::None);
 }
 
+mod departures;
 mod placement;
 mod read_cost;
 mod shared_set;

@@ -96,6 +96,21 @@ pub trait PartitionFn: Send + Sync + 'static {
         let _ = input;
         None
     }
+
+    /// Whether a member's departure moves only the departed member's items: each of them goes to another member,
+    /// and every survivor keeps what it had (a function with a load bound may also move a few of a survivor's, as
+    /// the survivors' room grows). [`Rendezvous`] and [`WeightedRendezvous`] say `true`; kazoo's round-robin, which
+    /// shifts nearly every item when a member leaves, says `false`, as does the default.
+    ///
+    /// Under [`Rebalance::Incremental`](crate::Rebalance::Incremental), a function that says `true` gets the
+    /// *departure fast path*: a party change that is only departures (sessions that ended, members that finished) is
+    /// handed over at once, without waiting `time_boundary`. Each survivor takes the items it gains as soon as their
+    /// holder's lock node is gone, and gives up any it loses (a survivor's item moved by a load bound) only once the
+    /// party has been quiet for `time_boundary`, as before. A function that says `true` wrongly costs no safety (the
+    /// locks decide who holds an item), only lock contention until the quiet period ends.
+    fn departures_move_only_theirs(&self) -> bool {
+        false
+    }
 }
 
 /// The inputs of [`PartitionFn::partition_weighted`]: those of [`PartitionFn::partition`], with every member's
@@ -430,6 +445,12 @@ impl PartitionFn for Rendezvous {
     /// milliseconds of CPU, all members at once), so that the deciding call only places them.
     fn prepare(&self, _me: &str, members: &[String], items: &[Item]) {
         self.remember(members, items);
+    }
+
+    /// A departed member's items go to their next-ranked members; the rest stay (but for a few that the load
+    /// bound had turned away from a survivor, which now has room for them).
+    fn departures_move_only_theirs(&self) -> bool {
+        true
     }
 }
 

@@ -112,6 +112,9 @@ impl<F: PartitionFn, O: Observer> PartitionFn for Observed<F, O> {
     fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
         self.observer.observe(Call::Placement, || self.function.placement(input))
     }
+    fn departures_move_only_theirs(&self) -> bool {
+        self.function.departures_move_only_theirs()
+    }
 }
 
 /// Checks that what `function` declares agrees with what it computes, on a probe party: a function that computes a
@@ -197,6 +200,9 @@ impl PartitionFn for Box<dyn PartitionFn> {
 
     fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
         (**self).placement(input)
+    }
+    fn departures_move_only_theirs(&self) -> bool {
+        (**self).departures_move_only_theirs()
     }
 }
 

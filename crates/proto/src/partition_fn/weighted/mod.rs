@@ -257,6 +257,12 @@ impl PartitionFn for WeightedRendezvous {
     fn placement(&self, input: &Weighted<'_>) -> Option<Vec<usize>> {
         self.sticky.then(|| self.owners(input))
     }
+
+    /// Greedy or sticky, a departed member's items go to the survivors and the survivors keep theirs (but for the
+    /// few a load bound moves as their room grows).
+    fn departures_move_only_theirs(&self) -> bool {
+        true
+    }
 }
 
 impl WeightedRendezvous {

@@ -1,0 +1,194 @@
+//! The departure fast path: under Incremental, with a function whose departures move only the departed member's
+//! items, a party change that is only departures of dynamic members is handed over at the read; everything else
+//! (a join, a static member's departure, Eager, kazoo's stride) still waits the quiet period.
+
+use super::*;
+use crate::Rendezvous;
+
+const A: &str = "a-0000000000";
+const B: &str = "b-0000000001";
+const C: &str = "c-0000000002";
+const D: &str = "d-0000000003";
+
+/// Item `i` goes to member `i mod n` of a fixed table: with `[a, b, c]` a holds 0 and 3; with `[a, b]` a holds 0,
+/// 2 and 4, losing 3 to b (a survivor's item moved, as a load bound may) and gaining c's 2 and b's 4.
+struct Table;
+
+impl crate::PartitionFn for Table {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        let Some(at) = members.iter().position(|m| m == me) else { return Vec::new() };
+        items.iter().enumerate().filter(|(i, _)| i % members.len() == at).map(|(_, item)| item.clone()).collect()
+    }
+
+    fn departures_move_only_theirs(&self) -> bool {
+        true
+    }
+}
+
+fn config_with(items: usize, rebalance: Rebalance, function: Box<dyn crate::PartitionFn>) -> CoreConfig {
+    let mut cfg = config(items, rebalance, SessionPolicy::Standard, None);
+    cfg.agreement = Agreement::new(Some(&cfg.items), None, &function, None);
+    cfg.kazoo_compatible = false;
+    cfg.partition_fn = function;
+    cfg
+}
+
+impl Script {
+    /// `a` holding its share in the party `members`.
+    fn acquired_among(cfg: CoreConfig, members: &[&str]) -> Script {
+        let mut s = Script::new(cfg);
+        s.party(members);
+        s.answer_announcements();
+        s.wait(SETTLED);
+        s.grant_locks();
+        assert_eq!(s.last_state(), PartitionState::Acquired);
+        s
+    }
+
+    /// Answers a read of the other members' announcements, if one is asked: each says what we say.
+    fn answer_announcements(&mut self) {
+        if !self.seen.iter().any(|a| matches!(a, Action::Request(_, Op::ReadAnnouncements(_)))) {
+            return;
+        }
+        let (id, Op::ReadAnnouncements(nodes)) =
+            self.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
+        else {
+            unreachable!()
+        };
+        let ours = self.core.cfg.agreement;
+        let data = nodes.iter().map(|node| Some((ours.node_data(node).into_bytes(), 1))).collect();
+        self.send(Event::Reply(id, Reply::Announcements(Ok(data))));
+    }
+
+    /// The items of the lock creates asked for since the last look.
+    fn created_items(&self) -> BTreeSet<usize> {
+        let mut items = BTreeSet::new();
+        for action in &self.seen {
+            if let Action::Request(_, Op::Create { contenders, .. }) = action {
+                items.extend(contenders.iter().map(|(item, _)| *item));
+            }
+        }
+        items
+    }
+}
+
+/// `me`'s share under `members` as item indexes (the items are the integers from 0).
+fn share(function: &dyn crate::PartitionFn, me: &str, members: &[&str], items: usize) -> BTreeSet<usize> {
+    let all: Vec<Item> = (0..items as i64).map(Item::from).collect();
+    let members: Vec<String> = members.iter().map(|m| m.to_string()).collect();
+    function.partition(me, &members, &all).iter().map(|item| all.binary_search(item).unwrap()).collect()
+}
+
+#[test]
+fn a_departure_is_handed_over_at_the_read_and_nothing_kept_stops() {
+    let cfg = config_with(60, Rebalance::Incremental, Box::new(Rendezvous::default()));
+    let mut s = Script::acquired_among(cfg, &[A, B, C]);
+    let before = s.core.listed().clone();
+    let orphans = share(&Rendezvous::default(), C, &[A, B, C], 60);
+    let after = share(&Rendezvous::default(), A, &[A, B], 60);
+    let gained: BTreeSet<usize> = after.intersection(&orphans).copied().collect();
+    assert!(!gained.is_empty() && before.is_subset(&after), "the case: a gains c's items and loses none");
+    s.published();
+    // when: c's session ends (its node goes), and the read shows it
+    s.send(Event::PartyChanged);
+    assert!(s.published().is_empty(), "nothing stops at the notification");
+    s.party(&[A, B]);
+    // then: c's items that a gains are contended for at once, with no wait for the quiet period
+    assert_eq!(s.created_items(), gained);
+    let taking = s.published().pop().expect("the gains published");
+    assert_eq!((taking.state, listed(&taking)), (PartitionState::Allocating, before.clone()), "kept listed");
+    s.grant_locks();
+    let acquired = s.published().pop().expect("Acquired");
+    let now_held: BTreeSet<usize> = before.union(&gained).copied().collect();
+    assert_eq!((acquired.state, listed(&acquired)), (PartitionState::Acquired, now_held.clone()));
+    assert!(acquired.revoked.is_empty());
+    assert_eq!(s.core.hand_overs(), 1);
+    // and what else the change moves (b's items a load bound now gives a) waits for the quiet period
+    s.wait(TB / 2);
+    assert!(s.published().is_empty() && s.created_items().is_empty(), "{:?}", s.seen);
+    s.wait(SETTLED);
+    let rest: BTreeSet<usize> = after.difference(&now_held).copied().collect();
+    assert_eq!(s.created_items(), rest);
+}
+
+#[test]
+fn what_the_change_moves_between_survivors_waits_for_the_quiet_period() {
+    let mut s = Script::acquired_among(config_with(6, Rebalance::Incremental, Box::new(Table)), &[A, B, C]);
+    assert_eq!(s.core.listed(), &BTreeSet::from([0, 3]));
+    s.published();
+    s.send(Event::PartyChanged);
+    s.party(&[A, B]);
+    // c's item 2 at once; b's item 4 waits, and so does a's item 3, which goes to b
+    assert_eq!(s.created_items(), BTreeSet::from([2]));
+    s.grant_locks();
+    let acquired = s.published().pop().expect("Acquired");
+    assert_eq!((acquired.state, listed(&acquired)), (PartitionState::Acquired, BTreeSet::from([0, 2, 3])));
+    s.wait(TB / 2);
+    assert!(s.published().is_empty(), "item 3 moved before the quiet period ended");
+    s.wait(SETTLED);
+    let release = s.published().pop().expect("Release");
+    let expected = (PartitionState::Release, BTreeSet::from([0, 2]), vec![3]);
+    assert_eq!((release.state, listed(&release), release.revoked.clone()), expected);
+}
+
+/// A case: its name, the mode, the function, the party before and the party as read after.
+type Case = (&'static str, Rebalance, Box<dyn crate::PartitionFn>, &'static [&'static str], &'static [&'static str]);
+
+#[test]
+fn a_join_a_static_departure_eager_and_kazoos_stride_wait_the_quiet_period() {
+    let cases: [Case; 4] = [
+        ("a join", Rebalance::Incremental, Box::new(Rendezvous::default()), &[A, B, C], &[A, B, C, D]),
+        ("a join and a departure", Rebalance::Incremental, Box::new(Rendezvous::default()), &[A, B, C], &[A, B, D]),
+        (
+            "a static member's departure",
+            Rebalance::Incremental,
+            Box::new(Rendezvous::default()),
+            &[A, B, "s7"],
+            &[A, B],
+        ),
+        ("kazoo's stride", Rebalance::Incremental, Box::new(KazooStride), &[A, B, C], &[A, B]),
+    ];
+    for (case, rebalance, function, before, after) in cases {
+        let mut s = Script::acquired_among(config_with(60, rebalance, function), before);
+        s.published();
+        s.send(Event::PartyChanged);
+        s.party(after);
+        s.answer_announcements();
+        s.wait(TB / 2);
+        assert!(s.created_items().is_empty(), "{case}: contended before the quiet period ended");
+        assert!(s.published().iter().all(|p| p.revoked.is_empty()), "{case}: revoked before the quiet period ended");
+        s.wait(SETTLED);
+        assert!(!s.created_items().is_empty() || !s.published().is_empty(), "{case}: nothing after the quiet period");
+        assert_eq!(s.core.hand_overs(), 0, "{case}");
+    }
+    // Eager keeps kazoo's rule: everything stops at the notification.
+    let mut s = Script::acquired_among(config_with(60, Rebalance::Eager, Box::new(Rendezvous::default())), &[A, B, C]);
+    s.published();
+    s.send(Event::PartyChanged);
+    assert_eq!(s.last_state(), PartitionState::Release, "eager");
+}
+
+#[test]
+fn a_departure_while_the_party_settles_waits_like_any_change() {
+    let mut s = Script::new(config_with(60, Rebalance::Incremental, Box::new(Rendezvous::default())));
+    s.party(&[A, B, C]);
+    s.wait(TB / 2);
+    s.send(Event::PartyChanged);
+    s.party(&[A, B]);
+    s.wait(TB / 2 + TB / 4);
+    assert!(s.created_items().is_empty(), "the departure did not restart the quiet period");
+    s.wait(SETTLED);
+    assert_eq!(s.created_items(), share(&Rendezvous::default(), A, &[A, B], 60));
+    assert_eq!(s.core.hand_overs(), 0);
+}
+
+#[test]
+fn the_sabotage_hands_over_a_join_too() {
+    crate::sabotage::set(Sabotage::HandOverJoins);
+    let mut s =
+        Script::acquired_among(config_with(60, Rebalance::Incremental, Box::new(Rendezvous::default())), &[A, B]);
+    s.send(Event::PartyChanged);
+    s.party(&[A, B, C]);
+    crate::sabotage::set(Sabotage::None);
+    assert_eq!(s.core.hand_overs(), 1, "the switch breaks the rule it names");
+}
