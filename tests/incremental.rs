@@ -42,8 +42,21 @@ async fn worker(ctx: &Ctx, name: &str, items: &[Item], via_proxy: bool) -> Worke
 /// Who holds what, with the token, as the members report it once settled.
 type Owners = BTreeMap<String, (i64, FencingToken)>;
 
-/// Waits until every worker is ACQUIRED over a party of `workers.len()` and the claims cover `items`.
+/// Waits until every worker is ACQUIRED over a party of `workers.len()`, the claims cover `items`, and they stay the
+/// same for three `time_boundary`s: a departure is handed over at once, and what it also moves between survivors (a
+/// load bound's shifts) moves only once the quiet period has passed.
 async fn settled(workers: &[&Worker], items: &[Item]) -> Owners {
+    loop {
+        let owners = cover(workers, items).await;
+        tokio::time::sleep(common::members::TIME_BOUNDARY * 3).await;
+        if cover(workers, items).await == owners {
+            return owners;
+        }
+    }
+}
+
+/// Waits until every worker is ACQUIRED over a party of `workers.len()` and the claims cover `items`.
+async fn cover(workers: &[&Worker], items: &[Item]) -> Owners {
     wait_for("the incremental party to settle", timing(Duration::from_secs(30)), || async {
         let mut owners = Owners::new();
         for w in workers {

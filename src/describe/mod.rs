@@ -242,7 +242,18 @@ pub struct ItemInfo {
     pub waiting: Vec<Contender>,
     /// Whether `<path>/locks/<item>` exists (`false` only for an expected item never contended).
     pub has_lock_dir: bool,
+    /// The member that takes the item over if the member whose share it is departs (crashes or leaves), as the
+    /// partition function gives it ([`DescribeOptions::partition_func`]): under incremental rebalancing, the
+    /// member that takes it at once ([the departure fast path](crate::guide::departures)). `None` without a
+    /// function, for a function whose departures move more than the departed member's items
+    /// ([`PartitionFn::departures_move_only_theirs`]), in a party of one, or when members² × items exceeds
+    /// [`SUCCESSOR_WORK`] (the successors would take seconds to compute).
+    pub successor: Option<String>,
 }
+
+/// The most members² × items for which [`ItemInfo::successor`] is computed (each member's departure is a call of the
+/// partition function per other member; a function that keeps the placement, one per member).
+pub const SUCCESSOR_WORK: u64 = 20_000_000;
 
 /// One contender node in an item's lock directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -670,7 +681,7 @@ fn assemble(
                 orphans.push(Orphan { item: item.clone(), contender: contender.clone(), holds });
             }
         }
-        items.push(ItemInfo { item, owner, waiting, has_lock_dir: true });
+        items.push(ItemInfo { item, owner, waiting, has_lock_dir: true, successor: None });
     }
     if let Some(expected) = expected {
         let known: std::collections::HashSet<String> = items.iter().map(|info| info.item.clone()).collect();
@@ -683,6 +694,7 @@ fn assemble(
             owner: None,
             waiting: Vec::new(),
             has_lock_dir: false,
+            successor: None,
         }));
     }
     items.sort_by_cached_key(|info| item_of_name(&info.item));
@@ -748,6 +760,13 @@ fn assemble(
         };
         if let Some(shares) = &shares {
             outside_share = Some(inputs.outside_share(shares, &items, &member_of_session));
+        }
+        if let (Some(f), Some(shares)) = (options.partition_fn, &shares)
+            && let Some(successors) = inputs.successors(f, shares)?
+        {
+            for info in &mut items {
+                info.successor = successors.get(&info.item).cloned();
+            }
         }
         if expected.is_some() {
             let held = inputs.held(&items);

@@ -179,6 +179,67 @@ impl Inputs {
         held
     }
 
+    /// Each item's successor, by lock node name: the member its share goes to when the member whose share it is
+    /// (`shares`) departs, as `partition_fn` computes it for the party without that member (from the assignment
+    /// without it, for a function that keeps the placement). `None` when the function does not declare that a
+    /// departure moves only the departed member's items, in a party of one, or past [`SUCCESSOR_WORK`].
+    ///
+    /// # Errors
+    /// [`Error::PartitionFn`] if the function panics, or returns an item outside the set or a placement that does not
+    /// match it.
+    ///
+    /// [`SUCCESSOR_WORK`]: super::SUCCESSOR_WORK
+    pub(super) fn successors(
+        &self,
+        partition_fn: &dyn PartitionFn,
+        shares: &Shares,
+    ) -> Result<Option<HashMap<String, String>>, Error> {
+        let members = self.names.len() as u64;
+        let work = members.saturating_mul(members).saturating_mul(self.set.len() as u64);
+        if !partition_fn.departures_move_only_theirs() || members < 2 || work > super::SUCCESSOR_WORK {
+            return Ok(None);
+        }
+        let refused = |reason: String| Error::PartitionFn { reason };
+        let mut successors = HashMap::new();
+        for (gone, share) in shares {
+            if share.is_empty() {
+                continue;
+            }
+            let keep: Vec<usize> = (0..self.names.len()).filter(|&at| self.names[at] != *gone).collect();
+            let names: Vec<String> = keep.iter().map(|&at| self.names[at].clone()).collect();
+            let capacities: Vec<u32> = keep.iter().map(|&at| self.capacities[at]).collect();
+            let input = Weighted::new(&names[0], &names, &capacities, &self.set, &self.weights);
+            if partition_fn.keeps_placement() {
+                // The assignment in force without the departed member: each item's owner, or none for its items.
+                let mut previous = vec![None; self.set.len()];
+                for (name, positions) in shares {
+                    let owner = names.iter().position(|n| n == name);
+                    for &at in positions {
+                        previous[at] = owner;
+                    }
+                }
+                let placed = guarded(|| partition_fn.placement(&input.with_previous(&previous))).map_err(refused)?;
+                let Some(owners) = placed.filter(|owners| owners.len() == self.set.len()) else {
+                    return Err(refused("returned a placement that does not match the items and members".into()));
+                };
+                for &at in share {
+                    let owner = names.get(owners[at]).ok_or_else(|| refused("placed an item on no member".into()))?;
+                    successors.insert(self.set[at].node_name(), owner.clone());
+                }
+                continue;
+            }
+            let orphans: std::collections::HashSet<&Item> = share.iter().map(|&at| &self.set[at]).collect();
+            for name in &names {
+                let input = Weighted::new(name, &names, &capacities, &self.set, &self.weights);
+                let mine = guarded(|| partition_fn.partition_weighted(&input)).map_err(refused)?;
+                for item in mine.iter().filter(|item| orphans.contains(item)) {
+                    successors.insert(item.node_name(), name.clone());
+                }
+            }
+        }
+        Ok(Some(successors))
+    }
+
     /// The items held by a member whose share (`shares`, by name) does not include them.
     pub(super) fn outside_share(
         &self,

@@ -216,7 +216,7 @@ fn print_owners(description: &Description, items: &[String], args: &Args) {
             .iter()
             .map(|&(item, info)| match info {
                 Some(info) => ItemJson::from(info),
-                None => ItemJson { item, owner: None, waiting: Vec::new(), has_lock_dir: false },
+                None => ItemJson { item, owner: None, waiting: Vec::new(), has_lock_dir: false, successor: None },
             })
             .collect();
         let text = if args.watch { serde_json::to_string(&document) } else { serde_json::to_string_pretty(&document) };
@@ -228,9 +228,11 @@ fn print_owners(description: &Description, items: &[String], args: &Args) {
     }
     let now = SystemTime::now();
     for (item, info) in found {
+        let successor = info.and_then(|info| info.successor.as_deref());
+        let successor = successor.map_or(String::new(), |successor| format!(", then {successor}"));
         match info.and_then(|info| Some((info.owner.as_ref()?, info.waiting.len()))) {
             Some((owner, waiting)) => println!(
-                "{item}: {}, token {}, since {}, {waiting} waiting",
+                "{item}: {}, token {}, since {}, {waiting} waiting{successor}",
                 who(owner),
                 owner.token.get(),
                 ago(now, owner.created)
@@ -525,6 +527,8 @@ struct ItemJson<'a> {
     owner: Option<ContenderJson<'a>>,
     waiting: Vec<ContenderJson<'a>>,
     has_lock_dir: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    successor: Option<&'a str>,
 }
 
 impl<'a> From<&'a ItemInfo> for ItemJson<'a> {
@@ -534,6 +538,7 @@ impl<'a> From<&'a ItemInfo> for ItemJson<'a> {
             owner: i.owner.as_ref().map(ContenderJson::from),
             waiting: i.waiting.iter().map(ContenderJson::from).collect(),
             has_lock_dir: i.has_lock_dir,
+            successor: i.successor.as_deref(),
         }
     }
 }
