@@ -7,6 +7,7 @@
 //! | [`states`] | the four states, what a worker does in each, how they differ from kazoo's; sessions and reconnection |
 //! | [`beyond_kazoo`] | what this crate adds, all opt-in: fencing tokens, rendezvous hashing, incremental rebalancing, session-aware suspends... |
 //! | [`static_membership`] | deploys that move nothing: a member's name is its identifier |
+//! | [`departures`] | a crashed or leaving member's items taken at once: the departure fast path, and what it changes for a stalled member |
 //! | [`shared_set`] | a set of items kept in ZooKeeper that anyone may change while the party runs; members that disagree |
 //! | [`lineage`] | shards that split and merge: children start once their parents are finished |
 //! | [`weights`] | items of different weights, members of different capacities; the sticky placement |
@@ -28,6 +29,9 @@ pub mod beyond_kazoo {}
 
 #[doc = include_str!("static_membership.md")]
 pub mod static_membership {}
+
+#[doc = include_str!("departures.md")]
+pub mod departures {}
 
 #[doc = include_str!("shared_set.md")]
 pub mod shared_set {}
