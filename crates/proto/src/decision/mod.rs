@@ -458,9 +458,10 @@ impl Core {
         }
     }
 
-    /// Whether a target is to be computed once the quiet period ends: none is in force, or the set changed since.
+    /// Whether a target is to be computed once the quiet period ends: none is in force, the set changed since, or a
+    /// departure handed over at once left moves between survivors for then.
     fn target_due(&self) -> bool {
-        self.share.target().is_none() || self.share.outdated()
+        self.share.target().is_none() || self.share.outdated() || self.share.deferred()
     }
 
     /// Whether requests that a lost connection would only make fail again may be sent.

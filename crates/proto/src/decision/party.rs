@@ -284,8 +284,9 @@ impl Core {
     /// Our share under the party without the departed members, at once: the departed members' items that we gain
     /// are taken now (each as soon as its holder's lock node is gone, which the lock decides), and every item we hold
     /// is kept. What else the change would move (a load bound's shifts between survivors: one we would lose, one we
-    /// would gain from a survivor) waits for the quiet period, restarted at the change: the target stays outdated
-    /// until then, and the assignment then computed moves it.
+    /// would gain from a survivor) waits for the quiet period, restarted at the change: the target is deferred until
+    /// then, and the assignment then computed moves it. Another departure meanwhile is handed over too (the party in
+    /// force is the one without the first): two crashes a second apart are two hand-overs.
     fn hand_over(&mut self) -> Result<(), Cause> {
         // The departed members' items, as the assignment in force gave them (computed first: a function that
         // remembers its latest party, as Rendezvous does, then follows one change only).

@@ -15,6 +15,10 @@ pub(super) struct Share {
     /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
     /// once the quiet period ends.
     outdated: bool,
+    /// A departure was handed over at once, and the assignment it computed also moves items between survivors: they
+    /// move once the quiet period ends (the target is computed again then). Another departure may still be handed
+    /// over meanwhile, unlike a set change's wait.
+    deferred: bool,
     /// Every listed item was in `target` when last checked, and neither has changed since: the check walks both
     /// sets, and a member releasing or taking 50,000 locks runs it on each of their events. Cleared wherever either
     /// changes (`show`, and every write of `target`).
@@ -26,7 +30,7 @@ pub(super) struct Share {
 impl Share {
     /// No share yet: the party settles.
     pub(super) fn new() -> Self {
-        Self { target: None, outdated: false, listed_in_target: false, load: None }
+        Self { target: None, outdated: false, deferred: false, listed_in_target: false, load: None }
     }
 
     /// Our share, `None` while the party settles.
@@ -39,6 +43,11 @@ impl Share {
         self.outdated
     }
 
+    /// Whether a hand-over left moves between survivors for the quiet period's end.
+    pub(super) fn deferred(&self) -> bool {
+        self.deferred
+    }
+
     /// Our load under the share, for the publication.
     pub(super) fn load(&self) -> Option<Arc<crate::Load>> {
         self.load.clone()
@@ -48,6 +57,7 @@ impl Share {
     pub(super) fn set(&mut self, target: BTreeSet<usize>) {
         self.target = Some(target);
         self.outdated = false;
+        self.deferred = false;
         self.changed();
     }
 
@@ -59,6 +69,7 @@ impl Share {
     /// The party settles again: no target. Returns whether there was one.
     pub(super) fn clear(&mut self) -> bool {
         self.outdated = false;
+        self.deferred = false;
         self.changed();
         self.target.take().is_some()
     }
@@ -75,11 +86,11 @@ impl Share {
 
     /// The party lost members only (the departure fast path): the target grows at once by the departed members'
     /// items (`orphans`) that `new` gives us. Whatever else `new` changes (a load bound's shifts between survivors)
-    /// waits: the target stays outdated, replaced once the quiet period ends.
+    /// waits: the target is deferred, replaced once the quiet period ends.
     pub(super) fn hand_over(&mut self, new: BTreeSet<usize>, orphans: &BTreeSet<usize>) {
         let mut target = self.target.take().unwrap_or_default();
         target.extend(new.intersection(orphans).copied());
-        self.outdated = target != new;
+        self.deferred |= target != new;
         self.target = Some(target);
         self.changed();
     }

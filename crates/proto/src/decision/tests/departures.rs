@@ -131,6 +131,26 @@ fn what_the_change_moves_between_survivors_waits_for_the_quiet_period() {
     assert_eq!((release.state, listed(&release), release.revoked.clone()), expected);
 }
 
+#[test]
+fn a_second_departure_within_the_quiet_period_is_handed_over_too() {
+    // Table over 8 items: with [a, b, c, d] a holds 0 and 4; without c, a gains c's 6 (and 3 would come from d a
+    // quiet period later); without d too, a gains d's 2 at once.
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[A, B, C, D]);
+    assert_eq!(s.core.listed(), &BTreeSet::from([0, 4]));
+    s.send(Event::PartyChanged);
+    s.party(&[A, B, D]);
+    assert_eq!(s.created_items(), BTreeSet::from([6]));
+    s.grant_locks();
+    s.wait(TB / 4);
+    s.send(Event::PartyChanged);
+    s.party(&[A, B]);
+    assert_eq!(s.created_items(), BTreeSet::from([2]), "the second departure waited");
+    s.grant_locks();
+    let acquired = s.published().pop().expect("Acquired");
+    assert_eq!((acquired.state, listed(&acquired)), (PartitionState::Acquired, BTreeSet::from([0, 2, 4, 6])));
+    assert_eq!(s.core.hand_overs(), 2);
+}
+
 /// A case: its name, the mode, the function, the party before and the party as read after.
 type Case = (&'static str, Rebalance, Box<dyn crate::PartitionFn>, &'static [&'static str], &'static [&'static str]);
 
