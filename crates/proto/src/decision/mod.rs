@@ -15,6 +15,7 @@
 //! |---|---|---|
 //! | the party changes, `S` = Acquired | `Release`, every item revoked | stay `Acquired`, keep `L`; start the rebalance clock |
 //! | the party changes, `S` = Allocating | give up every lock, wait for stability | give up the contenders not yet held |
+//! | the party read shows departures only, `T` in force (a function that [declares it](PartitionFn::departures_move_only_theirs)) | as any change | hand over at once: `T` grows by the departed members' items the new party gives us; what else moves waits the quiet period (restarted) |
 //! | `T` known, `S` = Allocating | take `T`; all held: `Acquired` | listed items outside `T`: `Release` revoking them; else take `T`; all held: `Acquired` |
 //! | `T` known, `S` = Acquired | — | as above (gains published as `Allocating` with `L` kept) |
 //! | the shared set changes | as the party changes | `T` stays in force less the items that left the set (listed ones: `Release`); the new `T` once a quiet period of `time_boundary / 4` ends |
@@ -51,6 +52,14 @@
 //! Every member announces its set (or "shared") and a fingerprint of its partition function in its party node; a
 //! party read that shows another announcement is published at once as a disagreement (a stall explained), without
 //! changing any decision.
+//!
+//! The departure fast path (Incremental, a function whose departures move only the departed member's items, not
+//! turned off): a party change notification restarts the quiet period but is judged on the read. A read that shows
+//! the party in force less some dynamic members (never a static member's name: its departure may be a restart),
+//! with the set fresh and the target in force, is handed over: the departed members' shares are computed under the
+//! party they left, and the items of theirs our new share holds join the target at once (their locks are free once
+//! the server ended the session or the leaver released them). Any other change starts a new episode, as at the
+//! notification without the fast path.
 //!
 //! `max_allocation_time` runs from entering `Allocating` (or, incremental, from the party change) to `Acquired`,
 //! paused while `Release` waits for the worker's `release_set()`; when it runs out: `Failure`.

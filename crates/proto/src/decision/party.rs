@@ -32,8 +32,9 @@ pub(super) struct PartyView {
     joining: Option<ReqId>,
     /// The members the assignment in force was computed from.
     members: Arc<[String]>,
-    /// Their capacities then, in the same order (a departed member's announcement is gone once it has left).
-    capacities: Arc<[u32]>,
+    /// The assignments adopted since the last one the quiet period decided (that one first): what the departure
+    /// fast path computes a departed member's holdings from.
+    adopted: Vec<Adopted>,
     /// What the other members announce, and the disagreements it shows.
     announcements: Announcements,
     /// How many departures were handed over at once (the checker's count of the fast path).
@@ -53,7 +54,7 @@ impl PartyView {
             debounce,
             joining: None,
             members: Arc::from([]),
-            capacities: Arc::from([]),
+            adopted: Vec::new(),
             announcements: Announcements::new(now),
             hand_overs: 0,
         }
@@ -129,6 +130,14 @@ impl PartyView {
     pub(super) fn announcement_changed(&mut self, now: Instant) {
         self.announcements.ours_changed(now);
     }
+}
+
+/// An assignment adopted: its party, their capacities (a departed member's announcement is gone once it has left),
+/// and, for a hand-over, the departed members' items it handed over (`None`: the quiet period decided it).
+pub(super) struct Adopted {
+    members: Arc<[String]>,
+    capacities: Arc<[u32]>,
+    orphans: Option<BTreeSet<usize>>,
 }
 
 /// A member's announcement as read: what it says, the zxid of the write that said it, and when we read it.
@@ -230,16 +239,27 @@ impl Core {
     /// The quiet period has lasted `time_boundary`: our share under the party as it stands becomes the target.
     pub(super) fn take_assignment(&mut self) -> Result<(), Cause> {
         let (target, load, placement) = self.assignment(&self.party.latest)?;
-        self.adopt(load, placement, |share| share.set(target));
+        self.adopt(load, placement, None, |share| share.set(target));
         Ok(())
     }
 
-    /// Makes our share under the party as it stands the assignment in force (`set` writes the target).
-    fn adopt(&mut self, load: Load, placement: Option<Placed>, set: impl FnOnce(&mut super::rebalance::Share)) {
+    /// Makes our share under the party as it stands the assignment in force (`set` writes the target); `orphans`:
+    /// the departed members' items a hand-over handed over, `None` for an assignment the quiet period decided.
+    fn adopt(
+        &mut self,
+        load: Load,
+        placement: Option<Placed>,
+        orphans: Option<BTreeSet<usize>>,
+        set: impl FnOnce(&mut super::rebalance::Share),
+    ) {
         self.note_placement(placement);
         self.share.set_load(load);
         self.party.members = self.party.latest.clone().into();
-        self.party.capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]).into();
+        let capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]).into();
+        if orphans.is_none() {
+            self.party.adopted.clear();
+        }
+        self.party.adopted.push(Adopted { members: self.party.members.clone(), capacities, orphans });
         set(&mut self.share);
         self.locks.set_want_is_target(false);
         self.note_set_in_force();
@@ -285,21 +305,41 @@ impl Core {
     /// are taken now (each as soon as its holder's lock node is gone, which the lock decides), and every item we hold
     /// is kept. What else the change would move (a load bound's shifts between survivors: one we would lose, one we
     /// would gain from a survivor) waits for the quiet period, restarted at the change: the target is deferred until
-    /// then, and the assignment then computed moves it. Another departure meanwhile is handed over too (the party in
-    /// force is the one without the first): two crashes a second apart are two hand-overs.
+    /// then, and the assignment then computed moves it. Another departure meanwhile is handed over too: two crashes a
+    /// second apart are two hand-overs, the second's orphans what the second member holds
+    /// ([`holdings`](Core::holdings)).
     fn hand_over(&mut self) -> Result<(), Cause> {
-        // The departed members' items, as the assignment in force gave them (computed first: a function that
-        // remembers its latest party, as Rendezvous does, then follows one change only).
-        let (in_force, capacities) = (self.party.members.clone(), self.party.capacities.clone());
+        // The departed members' items (computed first: a function that remembers its latest party, as Rendezvous
+        // does, then follows one change only).
         let mut orphans = BTreeSet::new();
+        let in_force = self.party.members.clone();
         for gone in in_force.iter().filter(|member| self.party.latest.binary_search(member).is_err()) {
-            orphans.extend(self.assignment_of(gone, &in_force, &capacities)?.0);
+            orphans.extend(self.holdings(gone)?);
         }
         let (target, load, placement) = self.assignment(&self.party.latest)?;
         self.party.hand_overs += 1;
-        self.adopt(load, placement, |share| share.hand_over(target, &orphans));
+        self.adopt(load, placement, Some(orphans.clone()), |share| share.hand_over(target, &orphans));
         self.on_new_episode(Reason::PartyChanged);
         Ok(())
+    }
+
+    /// What `member` holds, as the assignments adopted since the quiet period last decided give it: its share then
+    /// (the moves a hand-over defers have not happened), and the orphans each hand-over since gave it. Its share
+    /// under the latest alone is not it: when a hand-over's party gives one of its items to a survivor (a load
+    /// bound's move, deferred), it still holds it, and when it departs too that item is an orphan.
+    fn holdings(&self, member: &str) -> Result<BTreeSet<usize>, Cause> {
+        let mut held = BTreeSet::new();
+        for adopted in &self.party.adopted {
+            if adopted.members.binary_search_by(|m| m.as_str().cmp(member)).is_err() {
+                continue;
+            }
+            let share = self.assignment_of(member, &adopted.members, &adopted.capacities)?.0;
+            match &adopted.orphans {
+                None => held.extend(share),
+                Some(orphans) => held.extend(share.intersection(orphans).copied()),
+            }
+        }
+        Ok(held)
     }
 
     /// The party or the set changed: the assignment in force is no longer right.

@@ -151,6 +151,27 @@ fn a_second_departure_within_the_quiet_period_is_handed_over_too() {
     assert_eq!(s.core.hand_overs(), 2);
 }
 
+#[test]
+fn a_departed_member_still_holding_an_item_a_hand_over_moved_away_hands_it_over_too() {
+    // Table over 8 items, members z (sorting first), a, c, d: a holds 1 and 5. Without c, a gains nothing of c's,
+    // and d's 7 would come to a a quiet period later (deferred: d keeps it). Without d too, a's share is 1, 3, 5
+    // and 7: d held 3 and 7 (its share when the quiet period last decided), and they are handed over at once.
+    const Z: &str = "0-0000000009";
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[Z, A, C, D]);
+    assert_eq!(s.core.listed(), &BTreeSet::from([1, 5]));
+    s.send(Event::PartyChanged);
+    s.party(&[Z, A, D]);
+    assert!(s.created_items().is_empty(), "a gains none of c's items");
+    s.wait(TB / 4);
+    s.send(Event::PartyChanged);
+    s.party(&[Z, A]);
+    assert_eq!(s.created_items(), BTreeSet::from([3, 7]), "what d held, though no longer its share");
+    s.grant_locks();
+    let acquired = s.published().pop().expect("Acquired");
+    assert_eq!((acquired.state, listed(&acquired)), (PartitionState::Acquired, BTreeSet::from([1, 3, 5, 7])));
+    assert_eq!(s.core.hand_overs(), 2);
+}
+
 /// A case: its name, the mode, the function, the party before and the party as read after.
 type Case = (&'static str, Rebalance, Box<dyn crate::PartitionFn>, &'static [&'static str], &'static [&'static str]);
 
