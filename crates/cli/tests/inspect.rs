@@ -160,6 +160,20 @@ async fn inspect_reads_a_sticky_partys_shares_from_its_placement_record() {
     let doc: serde_json::Value = serde_json::from_str(&json).expect("one JSON document");
     assert_eq!(doc["placement"], serde_json::json!({"items": 40, "current": true}), "{doc}");
     assert_eq!(doc["outside_share"], serde_json::json!([]), "{doc}");
+    // and each item's successor, should its owner depart, is the other member (a party of two)
+    let (a_name, b_name) = (a.partitioner.snapshot().member.to_string(), b.partitioner.snapshot().member.to_string());
+    let items = doc["items"].as_array().expect("items");
+    assert_eq!(items.len(), 40, "{doc}");
+    for item in items {
+        let (owner, successor) = (&item["owner"]["member"], &item["successor"]);
+        let expected = if *owner == a_name.as_str() { &b_name } else { &a_name };
+        assert_eq!(successor, expected.as_str(), "{item}");
+    }
+    let args = ["--connect", &connect, "--path", PATH, "--shared-set", "--partition", "sticky", "--owner-of", "0"];
+    let (code, line, stderr) = inspect(&args).await;
+    assert_eq!(code, 0, "{stderr}");
+    let owner = items.iter().find(|item| item["item"] == "0").expect("item 0")["successor"].clone();
+    assert!(line.trim_end().ends_with(&format!(", then {}", owner.as_str().unwrap())), "{line}");
     // and with the greedy function (what --partition weighted gives) the shares are not the party's
     let args = ["--connect", &connect, "--path", PATH, "--shared-set", "--partition", "weighted", "--json"];
     let (code, json, stderr) = inspect(&args).await;
