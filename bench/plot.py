@@ -75,6 +75,8 @@ MODES = {
     "incremental-rendezvous": ("incremental + Rendezvous", "#009E73"),
     "incremental-rendezvous-session-aware": ("incremental + Rendezvous + SessionAware", "#CC79A7"),
     "incremental-rendezvous-static": ("incremental + Rendezvous + static membership", "#E69F00"),
+    "before": ("incremental + Rendezvous, before the fast path", "#999999"),
+    "incremental-weighted": ("incremental + WeightedRendezvous", "#F0E442"),
 }
 IMPLS = {"rust": ("zk-partitioner", "#0072B2"), "kazoo": ("kazoo 2.11", "#D55E00")}
 INK = "#222222"
@@ -346,6 +348,43 @@ def plot_rebalance(plt, inputs, out):
     save(plt, fig, out)
 
 
+# --- 3b. the departure fast path (bench/handover.sh) -----------------------------------------------------------------
+
+def plot_handover(plt, inputs, out):
+    (path,) = inputs
+    records = [r for r in load(path) if r.get("ok", True) and r.get("taken_s") is not None]
+    phases = [p for p in ("crash", "leave", "crash-join", "crash-crash") if any(r["phase"] == p for r in records)]
+    modes = [m for m in MODES if any(r["mode"] == m for r in records)]
+    groups = [(p, [r for r in records if r["phase"] == p]) for p in phases]
+    fig, ax = plt.subplots(figsize=(9.5, 5.4), layout="constrained")
+    grouped_bars(ax, groups, modes, lambda r: max(r["taken_s"], 0.001), label_fmt=fmt_seconds)
+    ax.set_yscale("log")
+    seconds_axis(ax)
+    st = sorted({r["session_timeout_s"] for r in records})
+    tb = sorted({r["tb_s"] for r in records})
+    for s_timeout in st:
+        ax.axhline(s_timeout, color=MUTED, linewidth=0.8, linestyle=":", zorder=1)
+        ax.annotate("session timeout S = %g s" % s_timeout, (len(phases) - 0.5, s_timeout), xytext=(-2, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7, color=MUTED)
+    titles = {"crash": "crash (SIGKILL):\nfrom the kill", "leave": "leave (SIGTERM):\nfrom the leaver's exit",
+              "crash-join": "crash, then a join\n(from the kill)", "crash-crash": "two crashes 1 s apart\n(from the first)"}
+    ax.set_xticks(range(len(phases)))
+    ax.set_xticklabels([titles[p] for p in phases])
+    ax.grid(axis="x", visible=False)
+    ax.set_ylabel("until every item of the departed member is ACQUIRED again (log scale)")
+    members = sorted({r["members"] for r in records})
+    n = sorted({r["n"] for r in records})
+    ax.set_title("A departed member's items: %s members over %s items, kazoo 2.11 and the crate" % (
+        "/".join(map(str, members)), "/".join(thousands(x) for x in n)), fontweight="bold")
+    dedup_legend(ax, loc="upper left", fontsize=7.5)
+    ax.margins(y=0.15)
+    runs = max((r["run"] for r in records), default=0)
+    footnote(fig, source_note([path], "Bars: median of %d runs, dots: each run; time_boundary %s s; ZooKeeper's tick "
+                                      "50 ms; every member a separate process" % (
+                                          runs, "/".join("%g" % x for x in tb))))
+    save(plt, fig, out)
+
+
 def dedup_handles(*axes):
     seen = {}
     for ax in axes:
@@ -545,6 +584,7 @@ PLOTS = {
     "rebalance": (plot_rebalance, [r("rebalance.jsonl")], "one party change in a party of 10, every mode"),
     "join-moves": (plot_join_moves, [r("rebalance.jsonl"), r("scale.jsonl"), r("scale-100x100k.jsonl")],
                    "items moved by a join, per partition function"),
+    "handover": (plot_handover, [r("handover.jsonl")], "a departed member's items: crash, leave and bursts"),
     "scale": (plot_scale, [r("scale.jsonl")], "the scale benchmark's phases per mode and hosting"),
     "scale-100x100k": (plot_scale, [r("scale-100x100k.jsonl"), r("scale-100x100k-2g.jsonl")],
                        "100 × 100,000: phases per mode, ZooKeeper at 256 MB and 2 GB"),

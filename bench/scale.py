@@ -39,6 +39,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import handover  # noqa: E402  (orphan_figures: when a departed member's items were taken)
 from kazoo_bench import four_letter, mntr  # noqa: E402
 from rebalance import Party, PhaseError, fmt_num, fmt_s, new_party_node_ctime, summary  # noqa: E402
 
@@ -661,6 +662,13 @@ def run_once(args, observer, server, mode, hosting, run, items_file):
                 ideal_moved = conv["held_before"].get(gone, n / len(live_before))
                 ideal_touched = 2 * ideal_moved
             touched = zk["lock_creates"] + zk["lock_deletes"] + zk["lock_session_deletes"]
+            if scenario in ("leave", "crash"):
+                # The departed member's items: when every one is listed ACQUIRED by a survivor (handover.py's
+                # definition), from the signal.
+                gone = (set(live_before) - set(live_after)).pop()
+                orphans = handover.orphan_figures(party, [gone], sorted(live_after), tf, t_end)
+                extra = dict(extra or {}, orphans=orphans["orphans"], orphans_taken_s=orphans["taken_s"],
+                             kept_stopped=orphans["kept_stopped"])
             if scenario == "crash":
                 # When ZooKeeper expired the crashed member's session (the closeSession transaction's time).
                 gone = (set(live_before) - set(live_after)).pop()
@@ -1176,6 +1184,17 @@ def report(args):
                     time_cell, summary([len(lost_members(r)) for r in good], fmt_num),
                     summary([r["zk"].get("gc_pause_total_ms") for r in good], fmt_ms)))
             w("| %s | %s | %s |" % (HOSTINGS[hosting], MODES[mode]["label"], " | ".join(cells)))
+    departures = [r for r in ok if r["scenario"] in ("leave", "crash") and r.get("orphans_taken_s") is not None]
+    if departures:
+        w("")
+        w("The departed member's items (bench/handover.py's *taken*: until every one is listed ACQUIRED by a "
+          "survivor; from the SIGTERM or SIGKILL; for the crash also from the session's expiry): " + "; ".join(
+              "%s %s %s run %d: %d items, %s%s, %d kept items stopped" % (
+                  HOSTINGS[r["hosting"]], MODES[r["mode"]]["label"], r["scenario"], r["run"], r["orphans"],
+                  fmt_s(r["orphans_taken_s"]),
+                  " (%s after the expiry)" % fmt_s(r["orphans_taken_s"] - r["expired_s"]) if "expired_s" in r else "",
+                  r["kept_stopped"])
+              for r in departures) + ".")
     if ok:
         w("")
         w("ZooKeeper at the end of each run's crash phase (nodes, watches, data): " + "; ".join(
