@@ -281,11 +281,23 @@ impl Core {
             && self.set.fresh()
             && self.capacities_known()
             && self.placement.ready();
-        if ready && self.departures_only() {
+        let departures_only = self.departures_only();
+        if ready && departures_only {
             if let Err(cause) = self.hand_over() {
                 self.fail(cause);
             }
             return;
+        }
+        if departures_only {
+            // Why a departure waits the quiet period after all: what an operator reads when failover was slow.
+            tracing::debug!(
+                set_changing = self.share.outdated(),
+                connected = self.session.connected(),
+                set_fresh = self.set.fresh(),
+                capacities_known = self.capacities_known(),
+                placement_ready = self.placement.ready(),
+                "a departure waits the quiet period"
+            );
         }
         self.on_inputs_changed(Reason::PartyChanged);
     }
@@ -311,12 +323,14 @@ impl Core {
     fn hand_over(&mut self) -> Result<(), Cause> {
         // The departed members' items (computed first: a function that remembers its latest party, as Rendezvous
         // does, then follows one change only).
-        let mut orphans = BTreeSet::new();
+        let (mut orphans, mut departed) = (BTreeSet::new(), 0);
         let in_force = self.party.members.clone();
         for gone in in_force.iter().filter(|member| self.party.latest.binary_search(member).is_err()) {
             orphans.extend(self.holdings(gone)?);
+            departed += 1;
         }
         let (target, load, placement) = self.assignment(&self.party.latest)?;
+        tracing::info!(departed, their_items = orphans.len(), "departure handed over at once");
         self.party.hand_overs += 1;
         self.adopt(load, placement, Some(orphans.clone()), |share| share.hand_over(target, &orphans));
         self.on_new_episode(Reason::PartyChanged);

@@ -145,6 +145,18 @@ impl Script {
         }
     }
 
+    /// Answers the read of the other members' announcements: each the same line as ours.
+    fn announcements_agree(&mut self) {
+        let (id, Op::ReadAnnouncements(nodes)) =
+            self.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
+        else {
+            unreachable!()
+        };
+        let ours = self.core.cfg.agreement;
+        let data = nodes.iter().map(|node| Some((ours.node_data(node).into_bytes(), 1))).collect();
+        self.send(Event::Reply(id, Reply::Announcements(Ok(data))));
+    }
+
     /// The publications since the last call.
     fn published(&mut self) -> Vec<Publication> {
         let (publications, rest) =

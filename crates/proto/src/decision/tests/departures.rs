@@ -47,17 +47,9 @@ impl Script {
 
     /// Answers a read of the other members' announcements, if one is asked: each says what we say.
     fn answer_announcements(&mut self) {
-        if !self.seen.iter().any(|a| matches!(a, Action::Request(_, Op::ReadAnnouncements(_)))) {
-            return;
+        if self.seen.iter().any(|a| matches!(a, Action::Request(_, Op::ReadAnnouncements(_)))) {
+            self.announcements_agree();
         }
-        let (id, Op::ReadAnnouncements(nodes)) =
-            self.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
-        else {
-            unreachable!()
-        };
-        let ours = self.core.cfg.agreement;
-        let data = nodes.iter().map(|node| Some((ours.node_data(node).into_bytes(), 1))).collect();
-        self.send(Event::Reply(id, Reply::Announcements(Ok(data))));
     }
 
     /// The items of the lock creates asked for since the last look.

@@ -25,18 +25,6 @@ impl Script {
         self.send(Event::Reply(id, Reply::Placement(Ok(Read { version, found }))));
     }
 
-    /// Answers the read of the other members' announcements: each the same line as ours.
-    fn announcements_agree(&mut self) {
-        let (id, Op::ReadAnnouncements(nodes)) =
-            self.request("announcements", |op| matches!(op, Op::ReadAnnouncements(_)))
-        else {
-            unreachable!()
-        };
-        let ours = self.core.cfg.agreement;
-        let data = nodes.iter().map(|node| Some((ours.node_data(node).into_bytes(), 1))).collect();
-        self.send(Event::Reply(id, Reply::Announcements(Ok(data))));
-    }
-
     fn creates(&self) -> usize {
         self.seen.iter().filter(|a| matches!(a, Action::Request(_, Op::Create { .. }))).count()
     }
