@@ -15,7 +15,8 @@
 #
 # Knobs (environment): RUNS (10), MEMBERS (10), ITEMS (1000), TIME_BOUNDARY (5 s), SESSION_TIMEOUT (4 s), MODES
 # (kazoo,before,incremental-rendezvous,incremental-weighted), BEFORE (5858310, the commit before the fast path),
-# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE.
+# ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE, KEEP_LOGS (a directory to keep every member's stderr
+# in, run with RUST_LOG=info,zk_partitioner_proto=debug: a departure that waits the quiet period says why).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -43,6 +44,9 @@ work=$(mktemp -d /tmp/zkp-handover.XXXXXX)
 container="zkp-handover-$$"
 cleanup() {
     docker rm -f -v "$container" >/dev/null 2>&1 || true
+    if [ -n "${KEEP_LOGS:-}" ] && [ -d "$work/logs" ]; then
+        mkdir -p "$KEEP_LOGS" && cp -r "$work/logs/." "$KEEP_LOGS/"
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -91,6 +95,7 @@ say "ZooKeeper $zk_version serving on $connect"
 
 results="$work/handover.jsonl"
 run_status=0
+RUST_LOG=${RUST_LOG:-info,zk_partitioner_proto=debug} \
 python3 bench/handover.py run --connect "$connect" --rust-worker "$worker" --before-worker "$before_worker" \
     --runs "$RUNS" --modes "$MODES" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
     --session-timeout "$SESSION_TIMEOUT" --log-dir "$work/logs" >"$results" || run_status=$?
