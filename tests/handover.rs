@@ -1,7 +1,8 @@
 //! The departure fast path on a real ZooKeeper (incremental rebalancing, rendezvous hashing, a long `time_boundary`
 //! so that the quiet period and the fast path cannot be confused): a crashed member's items are taken as soon as the
 //! server ends its session, a leaving member's as soon as it has released them; a crash during a join and a stall
-//! shorter than the session still wait (or move nothing); and no survivor stops an item it keeps.
+//! shorter than the session still wait (or move nothing); no survivor stops an item it keeps; and a member stopped
+//! (SIGSTOP) past its session, whose items its successor takes at once, is fenced and fails as soon as it resumes.
 
 mod common;
 
