@@ -229,9 +229,8 @@ const fn pin(sabotage: Sabotage, combo: usize, seed: u64, symptom: &'static str)
 /// The switches without a pinned seed are caught by the tests named in [`TESTED_ELSEWHERE`].
 const PINNED: [Pin; 19] = [
     pin(Sabotage::ResumeAbandonsRebalance, 3, 20_360_183_784_074, "allocated for"),
-    // Since the departure fast path (issue 47) this seed's member goes on listing what it was releasing past the
-    // bound the checker allows after a lock node's deletion.
-    pin(Sabotage::UnnoticedSuspensionDuringRelease, 6, 20_360_183_784_068, "has ended|after an operator deleted"),
+    // Re-pinned with the departure fast path (issue 47), which moved the schedules of the incremental rendezvous runs.
+    pin(Sabotage::UnnoticedSuspensionDuringRelease, 7, 20_360_183_784_077, "has ended|after an operator deleted"),
     pin(Sabotage::AckBeforeRelease, 0, 20_360_183_784_062, "returned while its lock node of revoked item"),
     // A member that ignores the set's changes stays on an old version: the others report it once that lasts, or
     // (this seed, since the held-lock watch's registration became a reply of its own) the party waits on its share.
@@ -249,8 +248,8 @@ const PINNED: [Pin; 19] = [
     // A debug build's core assertion stops the run first; a release build runs on, and the checker sees it.
     pin(Sabotage::TargetChangeUnseen, 2, 20_360_183_784_067, "without a held node|while it is listed"),
     // A member computes again from the record the others hand out as it is: the party splits, and says so.
-    pin(Sabotage::PlacementInputsByVersion, 6, 20_360_183_784_187, "uses a different assignment"),
-    pin(Sabotage::FingerprintWithoutPrevious, 6, 20_360_183_784_062, "which runs another sticky rule"),
+    pin(Sabotage::PlacementInputsByVersion, 6, 20_360_183_784_400, "uses a different assignment"),
+    pin(Sabotage::FingerprintWithoutPrevious, 6, 20_360_183_784_064, "which runs another sticky rule"),
     pin(Sabotage::CatchingUpReported, 0, 20_360_183_784_062, "a member catching up is not a disagreement"),
     pin(Sabotage::RepublishUnchanged, 0, 20_360_183_784_063, "again as a new episode"),
     // A join handed over at the read: the joiner is in the assignment before the quiet period has passed.

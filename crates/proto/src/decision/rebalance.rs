@@ -15,9 +15,10 @@ pub(super) struct Share {
     /// The shared set changed since `target` was computed (incremental): it is still worked towards, and replaced
     /// once the quiet period ends.
     outdated: bool,
-    /// A departure was handed over at once, and the assignment it computed also moves items between survivors: they
-    /// move once the quiet period ends (the target is computed again then). Another departure may still be handed
-    /// over meanwhile, unlike a set change's wait.
+    /// A departure was handed over at once: the assignment is taken again once the quiet period ends, when what it
+    /// also moves between survivors moves, and every member's view of who holds what starts again from it (a member
+    /// whose own share the hand-over did not shift takes it again too: others' moves changed what they hold). Another
+    /// departure may still be handed over meanwhile, unlike a set change's wait.
     deferred: bool,
     /// Every listed item was in `target` when last checked, and neither has changed since: the check walks both
     /// sets, and a member releasing or taking 50,000 locks runs it on each of their events. Cleared wherever either
@@ -90,7 +91,9 @@ impl Share {
     pub(super) fn hand_over(&mut self, new: BTreeSet<usize>, orphans: &BTreeSet<usize>) {
         let mut target = self.target.take().unwrap_or_default();
         target.extend(new.intersection(orphans).copied());
-        self.deferred |= target != new;
+        // Deferred even when `new` adds nothing else for us: the others' shifts, made when their quiet period ends,
+        // change what they hold, and the assignment then taken is what `holdings` computes from next.
+        self.deferred = true;
         self.target = Some(target);
         self.changed();
     }
