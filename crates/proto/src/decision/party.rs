@@ -338,10 +338,10 @@ impl Core {
     }
 
     /// What `member` holds, as the assignments adopted since the quiet period last decided give it: its share then
-    /// (the moves a hand-over defers have not happened: every member, deferred or not, takes the assignment again
-    /// when the period ends, so that all start from the same one), and the orphans each hand-over since gave it. Its share
-    /// under the latest alone is not it: when a hand-over's party gives one of its items to a survivor (a load
-    /// bound's move, deferred), it still holds it, and when it departs too that item is an orphan.
+    /// (the moves a hand-over defers have not happened: every member takes the assignment again when the period
+    /// ends, so that all start from the same one), and the orphans each hand-over since gave it. Its share under the
+    /// latest alone is not it: when a hand-over's party gives one of its items to a survivor (a load bound's move,
+    /// deferred), it still holds it, and when it departs too that item is an orphan.
     fn holdings(&self, member: &str) -> Result<BTreeSet<usize>, Cause> {
         let mut held = BTreeSet::new();
         for adopted in &self.party.adopted {
