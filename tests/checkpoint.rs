@@ -291,6 +291,31 @@ async fn items_added_to_a_shared_set_that_sort_first_can_be_checkpointed() {
     }
 }
 
+/// A checkpoint belongs to the item's name: a plain removal from the shared set keeps it, so the item added back
+/// resumes from it (the simulation's checker holds the same rule: only a finish and retirement make a new item).
+#[tokio::test]
+async fn an_item_removed_and_added_back_resumes_from_its_checkpoint() {
+    // given: one member of a shared set, which saved a checkpoint for item 1
+    let ctx = Ctx::new().await;
+    let member = ctx.member_with("keeper", ints(3), |b| b.shared_set(true)).await;
+    member.wait_items(&ints(3), timing(Duration::from_secs(10))).await;
+    let _worker = auto_release(&member.partitioner);
+    let one = Item::from(1);
+    save_checkpoint(&member.partitioner, &one, b"offset 41").await.expect("save");
+
+    // when: an admin removes item 1, and the member lets it go; then adds it back
+    let set = zk_partitioner::SharedSet::new(ctx.client().await, PATH).expect("a set handle");
+    set.remove([one.clone()]).await.expect("remove");
+    member.wait_items(&[Item::from(0), Item::from(2)], timing(Duration::from_secs(10))).await;
+    set.add([one.clone()]).await.expect("add back");
+    member.wait_items(&ints(3), timing(Duration::from_secs(10))).await;
+
+    // then: its checkpoint is the one saved before the removal, and the new ownership can save over it
+    let loaded = member.partitioner.load_checkpoint(&one).await.expect("load").expect("the checkpoint survives");
+    assert_eq!(loaded.data, b"offset 41");
+    save_checkpoint(&member.partitioner, &one, b"offset 42").await.expect("the new owner saves");
+}
+
 /// Saves `data` as `item`'s checkpoint: the writer for the item (which fails if the member does not hold it), then
 /// its fenced save.
 async fn save_checkpoint(partitioner: &SetPartitioner, item: &Item, data: &[u8]) -> Result<(), Error> {

@@ -194,12 +194,13 @@ impl World {
         }
     }
 
-    /// A committed version's new items: one finished before (and since retired) starts a new incarnation, which must
-    /// not find the old one's checkpoint (its first owner would resume the old item's progress).
+    /// A committed version's new items: one finished since it last entered the set (and since retired) starts a new
+    /// incarnation, which must not find the old one's checkpoint (its first owner would resume the old item's
+    /// progress). A name that left by a plain remove and comes back is the same item: its checkpoint is its own.
     fn new_incarnations(&mut self, names: &BTreeSet<String>) {
         let before = self.committed.last_key_value().map(|(_, names)| names.clone()).unwrap_or_default();
         for name in names.difference(&before) {
-            if !self.ever_finished.contains(name) {
+            if !self.finished_since_entry.remove(name) {
                 continue;
             }
             let incarnation = self.incarnations.entry(name.clone()).or_default();

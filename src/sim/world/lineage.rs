@@ -211,6 +211,7 @@ impl World {
                 let now = self.now();
                 self.finished_at.insert(name.to_owned(), now);
                 self.ever_finished.insert(name.to_owned());
+                self.finished_since_entry.insert(name.to_owned());
                 let checked =
                     write.ops.iter().any(|op| matches!(op, zk::WriteOp::Check { path, .. } if path.starts_with(LOCKS)));
                 if !checked || !write.checks_lowest {

@@ -151,6 +151,9 @@ pub(super) struct World {
     finished_at: BTreeMap<String, Duration>,
     /// Every item name ever finished (a retired one included): a finish reported `Ok` must be among them.
     ever_finished: BTreeSet<String>,
+    /// The names finished since they last entered the set: the next entry of one is a new item (a new incarnation).
+    /// A name that merely left the set (a plain remove) and comes back is the same item, with its checkpoint.
+    finished_since_entry: BTreeSet<String>,
     /// A `Check` is scheduled.
     checking: bool,
     /// When the checker first saw each member name in the party.
@@ -232,6 +235,7 @@ impl World {
             saves: 0,
             finished_at: BTreeMap::new(),
             ever_finished: BTreeSet::new(),
+            finished_since_entry: BTreeSet::new(),
             checking: false,
             party_seen: BTreeMap::new(),
             assignments: BTreeMap::new(),
