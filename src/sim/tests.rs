@@ -227,7 +227,7 @@ const fn pin(sabotage: Sabotage, combo: usize, seed: u64, symptom: &'static str)
 /// The seeds that catch each bug the project found, with what the checker reports for it. Found by
 /// `pin_regression_seeds` below; a change to the world's model changes what a seed does: re-pin from what it prints.
 /// The switches without a pinned seed are caught by the tests named in [`TESTED_ELSEWHERE`].
-const PINNED: [Pin; 19] = [
+const PINNED: [Pin; 21] = [
     pin(Sabotage::ResumeAbandonsRebalance, 3, 20_360_183_784_074, "allocated for"),
     // Re-pinned with the departure fast path (issue 47), which moved the schedules of the incremental rendezvous runs.
     pin(Sabotage::UnnoticedSuspensionDuringRelease, 7, 20_360_183_784_077, "has ended|after an operator deleted"),
@@ -254,6 +254,11 @@ const PINNED: [Pin; 19] = [
     pin(Sabotage::RepublishUnchanged, 0, 20_360_183_784_063, "again as a new episode"),
     // A join handed over at the read: the joiner is in the assignment before the quiet period has passed.
     pin(Sabotage::HandOverJoins, 6, 20_360_183_784_062, "into its assignment"),
+    // A survivor that never takes the assignment again (and would compute the next departure's items from an
+    // older party than the others).
+    pin(Sabotage::HandOverDefersOnlyMoves, 6, 20_267_183_783_411, "without taking the assignment again"),
+    // Two departures read at once by one survivor and one by one by another: an item the first gave away is lost.
+    pin(Sabotage::OrphansOfTheLatestChangeOnly, 6, 20_267_183_783_545, "are in nobody's target"),
 ];
 
 /// Switches no seed of the current model was found to catch (50,000 or more searched), and the tests that catch

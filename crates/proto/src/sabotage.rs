@@ -87,12 +87,20 @@ pub enum Sabotage {
     /// The departure fast path is taken on any party change, a join included: a joiner's arrival is divided at the
     /// read, without the quiet period that lets a burst of joins be divided once.
     HandOverJoins,
+    /// A hand-over marks as deferred only a target that a load bound's shift changed, as the core first did: a
+    /// survivor the hand-over shifted nothing for never takes the assignment again when the quiet period ends, and
+    /// at the next departure it computes the departed member's items from another assignment than the others do.
+    HandOverDefersOnlyMoves,
+    /// A hand-over's orphans are the items of the members gone since the party in force only, as if each hand-over
+    /// stood alone: a survivor that read two departures at once and one that read them one by one disagree on where
+    /// an item the first hand-over gave away is, and neither takes it.
+    OrphansOfTheLatestChangeOnly,
 }
 
 #[cfg(any(test, feature = "sim"))]
 impl Sabotage {
     /// Every switch but `None`.
-    pub const ALL: [Sabotage; 26] = [
+    pub const ALL: [Sabotage; 28] = [
         Sabotage::ResumeAbandonsRebalance,
         Sabotage::UnnoticedSuspensionDuringRelease,
         Sabotage::AckBeforeRelease,
@@ -119,6 +127,8 @@ impl Sabotage {
         Sabotage::RepublishUnchanged,
         Sabotage::ClosedOutlivesOwnership,
         Sabotage::HandOverJoins,
+        Sabotage::HandOverDefersOnlyMoves,
+        Sabotage::OrphansOfTheLatestChangeOnly,
     ];
 
     /// The switch of this name (`SIM_SABOTAGE`).

@@ -97,6 +97,13 @@ impl Net {
     /// lost connection instead, which the cut already queued).
     pub fn arrive(&mut self, session: SessionId, link: u64, what: Delivery) {
         let Some(conn) = self.conns.get_mut(&session) else { return };
+        if let Delivery::Lost(ticket) = what {
+            // Even if the connection came back before the client noticed the cut (a reconnection bumps the link):
+            // dropping it would leave the request's caller waiting forever, which no real client does.
+            let error = conn.ended.map_or(ZkError::ConnectionLoss, session_error);
+            self.answer(ticket, Err((None, error)));
+            return;
+        }
         if conn.link != link {
             // A watch event is not lost with its connection: the client sets its watches again on the next one, and
             // the server fires those whose node changed meanwhile.
@@ -123,6 +130,7 @@ impl Net {
                 conn.states.push_back(state);
                 self.dirty.insert(owner);
             }
+            Delivery::Lost(_) => {}
         }
     }
 
@@ -158,7 +166,7 @@ impl Net {
         let delay = at - self.now;
         self.at(delay, Ev::Deliver { session, link, what: Delivery::State(SessionState::Disconnected) });
         for (k, ticket) in failed.into_iter().enumerate() {
-            let what = Delivery::Reply(ticket, Err((None, ZkError::ConnectionLoss)));
+            let what = Delivery::Lost(ticket);
             self.at(delay + Duration::from_micros(k as u64 + 1), Ev::Deliver { session, link, what });
         }
     }

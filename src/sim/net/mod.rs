@@ -88,6 +88,9 @@ pub(crate) enum Delivery {
     Reply(Ticket, Answer),
     Watch(Ticket, WatchEvent),
     State(SessionState),
+    /// A request that was out at a cut: the client fails it with the lost connection when it notices the cut, on
+    /// whichever connection it has by then (it is never lost with one).
+    Lost(Ticket),
 }
 
 /// The network, the server and the clock: shared by every [`SimClient`] and the world.

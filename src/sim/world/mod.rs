@@ -151,6 +151,12 @@ pub(super) struct World {
     finished_at: BTreeMap<String, Duration>,
     /// Every item name ever finished (a retired one included): a finish reported `Ok` must be among them.
     ever_finished: BTreeSet<String>,
+    /// What each member of the party holds, by the server, as last seen before it began to end, by member name.
+    holding: BTreeMap<String, BTreeSet<String>>,
+    /// How each member took its party in force in.
+    taken_in: BTreeMap<ActorId, checker::TakenIn>,
+    /// What each member gone from the party last held: to be in a target once the party has it in force.
+    orphans: BTreeMap<String, BTreeSet<String>>,
     /// The names finished since they last entered the set: the next entry of one is a new item (a new incarnation).
     /// A name that merely left the set (a plain remove) and comes back is the same item, with its checkpoint.
     finished_since_entry: BTreeSet<String>,
@@ -236,6 +242,9 @@ impl World {
             finished_at: BTreeMap::new(),
             ever_finished: BTreeSet::new(),
             finished_since_entry: BTreeSet::new(),
+            holding: BTreeMap::new(),
+            taken_in: BTreeMap::new(),
+            orphans: BTreeMap::new(),
             checking: false,
             party_seen: BTreeMap::new(),
             assignments: BTreeMap::new(),
@@ -313,6 +322,7 @@ impl World {
             self.record_announcements();
             let checked =
                 self.check_safety().and_then(|()| self.check_listings()).and_then(|()| self.check_assignments());
+            let checked = checked.and_then(|()| self.check_orphans_taken());
             if let Err(violation) = checked {
                 self.violate(violation);
             }

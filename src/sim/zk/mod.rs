@@ -211,6 +211,11 @@ impl Zk {
         self.sessions.contains_key(&s)
     }
 
+    /// The live sessions, in order.
+    pub fn live_sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
+        self.sessions.keys().copied()
+    }
+
     /// Ends a session (expiry or close): deletes its ephemerals (firing watches as a real server does), drops every
     /// watch registered by it, marks it dead. Idempotent.
     pub fn expire(&mut self, s: SessionId) {

@@ -55,8 +55,34 @@ impl Core {
         self.share.target()
     }
 
+    /// Whether the target was computed for the set followed now: `false` once the set changed under it
+    /// (incremental: it is worked towards, less what left the set, until the quiet period ends).
+    pub fn target_up_to_date(&self) -> bool {
+        !self.share.outdated()
+    }
+
+    /// Whether the target waits for the quiet period's end to be taken again (after a hand-over).
+    pub fn target_deferred(&self) -> bool {
+        self.share.deferred()
+    }
+
     /// How many departures were handed over at once (the fast path).
     pub fn hand_overs(&self) -> u64 {
         self.party.hand_overs()
+    }
+
+    /// The departed members' items the latest hand-over computed, if the latest assignment adopted was one.
+    pub fn last_orphans(&self) -> Option<&BTreeSet<usize>> {
+        self.party.last_orphans()
+    }
+
+    /// The party of the assignment the quiet period last decided: what a hand-over's orphans are computed from.
+    pub fn decided_members(&self) -> Option<&[String]> {
+        self.party.decided_members()
+    }
+
+    /// How many assignments the quiet period decided (a hand-over is not one).
+    pub fn decided(&self) -> u64 {
+        self.party.decided()
     }
 }

@@ -32,13 +32,19 @@ pub(super) struct PartyView {
     joining: Option<ReqId>,
     /// The members the assignment in force was computed from.
     members: Arc<[String]>,
-    /// The assignments adopted since the last one the quiet period decided (that one first): what the departure
-    /// fast path computes a departed member's holdings from.
-    adopted: Vec<Adopted>,
+    /// The party of the assignment the quiet period last decided, with its capacities: what the departure fast path
+    /// computes the departed members' items from.
+    decided_party: Option<DecidedParty>,
+    /// The departed members' items the latest hand-over took, if the latest assignment adopted was one (the
+    /// checker's log).
+    #[cfg(any(test, feature = "sim"))]
+    last_orphans: Option<BTreeSet<usize>>,
     /// What the other members announce, and the disagreements it shows.
     announcements: Announcements,
     /// How many departures were handed over at once (the checker's count of the fast path).
     hand_overs: u64,
+    /// How many assignments the quiet period decided (the checker's count: a hand-over is not one).
+    decided: u64,
 }
 
 impl PartyView {
@@ -54,9 +60,12 @@ impl PartyView {
             debounce,
             joining: None,
             members: Arc::from([]),
-            adopted: Vec::new(),
+            decided_party: None,
+            #[cfg(any(test, feature = "sim"))]
+            last_orphans: None,
             announcements: Announcements::new(now),
             hand_overs: 0,
+            decided: 0,
         }
     }
 
@@ -84,6 +93,23 @@ impl PartyView {
     #[cfg(any(test, feature = "sim"))]
     pub(super) fn hand_overs(&self) -> u64 {
         self.hand_overs
+    }
+
+    /// How many assignments the quiet period decided.
+    pub(super) fn decided(&self) -> u64 {
+        self.decided
+    }
+
+    /// The orphans of the latest hand-over, if the latest assignment adopted was one (the checker's log).
+    #[cfg(any(test, feature = "sim"))]
+    pub(super) fn last_orphans(&self) -> Option<&BTreeSet<usize>> {
+        self.last_orphans.as_ref()
+    }
+
+    /// The party of the assignment the quiet period last decided (the checker's).
+    #[cfg(any(test, feature = "sim"))]
+    pub(super) fn decided_members(&self) -> Option<&[String]> {
+        self.decided_party.as_ref().map(|decided| &*decided.members)
     }
 
     /// Whether the latest party read is newer than the last change notification.
@@ -132,12 +158,11 @@ impl PartyView {
     }
 }
 
-/// An assignment adopted: its party, their capacities (a departed member's announcement is gone once it has left),
-/// and, for a hand-over, the departed members' items it handed over (`None`: the quiet period decided it).
-pub(super) struct Adopted {
+/// The party of an assignment the quiet period decided, and their capacities (a departed member's announcement is
+/// gone once it has left, so they are kept with it).
+pub(super) struct DecidedParty {
     members: Arc<[String]>,
     capacities: Arc<[u32]>,
-    orphans: Option<BTreeSet<usize>>,
 }
 
 /// A member's announcement as read: what it says, the zxid of the write that said it, and when we read it.
@@ -255,11 +280,15 @@ impl Core {
         self.note_placement(placement);
         self.share.set_load(load);
         self.party.members = self.party.latest.clone().into();
-        let capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]).into();
         if orphans.is_none() {
-            self.party.adopted.clear();
+            let capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]).into();
+            self.party.decided_party = Some(DecidedParty { members: self.party.members.clone(), capacities });
+            self.party.decided += 1;
         }
-        self.party.adopted.push(Adopted { members: self.party.members.clone(), capacities, orphans });
+        #[cfg(any(test, feature = "sim"))]
+        {
+            self.party.last_orphans = orphans;
+        }
         set(&mut self.share);
         self.locks.set_want_is_target(false);
         self.note_set_in_force();
@@ -318,17 +347,11 @@ impl Core {
     /// is kept. What else the change would move (a load bound's shifts between survivors: one we would lose, one we
     /// would gain from a survivor) waits for the quiet period, restarted at the change: the target is deferred until
     /// then, and the assignment then computed moves it. Another departure meanwhile is handed over too: two crashes a
-    /// second apart are two hand-overs, the second's orphans what the second member holds
-    /// ([`holdings`](Core::holdings)).
+    /// second apart are two hand-overs ([`orphans`](Core::orphans) says which items each takes).
     fn hand_over(&mut self) -> Result<(), Cause> {
         // The departed members' items (computed first: a function that remembers its latest party, as Rendezvous
-        // does, then follows one change only).
-        let (mut orphans, mut departed) = (BTreeSet::new(), 0);
-        let in_force = self.party.members.clone();
-        for gone in in_force.iter().filter(|member| self.party.latest.binary_search(member).is_err()) {
-            orphans.extend(self.holdings(gone)?);
-            departed += 1;
-        }
+        // does, then follows the change from the decided party to the latest).
+        let (orphans, departed) = self.orphans()?;
         let (target, load, placement) = self.assignment(&self.party.latest)?;
         tracing::info!(departed, their_items = orphans.len(), "departure handed over at once");
         self.party.hand_overs += 1;
@@ -337,24 +360,29 @@ impl Core {
         Ok(())
     }
 
-    /// What `member` holds, as the assignments adopted since the quiet period last decided give it: its share then
-    /// (the moves a hand-over defers have not happened: every member takes the assignment again when the period
-    /// ends, so that all start from the same one), and the orphans each hand-over since gave it. Its share under the
-    /// latest alone is not it: when a hand-over's party gives one of its items to a survivor (a load bound's move,
-    /// deferred), it still holds it, and when it departs too that item is an orphan.
-    fn holdings(&self, member: &str) -> Result<BTreeSet<usize>, Cause> {
-        let mut held = BTreeSet::new();
-        for adopted in &self.party.adopted {
-            if adopted.members.binary_search_by(|m| m.as_str().cmp(member)).is_err() {
-                continue;
-            }
-            let share = self.assignment_of(member, &adopted.members, &adopted.capacities)?.0;
-            match &adopted.orphans {
-                None => held.extend(share),
-                Some(orphans) => held.extend(share.intersection(orphans).copied()),
-            }
+    /// The items a hand-over may take at once, and how many members they come from: what the assignment the quiet
+    /// period last decided gave to each member gone since, not only to those gone since the latest hand-over. Every
+    /// survivor computes the same set whichever departures it saw one at a time and which together (a server's
+    /// pause ends several sessions at once, and one survivor reads them gone in one read, another in two): the
+    /// items an earlier hand-over gave to a member that is gone too are in the decided shares of members gone
+    /// (an orphan, recursively), so the union is the same either way. An item an earlier hand-over gave to a
+    /// survivor that now goes to another is taken by both: the lock queues the second behind the first, which holds
+    /// it until its own quiet period ends and lets it go then. (Counting a departed member's holdings hand-over by
+    /// hand-over, as the core once did, is not the same for two survivors that saw the departures differently: one
+    /// thought an item its neighbour's, which the neighbour never took, and it waited the quiet period.)
+    fn orphans(&self) -> Result<(BTreeSet<usize>, usize), Cause> {
+        let Some(decided) = &self.party.decided_party else { return Ok((BTreeSet::new(), 0)) };
+        let latest = &self.party.latest;
+        // (Sabotage: only the members gone since the party in force, as if each hand-over stood alone.)
+        let counted = |gone: &&String| {
+            !breaks(Sabotage::OrphansOfTheLatestChangeOnly) || self.party.members.binary_search(gone).is_ok()
+        };
+        let (mut orphans, mut departed) = (BTreeSet::new(), 0);
+        for gone in decided.members.iter().filter(|member| latest.binary_search(member).is_err()).filter(counted) {
+            orphans.extend(self.assignment_of(gone, &decided.members, &decided.capacities)?.0);
+            departed += 1;
         }
-        Ok(held)
+        Ok((orphans, departed))
     }
 
     /// The party or the set changed: the assignment in force is no longer right.

@@ -91,9 +91,13 @@ impl Share {
     pub(super) fn hand_over(&mut self, new: BTreeSet<usize>, orphans: &BTreeSet<usize>) {
         let mut target = self.target.take().unwrap_or_default();
         target.extend(new.intersection(orphans).copied());
-        // Deferred even when `new` adds nothing else for us: the others' shifts, made when their quiet period ends,
-        // change what they hold, and the assignment then taken is what `holdings` computes from next.
-        self.deferred = true;
+        // Deferred even when `new` adds nothing else for us: every member takes the assignment again when its quiet
+        // period ends, so that the next hand-over's orphans are computed from the same decided party by all.
+        if breaks(Sabotage::HandOverDefersOnlyMoves) {
+            self.deferred |= target != new;
+        } else {
+            self.deferred = true;
+        }
         self.target = Some(target);
         self.changed();
     }

@@ -164,6 +164,37 @@ fn a_departed_member_still_holding_an_item_a_hand_over_moved_away_hands_it_over_
     assert_eq!(s.core.hand_overs(), 2);
 }
 
+#[test]
+fn two_departures_read_one_by_one_or_at_once_hand_over_the_same_items() {
+    // Table over 8 items, members a, b, c, d: a holds 0 and 4. c goes, then b. Without c, c's 2 goes to d and its 6
+    // to a; without b too, a's share is 0, 2, 4 and 6. Item 2 is c's by the decided party: a takes it at once
+    // whether it read the two departures one by one or together, and so does any survivor (d, that read them
+    // together, gives 2 to a: were a to wait for d to hand it over, nobody would take it).
+    let held = |s: &Script| -> BTreeSet<usize> { s.core.target().cloned().unwrap_or_default() };
+    // One by one.
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[A, B, C, D]);
+    assert_eq!(s.core.listed(), &BTreeSet::from([0, 4]));
+    s.send(Event::PartyChanged);
+    s.party(&[A, B, D]);
+    assert_eq!(s.created_items(), BTreeSet::from([6]));
+    s.grant_locks();
+    s.wait(TB / 4);
+    s.seen.clear();
+    s.send(Event::PartyChanged);
+    s.party(&[A, D]);
+    assert_eq!(s.created_items(), BTreeSet::from([2]), "c's item 2, which d never had, is taken at once");
+    s.grant_locks();
+    let one_by_one = held(&s);
+    // At once.
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[A, B, C, D]);
+    s.send(Event::PartyChanged);
+    s.party(&[A, D]);
+    assert_eq!(s.created_items(), BTreeSet::from([2, 6]));
+    s.grant_locks();
+    assert_eq!(held(&s), one_by_one);
+    assert_eq!(one_by_one, BTreeSet::from([0, 2, 4, 6]));
+}
+
 /// A case: its name, the mode, the function, the party before and the party as read after.
 type Case = (&'static str, Rebalance, Box<dyn crate::PartitionFn>, &'static [&'static str], &'static [&'static str]);
 
