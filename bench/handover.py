@@ -20,6 +20,8 @@ Phases, each from a stable party of --members over the integers 0..--items-1, on
 - crash-join: one member gets SIGKILL, and a new member is started once its items are taken again (or S + 1 s
   after the kill): a burst, in which a join within `time_boundary` of the departure may move an orphan again.
 - crash-crash: two members get SIGKILL one second apart.
+- crash-pair: two members get SIGKILL at once: their sessions end within a tick of each other, so some survivors
+  read both gone in one party read and others in two (the survivors must agree on who takes what either way).
 
 Figures per phase:
 
@@ -57,12 +59,13 @@ MODES = {
     "incremental-weighted": {"impl": "rust", "flags": ["--partition", "weighted", "--rebalance", "incremental"],
                              "label": "Incremental + WeightedRendezvous"},
 }
-PHASES = ["crash", "leave", "crash-join", "crash-crash"]
+PHASES = ["crash", "leave", "crash-join", "crash-crash", "crash-pair"]
 PHASE_TITLES = {
     "crash": "A member is killed (SIGKILL): from the kill until its items are processed again",
     "leave": "A member leaves (SIGTERM: finish()): from its exit until its items are processed again",
     "crash-join": "A member is killed and another joins once its items are taken (a burst within time_boundary)",
     "crash-crash": "Two members are killed one second apart",
+    "crash-pair": "Two members are killed at once (their sessions end together, as after a server's pause)",
 }
 
 
@@ -194,6 +197,15 @@ def run_once(args, observer, mode, run):
         after = party.settle(live - {first, second}, timeout + args.session_timeout,
                              not_before=tf + 1 + args.session_timeout + tb)
         measure(phase, [first, second], live, after, tf, {})
+        live = after
+
+        phase = "crash-pair"
+        first, second = members[6], members[7]
+        tf = party.signal(first, signal.SIGKILL)
+        party.signal(second, signal.SIGKILL)
+        after = party.settle(live - {first, second}, timeout + args.session_timeout,
+                             not_before=tf + args.session_timeout + tb)
+        measure(phase, [first, second], live, after, tf, {})
     except (rebalance.PhaseError, OSError) as err:
         rebalance.say("%s run %d %s FAILED: %s" % (mode, run, phase, err))
         print(json.dumps(dict(base, phase=phase, ok=False, error=str(err))), flush=True)
@@ -260,7 +272,7 @@ def report(args):
             continue
         w("#### %s\n" % PHASE_TITLES[phase])
         extra = {"leave": " | from the SIGTERM", "crash-join": " | orphans moved again"}.get(phase, "")
-        extra = extra or (" | orphans moved again" if phase == "crash-crash" else "")
+        extra = extra or (" | orphans moved again" if phase in ("crash-crash", "crash-pair") else "")
         w("| implementation | runs | orphans | taken | kept stopped | double-owned item-s%s |" % extra)
         w("|---|---|---|---|---|---|%s" % ("---|" if extra else ""))
         for mode in modes:

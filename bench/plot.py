@@ -353,7 +353,8 @@ def plot_rebalance(plt, inputs, out):
 def plot_handover(plt, inputs, out):
     (path,) = inputs
     records = [r for r in load(path) if r.get("ok", True) and r.get("taken_s") is not None]
-    phases = [p for p in ("crash", "leave", "crash-join", "crash-crash") if any(r["phase"] == p for r in records)]
+    phases = [p for p in ("crash", "leave", "crash-join", "crash-crash", "crash-pair")
+              if any(r["phase"] == p for r in records)]
     modes = [m for m in MODES if any(r["mode"] == m for r in records)]
     groups = [(p, [r for r in records if r["phase"] == p]) for p in phases]
     fig, ax = plt.subplots(figsize=(9.5, 5.4), layout="constrained")
@@ -367,7 +368,8 @@ def plot_handover(plt, inputs, out):
         ax.annotate("session timeout S = %g s" % s_timeout, (len(phases) - 0.5, s_timeout), xytext=(-2, 2),
                     textcoords="offset points", ha="right", va="bottom", fontsize=7, color=MUTED)
     titles = {"crash": "crash (SIGKILL):\nfrom the kill", "leave": "leave (SIGTERM):\nfrom the leaver's exit",
-              "crash-join": "crash, then a join\n(from the kill)", "crash-crash": "two crashes 1 s apart\n(from the first)"}
+              "crash-join": "crash, then a join\n(from the kill)", "crash-crash": "two crashes 1 s apart\n(from the first)",
+              "crash-pair": "two crashes at once\n(from the kills)"}
     ax.set_xticks(range(len(phases)))
     ax.set_xticklabels([titles[p] for p in phases])
     ax.grid(axis="x", visible=False)

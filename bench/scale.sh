@@ -22,7 +22,8 @@
 # member line that end a phase), KEEP_LOGS (a directory to keep the members' stderr and the GC log in),
 # INPROCESS_THREADS (the in-process host's Tokio worker threads; default one per core), TIME_BOUNDARY (2 s),
 # SESSION_TIMEOUT (10 s), ZOO_HEAP_MB (256), PHASE_TIMEOUT (300 s), OUT (scale), ZOOKEEPER_IMAGE
-# (zk-partitioner/zookeeper:3.8), WORKER (a worker command to run instead of this tree's `zkp worker`), MACHINE_NOTE
+# (zk-partitioner/zookeeper:3.8), JOIN_AFTER_S (the cold start ends that long after its cover, not after QUIET_S of
+# silence: the join right after a cold start), WORKER (a worker command to run instead of this tree's `zkp worker`), MACHINE_NOTE
 # (a sentence added to the machine line), ZK_ROUTE (bridge: the container's address; proxy: the published port, through
 # docker-proxy), ZK_HOST (docker; process: ZooKeeper as a plain Java process from Debian's libzookeeper-java on
 # loopback, no container), ZK_MAX_SESSION_TIMEOUT (60000 ms: the server's cap on session timeouts; ZooKeeper's own
@@ -172,7 +173,7 @@ python3 bench/scale.py run --own-process-group --connect "$connect" "${zk_args[@
     --host-bin "$work/scale-host" --bench-bin "$work/partitioner" --runs "$RUNS" --warmup "$WARMUP" --modes "$MODES" \
     --hostings "$HOSTINGS" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
     --session-timeout "$SESSION_TIMEOUT" --phase-timeout "$PHASE_TIMEOUT" --host-threads "${INPROCESS_THREADS:-0}" \
-    --log-dir "$work/logs" --quiet-s "${QUIET_S:-8}" >"$results" &
+    --log-dir "$work/logs" --quiet-s "${QUIET_S:-8}" ${JOIN_AFTER_S:+--join-after-s "$JOIN_AFTER_S"} >"$results" &
 runner=$!
 wait "$runner" || run_status=$?
 runner=""
@@ -207,6 +208,7 @@ command="MEMBERS=$MEMBERS ITEMS=$ITEMS bash bench/scale.sh"
 [ -z "${ZK_MAX_SESSION_TIMEOUT:-}" ] || command="ZK_MAX_SESSION_TIMEOUT=$ZK_MAX_SESSION_TIMEOUT $command"
 [ -z "${WORKER:-}" ] || command="WORKER=$WORKER $command"
 [ "$ZOO_HEAP_MB" = 256 ] || command="ZOO_HEAP_MB=$ZOO_HEAP_MB $command"
+[ -z "${JOIN_AFTER_S:-}" ] || command="JOIN_AFTER_S=$JOIN_AFTER_S $command"
 [ "$OUT" = scale ] || command="$command  # OUT=$OUT"
 python3 bench/scale.py report "bench/results/$OUT.jsonl" --machine "$machine" --command "$command" \
     --title "Scale: $MEMBERS members over $ITEMS items" | tee "bench/results/$OUT.md"
