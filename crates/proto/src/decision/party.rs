@@ -44,6 +44,7 @@ pub(super) struct PartyView {
     /// How many departures were handed over at once (the checker's count of the fast path).
     hand_overs: u64,
     /// How many assignments the quiet period decided (the checker's count: a hand-over is not one).
+    #[cfg(any(test, feature = "sim"))]
     decided: u64,
 }
 
@@ -65,6 +66,7 @@ impl PartyView {
             last_orphans: None,
             announcements: Announcements::new(now),
             hand_overs: 0,
+            #[cfg(any(test, feature = "sim"))]
             decided: 0,
         }
     }
@@ -96,6 +98,7 @@ impl PartyView {
     }
 
     /// How many assignments the quiet period decided.
+    #[cfg(any(test, feature = "sim"))]
     pub(super) fn decided(&self) -> u64 {
         self.decided
     }
@@ -283,7 +286,10 @@ impl Core {
         if orphans.is_none() {
             let capacities = self.capacities().unwrap_or_else(|| vec![1; self.party.latest.len()]).into();
             self.party.decided_party = Some(DecidedParty { members: self.party.members.clone(), capacities });
-            self.party.decided += 1;
+            #[cfg(any(test, feature = "sim"))]
+            {
+                self.party.decided += 1;
+            }
         }
         #[cfg(any(test, feature = "sim"))]
         {
