@@ -1,9 +1,11 @@
 //! Fenced checkpoints: per item, a small blob stored next to its lock, which only the item's current holder can write.
 //!
 //! The blob of item `<item>` lives in the persistent node `<path>/checkpoints/<item>` (`<item>` is the item's lock
-//! node name). Its data is a one-line header, `zkp-checkpoint 1 <token> <writer>\n`, then the user's bytes: the
-//! writer's [`FencingToken`] (in decimal) and member name travel with the data, so a reader knows who wrote it and
-//! under which ownership. kazoo members ignore the `checkpoints` node.
+//! node name), or, once an import has replaced the party's progress, in the generation it wrote
+//! (`<path>/checkpoint-generations/<tag>/<item>`: `checkpoint_store::generation` says which is in force). Its data is a one-line
+//! header, `zkp-checkpoint 1 <token> <writer>\n`, then the user's bytes: the writer's [`FencingToken`] (in decimal)
+//! and member name travel with the data, so a reader knows who wrote it and under which ownership. kazoo members
+//! ignore the `checkpoints` node.
 //!
 //! [`CheckpointWriter`] says why the fence holds.
 
@@ -12,20 +14,14 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client::Client;
 
+pub use crate::checkpoint_store::MAX_CHECKPOINT_SIZE;
+use crate::checkpoint_store::{blob, generation, parse_blob};
 use crate::paths::Paths;
 use crate::retry::{is_transient, retry_transient, session_end};
 use crate::session::SessionRef;
 use crate::shared_set::{Finisher, SetStore};
 use crate::zookeeper::{Mode, MultiError, WriteOp, ZkError, ZooKeeper};
 use crate::{Error, FencingToken, Item};
-
-/// The largest checkpoint accepted by a save, in bytes (512 KiB): ZooKeeper keeps every node in memory and sends it
-/// whole, and refuses packets over `jute.maxbuffer` (1 MiB by default), so checkpoints are meant to be small (an
-/// offset, a cursor, a token), not data.
-pub const MAX_CHECKPOINT_SIZE: usize = 512 * 1024;
-
-/// The header's first word and format version.
-const MAGIC: &str = "zkp-checkpoint 1";
 
 /// How often a save goes round when the checkpoint node appears or disappears under it (only someone deleting the
 /// node by hand, over and over, makes it go round more than twice).
@@ -55,14 +51,16 @@ pub(crate) struct Checkpoints<Z = Client> {
     /// The partition path.
     path: String,
     paths: Paths,
-    /// `<path>/checkpoints`.
-    dir: String,
+    /// The generation in force when the member joined the party: where its checkpoints are, and the version of
+    /// `<path>/checkpoints` every save checks.
+    generation: generation::Generation,
 }
 
 impl<Z: ZooKeeper> Checkpoints<Z> {
-    /// The checkpoints of the partition whose nodes are `paths` (their ACL included).
-    pub(crate) fn new(session: SessionRef<Z>, base: &str, paths: Paths) -> Self {
-        Checkpoints { session, path: base.to_owned(), paths, dir: format!("{base}/checkpoints") }
+    /// The checkpoints of the partition whose nodes are `paths` (their ACL included), of `generation` (read after
+    /// the member joined the party: see `checkpoint_store::generation`).
+    pub(crate) fn new(session: SessionRef<Z>, base: &str, paths: Paths, generation: generation::Generation) -> Self {
+        Checkpoints { session, path: base.to_owned(), paths, generation }
     }
 
     /// The partition path.
@@ -70,9 +68,9 @@ impl<Z: ZooKeeper> Checkpoints<Z> {
         &self.path
     }
 
-    /// `<path>/checkpoints/<item>`.
+    /// `<path>/checkpoints/<item>`, or the item's node in the generation in force.
     fn node(&self, item: &Item) -> String {
-        format!("{}/{}", self.dir, item.node_name())
+        format!("{}/{}", self.generation.dir, item.node_name())
     }
 
     /// A writer for `item`, held through the lock node `lock_node` (its name in the item's lock directory).
@@ -88,6 +86,7 @@ impl<Z: ZooKeeper> Checkpoints<Z> {
             item: item.clone(),
             node: self.node(item),
             lock_node: format!("{}/{lock_node}", self.paths.lock_dir(&item.node_name())),
+            pointer: generation::pointer(&self.path),
             token,
             member,
         }
@@ -102,22 +101,15 @@ impl<Z: ZooKeeper> Checkpoints<Z> {
             Err(ZkError::NoNode) => return Ok(None),
             Err(err) => return Err(Error::zk("get_data", node, err)),
         };
-        let corrupt = |reason: &str| Error::CheckpointCorrupt {
+        let (token, writer, data) = parse_blob(&blob).map_err(|reason| Error::CheckpointCorrupt {
             item: item.node_name(),
             path: node.clone(),
             reason: reason.to_owned(),
-        };
-        let newline = blob.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
-        let header = std::str::from_utf8(&blob[..newline]).map_err(|_| corrupt("the header is not UTF-8"))?;
-        let rest = header.strip_prefix(MAGIC).and_then(|rest| rest.strip_prefix(' ')).ok_or_else(|| {
-            corrupt("the header does not start with \"zkp-checkpoint 1\" (not written by this crate, or by a newer version)")
         })?;
-        let (token, writer) = rest.split_once(' ').ok_or_else(|| corrupt("the header has no writer"))?;
-        let token: i64 = token.parse().map_err(|_| corrupt("the header's token is not a number"))?;
         Ok(Some(Checkpoint {
-            data: blob[newline + 1..].to_vec(),
+            data: data.to_vec(),
             token: FencingToken::new(token),
-            writer: writer.to_owned(),
+            writer,
             saved: SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)),
             version: stat.version,
         }))
@@ -133,8 +125,9 @@ impl<Z: ZooKeeper> Checkpoints<Z> {
 /// writer). Cheap to clone.
 /// # Why one check makes the write safe
 ///
-/// A save is one `multi`: `check` that our lock node for the item exists (any version), and `setData` on the
-/// checkpoint node (or `create` it, the first time). ZooKeeper applies a `multi` atomically at one point of its total
+/// A save is one `multi`: `check` that our lock node for the item exists (any version), `check` that the checkpoints
+/// in force are the generation the member joined under (an import of the party's progress moves it:
+/// see `checkpoint_store::generation`), and `setData` on the checkpoint node (or `create` it, the first time). ZooKeeper applies a `multi` atomically at one point of its total
 /// order, and rejects it whole if any operation fails, so the write happens only if our lock node exists at that
 /// point. That our lock node exists means we hold the item:
 ///
@@ -167,6 +160,8 @@ pub(crate) struct Writer<Z> {
     node: String,
     /// Our lock node's full path.
     lock_node: String,
+    /// `<path>/checkpoints`, whose data version ([`Checkpoints::generation`]) every save checks.
+    pointer: String,
     token: FencingToken,
     member: Arc<str>,
 }
@@ -269,15 +264,17 @@ impl<Z: ZooKeeper> Writer<Z> {
         let set = SetStore::new(self.store.session.clone(), &self.store.path, self.store.paths.acls.clone());
         let finisher =
             Finisher { item: &self.item, lock_node: &self.lock_node, token: self.token.get(), member: &self.member };
-        let extra: Vec<WriteOp<'_>> =
-            blob.iter().map(|blob| WriteOp::SetData { path: &self.node, data: blob, version: None }).collect();
+        let mut extra: Vec<WriteOp<'_>> = Vec::new();
+        if let Some(blob) = &blob {
+            let epoch = Some(self.store.generation.version);
+            extra.push(WriteOp::Check { path: &self.pointer, version: epoch });
+            extra.push(WriteOp::SetData { path: &self.node, data: blob, version: None });
+        }
         set.finish_item(&finisher, &extra).await
     }
 
     fn blob(&self, data: &[u8]) -> Vec<u8> {
-        let mut blob = format!("{MAGIC} {} {}\n", self.token.get(), self.member).into_bytes();
-        blob.extend_from_slice(data);
-        blob
+        blob(self.token.get(), &self.member, data)
     }
 
     /// See [`CheckpointWriter::save`].
@@ -307,18 +304,26 @@ impl<Z: ZooKeeper> Writer<Z> {
                 (Some(0), ZkError::NoNode) => {
                     return Err(self.fenced("its lock node is gone: the item was released, or its session ended"));
                 }
+                (Some(1), ZkError::BadVersion | ZkError::NoNode) => {
+                    return Err(self.fenced(
+                        "the party's progress was replaced (an import, or a reset of the checkpoints) since this \
+                         member joined: restart it",
+                    ));
+                }
                 // The checkpoint node does not exist yet: create it.
-                (Some(1), ZkError::NoNode) if !create => create = true,
-                // `<path>/checkpoints` does not exist yet.
-                (Some(1), ZkError::NoNode) => {
-                    match retry_transient(&zk, || zk.mkdir(&self.store.dir, &self.store.paths.acls)).await {
+                (Some(2), ZkError::NoNode) if !create => create = true,
+                // Its directory does not exist yet (the first generation's, `<path>/checkpoints`, is made at
+                // start-up; an import makes its own).
+                (Some(2), ZkError::NoNode) => {
+                    let dir = &self.store.generation.dir;
+                    match retry_transient(&zk, || zk.mkdir(dir, &self.store.paths.acls)).await {
                         Ok(()) => {}
                         Err(err) if session_end(&err).is_some() => return Err(self.fenced("its session has ended")),
-                        Err(err) => return Err(Error::zk("mkdir", self.store.dir.as_str(), err)),
+                        Err(err) => return Err(Error::zk("mkdir", dir.as_str(), err)),
                     }
                 }
                 // Created meanwhile (by another save of ours): update it.
-                (Some(1), ZkError::NodeExists) if create => create = false,
+                (Some(2), ZkError::NodeExists) if create => create = false,
                 (_, error) => {
                     let op = if create { "multi check+create" } else { "multi check+set_data" };
                     return Err(Error::zk(op, self.node.as_str(), error));
@@ -328,7 +333,7 @@ impl<Z: ZooKeeper> Writer<Z> {
         Err(Error::zk("multi check+set_data", self.node.as_str(), ZkError::NoNode))
     }
 
-    /// One `multi`: check our lock node, then set (or create) the checkpoint node. Sent again while it is lost with
+    /// One `multi`: check our lock node and the generation's version, then set (or create) the checkpoint node. Sent again while it is lost with
     /// the connection; the client fails it for good once the session ends.
     async fn commit(&self, zk: &Z, blob: &[u8], create: bool) -> Result<(), MultiError> {
         let mut delay = Duration::from_millis(10);
@@ -339,7 +344,12 @@ impl<Z: ZooKeeper> Writer<Z> {
             } else {
                 WriteOp::SetData { path: &self.node, data: blob, version: None }
             };
-            let ops = [WriteOp::Check { path: &self.lock_node, version: None }, write];
+            let epoch = Some(self.store.generation.version);
+            let ops = [
+                WriteOp::Check { path: &self.lock_node, version: None },
+                WriteOp::Check { path: &self.pointer, version: epoch },
+                write,
+            ];
             match zk.multi_write(&ops).await {
                 Err(MultiError { index: None, error }) if is_transient(&error) => {
                     tracing::warn!(%error, item = %self.item, "retrying a checkpoint save lost with the connection");

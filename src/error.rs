@@ -269,6 +269,27 @@ pub enum Error {
         limit: usize,
     },
 
+    /// A progress token ([`Progress`](crate::shared_set::Progress)) that cannot be imported: not JSON, cut short, of
+    /// a format this version does not read (a newer one), or with contents that are not one party's progress.
+    /// Nothing was written.
+    #[error("invalid progress token: {reason}")]
+    InvalidProgress {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An import ([`SharedSet::import`](crate::SharedSet::import)) refused before writing anything: the party is
+    /// running (a member in the party, or a lock held or waited for), or the token does not fit the path.
+    #[error("import into {path} refused: {reason}{}", holders_shown(holders))]
+    ImportRefused {
+        /// The partition path.
+        path: String,
+        /// Why.
+        reason: String,
+        /// The members in the party, or the lock holders (`<identifier> (item <item>)`), at most ten.
+        holders: Vec<String>,
+    },
+
     /// A checkpoint node holds data this crate did not write (or a newer version's format).
     #[error("checkpoint of item {item:?} at {path} cannot be read: {reason}")]
     CheckpointCorrupt {
@@ -296,6 +317,14 @@ impl Error {
 
     pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidConfig { field, reason: reason.into() }
+    }
+}
+
+/// `: a, b` for the holders an import refusal names (nothing for none).
+fn holders_shown(holders: &[String]) -> String {
+    match holders {
+        [] => String::new(),
+        holders => format!(": {}", holders.iter().map(|h| shown(h)).collect::<Vec<_>>().join(", ")),
     }
 }
 

@@ -8,7 +8,8 @@
 //! The [`guide`] explains each feature in depth, a chapter per topic: [states and sessions](guide::states),
 //! [beyond kazoo](guide::beyond_kazoo), [static membership](guide::static_membership), [the shared
 //! set](guide::shared_set), [lineage](guide::lineage), [weights](guide::weights), [who owns
-//! what](guide::who_owns_what), [checkpoints](guide::checkpoints), [security](guide::security),
+//! what](guide::who_owns_what), [checkpoints](guide::checkpoints), [moving and restoring a
+//! party](guide::progress), [security](guide::security),
 //! [metrics](guide::metrics), [testing your workers](guide::testing), [troubleshooting](guide::troubleshooting) and
 //! [performance](guide::performance).
 //!
@@ -144,7 +145,9 @@
 //! <path>/locks                             persistent, empty
 //! <path>/locks/<item>                      persistent, empty                          (one per item, kept)
 //! <path>/locks/<item>/<32 hex>__lock__<seq> ephemeral sequential, data = member name  (contenders; lowest holds)
+//! <path>/checkpoints                       persistent, data = empty, or the generation (after an import)
 //! <path>/checkpoints/<item>                persistent, data = writer + token + bytes  (fenced checkpoints, if used)
+//! <path>/checkpoint-generations/<tag>/<item> persistent, as above                   (an imported generation)
 //! <path>/items                             persistent, data = header: kind, version,  (the shared set, if used)
 //!                                          state, log of recent update tokens
 //! <path>/items/<item>                      persistent, empty                          (one per item of it)
@@ -219,6 +222,7 @@
 mod acl;
 mod builder;
 pub mod checkpoint;
+mod checkpoint_store;
 pub mod checks;
 pub mod connection;
 pub mod describe;

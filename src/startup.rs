@@ -13,6 +13,7 @@ use zookeeper_client::Client;
 
 use crate::acl::NodeAcls;
 use crate::checkpoint::Checkpoints;
+use crate::checkpoint_store::generation::{self, Generation};
 use crate::driver::publish::Publisher;
 use crate::driver::requests::Context;
 use crate::driver::{self, Driver};
@@ -65,6 +66,8 @@ pub(crate) struct Started {
     pub context: Context,
     pub membership: Membership,
     pub paths: Paths,
+    /// The checkpoints in force when the member joined.
+    pub checkpoints: Generation,
 }
 
 /// Starts a member on `zk`. `join_name` is its party node's name (under static membership) or the start of it (see
@@ -86,6 +89,10 @@ pub(crate) async fn start<Z: ZooKeeper>(
     let nonempty = |set: &SetStore<Z>, read: SharedSetVersion| {
         if read.items.is_empty() { Err(Error::EmptySharedSet { path: set.paths().node.clone() }) } else { Ok(read) }
     };
+    // An import being applied is waited for (or finished): its lineage nodes are moving into place.
+    if let Some(set) = &set {
+        set.settle_import().await?;
+    }
     let followed = match &set {
         Some(set) if settings.items.is_empty() => Some(nonempty(set, set.read().await?)?),
         _ => None,
@@ -113,6 +120,16 @@ pub(crate) async fn start<Z: ZooKeeper>(
         Naming::Sequential
     };
     let membership = membership::join(zk, &paths, &settings.identifier, &node_data, join_name, naming).await?;
+    // Read once in the party: an import of the party's progress needs an empty party and moves this node's version
+    // in its commit, so a member that joined before one can never save after it (see `checkpoint_store::generation`).
+    let checkpoints = match generation::read(zk, &settings.path, &paths.acls).await {
+        Ok(checkpoints) => checkpoints,
+        Err(err) => {
+            // Not a member after all: its node goes now, not when the session ends.
+            let _ = membership::leave(zk, &paths, &membership).await;
+            return Err(err);
+        }
+    };
     let core = Core::new(
         CoreConfig {
             items,
@@ -139,7 +156,7 @@ pub(crate) async fn start<Z: ZooKeeper>(
         zk.now(),
     );
     let context = Context::new(paths.clone(), settings.identifier, set, settings.static_membership, settings.set_chunk);
-    Ok(Started { core, context, membership, paths })
+    Ok(Started { core, context, membership, paths, checkpoints })
 }
 
 /// Starts a member on `client` (see [`start`]) and its background task on `runtime`, and returns its handle.
@@ -164,7 +181,8 @@ pub(crate) async fn launch(
 
     // The handle reaches the member's session only while the background task runs (see `session.rs`).
     let (member_session, release_session) = SessionRef::member(client.clone());
-    let checkpoints = Arc::new(Checkpoints::new(member_session.clone(), &path, paths.clone()));
+    let checkpoints =
+        Arc::new(Checkpoints::new(member_session.clone(), &path, paths.clone(), started.checkpoints.clone()));
     let shared_set = started.context.set.as_ref().map(|_| {
         let on_member = SetStore::new(member_session.clone(), &path, paths.acls.clone());
         Arc::new(SharedSet::from_shared(on_member))

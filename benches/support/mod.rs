@@ -1,5 +1,5 @@
-//! What the benchmarks share: the server's own counters (`mntr`) and a thread's CPU clock. Each benchmark uses a
-//! part of it.
+//! What the benchmarks share: the server's own counters (`mntr`), a thread's CPU clock and `main` itself. Each
+//! benchmark uses a part of it.
 #![allow(dead_code)]
 
 pub mod party;
@@ -62,4 +62,35 @@ fn cpu_nanos(clock: i32) -> u64 {
         return 0;
     }
     time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+/// A benchmark's `main`: its arguments parsed (`Ok(None)`: a bare `cargo bench`, nothing to do; `Err`: exit code 2),
+/// then `run` on a multi-threaded runtime; its error printed after `name`.
+pub fn main_of<A, F>(name: &str, parsed: Result<Option<A>, String>, run: impl FnOnce(A) -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
+    use std::process::ExitCode;
+    let args = match parsed {
+        Ok(Some(args)) => args,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("{name}: no runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -13,6 +13,7 @@
 //! | [`weights`] | items of different weights, members of different capacities; the sticky placement |
 //! | [`who_owns_what`] | `describe` and `zkp inspect`: members, owners, contenders, orphans |
 //! | [`checkpoints`] | a per-item blob only the current owner can write |
+//! | [`progress`] | a party's progress as one token: back up, restore, move a party, reset its checkpoints |
 //! | [`security`] | ACLs, authentication and TLS |
 //! | [`metrics`] | the metrics, the Prometheus endpoint of `zkp worker`, and example alerts |
 //! | [`testing`] | testing your workers against a real ZooKeeper with the test kit; ZooKeeper with Docker Compose |
@@ -47,6 +48,9 @@ pub mod who_owns_what {}
 
 #[doc = include_str!("checkpoints.md")]
 pub mod checkpoints {}
+
+#[doc = include_str!("progress.md")]
+pub mod progress {}
 
 #[doc = include_str!("security.md")]
 pub mod security {}

@@ -7,6 +7,7 @@ use std::future::Future;
 use zookeeper_client::Client;
 
 use super::lineage::{Lineage, LineageChange};
+use super::progress::{ImportMode, Imported, Progress};
 use super::{SetStore, SharedSetVersion};
 use crate::acl::NodeAcls;
 use crate::session::SessionRef;
@@ -412,6 +413,86 @@ impl SharedSet {
     pub async fn retire(&self, age: std::time::Duration) -> Result<Vec<Item>, Error> {
         let inner = self.inner.clone();
         self.detached(async move { inner.retire(age).await }).await
+    }
+
+    /// The party's progress as one token: the set, its lineage, its weights and every checkpoint, read at one version
+    /// of the set (an update under way is waited for, or finished). The checkpoints are read after the set, then the
+    /// set's header and the checkpoints in force are read again, and everything is read again if either moved: a
+    /// token never mixes two versions of the set, nor the checkpoints before and after an import. Members may run
+    /// meanwhile (a backup): each checkpoint is then the one in force at some moment of the read.
+    ///
+    /// ```no_run
+    /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
+    /// let progress = set.export().await?;
+    /// std::fs::write("orders.progress.json", progress.to_json()).expect("write");
+    /// println!("version {}: {} items, {} checkpoints", progress.exported.set_version, progress.items.len(),
+    ///     progress.checkpoints.len());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read`](SharedSet::read); [`Error::CheckpointCorrupt`] for a checkpoint this crate did not write.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads (it may finish an update whose writer is gone, as any reader of the set may).
+    pub async fn export(&self) -> Result<Progress, Error> {
+        let inner = self.inner.clone();
+        self.detached(async move { inner.export().await }).await
+    }
+
+    /// Imports a token ([`export`](SharedSet::export)'s) into this path, all or nothing, for a party that is stopped:
+    /// it refuses, naming them, while any member is in the party or any item's lock is held or waited for (Kafka's
+    /// empty-group rule), and a token that shares no item with the set here (unless there is no set). Into a path
+    /// without a set it creates everything; into one with a set it replaces it, with one commit, so a member that
+    /// starts later sees the old progress or the new, never a mix. That commit also moves what every checkpoint
+    /// save checks, so no member of the old party can save a checkpoint over the imported ones, however late it
+    /// wakes; and it fails if a member joined during the import. See [`ImportMode`] for what each mode keeps.
+    ///
+    /// A cut import (the process killed, the session expired) leaves the old state: its staged nodes go with its
+    /// lease, and the next writer or the party's first member undoes its intent.
+    ///
+    /// ```no_run
+    /// # async fn dox(set: zk_partitioner::SharedSet) -> Result<(), zk_partitioner::Error> {
+    /// use zk_partitioner::shared_set::{ImportMode, Progress};
+    ///
+    /// let text = std::fs::read_to_string("orders.progress.json").expect("read");
+    /// let progress = Progress::from_json(&text)?;
+    /// let imported = set.import(&progress, ImportMode::Restore).await?;
+    /// println!("version {}: {} items, {} checkpoints", imported.version, imported.items, imported.checkpoints);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::InvalidProgress`] for a token that cannot be read into a party's progress;
+    /// - [`Error::ImportRefused`] for a running party, an unrelated token, or [`ImportMode::Prune`] with no set here;
+    /// - the errors of [`read`](SharedSet::read) and [`add`](SharedSet::add).
+    ///
+    /// Nothing was changed when it fails, but for [`Error::SharedSetOutcomeUnknown`] (the session ended as the
+    /// commit's reply was lost: read the set to know).
+    ///
+    /// # Cancel safety
+    /// As [`add`](SharedSet::add): from the first poll it runs on a task of its own.
+    pub async fn import(&self, progress: &Progress, mode: ImportMode) -> Result<Imported, Error> {
+        let (inner, progress) = (self.inner.clone(), progress.clone());
+        self.detached(async move { inner.import(&progress, mode).await }).await
+    }
+
+    /// Resets every checkpoint, all at once: the set, its lineage and weights stay; every item starts from nothing.
+    /// The same rules as [`import`](SharedSet::import): the party must be stopped, and no member of it can save
+    /// afterwards. Returns what it did.
+    ///
+    /// # Errors
+    /// As [`import`](SharedSet::import).
+    ///
+    /// # Cancel safety
+    /// As [`add`](SharedSet::add).
+    pub async fn reset_checkpoints(&self) -> Result<Imported, Error> {
+        let inner = self.inner.clone();
+        self.detached(async move {
+            let progress = inner.export().await?;
+            inner.import(&progress, ImportMode::ResetCheckpoints).await
+        })
+        .await
     }
 
     async fn change_lineage(&self, change: LineageChange) -> Result<SharedSetVersion, Error> {

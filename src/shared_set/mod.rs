@@ -48,6 +48,7 @@ mod attempts;
 mod chunks;
 mod create;
 mod lineage;
+mod progress;
 mod read;
 mod recovery;
 mod table;
@@ -61,6 +62,7 @@ pub(crate) use lineage::{Finisher, closed, finished};
 pub use lineage::{ItemLineage, Lineage, LineageStatus};
 #[cfg(test)]
 pub(crate) use lineage::{LineageChange, entry::Entry as LineageEntry};
+pub use progress::{CheckpointRecord, Exported, FinishedRecord, ImportMode, Imported, LineageRecord, Progress};
 pub use read::SharedSetVersion;
 pub(crate) use read::{read_bridged, read_raw_cached};
 pub(crate) use recovery::recover;
@@ -89,6 +91,7 @@ pub(crate) struct SetStore<Z> {
 }
 
 /// Why one attempt of an update did not complete (the update reads the set again and starts over).
+#[derive(Clone, Copy, Debug)]
 enum Retry {
     /// Another writer got there first, or someone edited the set by hand.
     Moved,

@@ -61,6 +61,8 @@ impl<Z: ZooKeeper> SetStore<Z> {
         for tag in self.abandoned(zk, &self.paths.changes, named).await {
             self.delete_tree(zk, &self.paths.change(tag.as_str())).await;
         }
+        // And the checkpoints an import that stopped before its commit wrote.
+        self.collect_generations(zk).await;
     }
 
     /// The tags under `dir` (staged changes) that the header does not name (`named` says which one it names) and whose

@@ -265,7 +265,7 @@ impl<Z: ZooKeeper> SetStore<Z> {
 
     /// Stages a change's additions and removals under `item-changes/<tag>`, each `multi` checking that the header is
     /// still at `version` (our intent). Resumable: what is already staged is listed and skipped.
-    async fn stage(
+    pub(super) async fn stage(
         &self,
         zk: &Z,
         tag: &str,

@@ -18,6 +18,20 @@ use proto::set_layout::{self as layout, Committed, State, TableRef};
 /// Chunks created per `multi` (each at most [`chunked::CHUNK_BYTES`]).
 const CREATES_PER_MULTI: usize = 4;
 
+/// The weight table a new one replaces: the one the header names, and its chunks as read.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Replaced<'a> {
+    pub index: Option<&'a TableRef>,
+    pub table: Option<&'a layout::Table>,
+}
+
+impl<'a> Replaced<'a> {
+    /// The table in force of `current` (if it names one).
+    pub fn of(current: &'a Committed) -> Self {
+        Replaced { index: current.header.weights.as_ref(), table: current.table.as_ref() }
+    }
+}
+
 impl<Z: ZooKeeper> SetStore<Z> {
     /// Gives each listed item its weight (`None`: back to 1), all at once: one new version of the set.
     pub async fn change_weights(&self, changes: Vec<(Item, Option<Weight>)>) -> Result<SharedSetVersion, Error> {
@@ -94,8 +108,18 @@ impl<Z: ZooKeeper> SetStore<Z> {
         current: &Committed,
         weights: &BTreeMap<Item, Weight>,
     ) -> Result<WrittenTable, Result<Retry, Error>> {
+        self.write_table_replacing(zk, Replaced::of(current), weights).await
+    }
+
+    /// [`write_table`](SetStore::write_table) in place of the table `replaced` (none: no set yet).
+    pub(super) async fn write_table_replacing(
+        &self,
+        zk: &Z,
+        replaced: Replaced<'_>,
+        weights: &BTreeMap<Item, Weight>,
+    ) -> Result<WrittenTable, Result<Retry, Error>> {
         let tag = layout::token(zk.random());
-        let plan = table::plan(&tag, weights, self.chunk, current.table.as_ref());
+        let plan = table::plan(&tag, weights, self.chunk, replaced.table);
         if plan.names.len() > chunked::MAX_CHUNKS {
             return Err(Err(Error::InvalidConfig {
                 field: "weights",
@@ -116,7 +140,7 @@ impl<Z: ZooKeeper> SetStore<Z> {
                 Ok(_) => Err(Ok(Retry::Moved)),
                 Err(err) => Err(Err(err.clone())),
             };
-            self.after_table(zk, &failed, &written, current).await;
+            self.after_table_replacing(zk, &failed, &written, replaced).await;
         }
         outcome.map(|()| written)
     }
@@ -155,11 +179,22 @@ impl<Z: ZooKeeper> SetStore<Z> {
         written: &WrittenTable,
         current: &Committed,
     ) {
+        self.after_table_replacing(zk, outcome, written, Replaced::of(current)).await;
+    }
+
+    /// [`after_table`](SetStore::after_table), for a table written in place of `replaced`.
+    pub(super) async fn after_table_replacing(
+        &self,
+        zk: &Z,
+        outcome: &Result<(), Result<Retry, Error>>,
+        written: &WrittenTable,
+        replaced: Replaced<'_>,
+    ) {
         let unknown = matches!(outcome, Err(Ok(Retry::Unknown)) | Err(Err(Error::SharedSetOutcomeUnknown { .. })));
         if outcome.is_ok() {
-            if let Some(old) = &current.header.weights {
+            if let Some(old) = replaced.index {
                 let kept: BTreeSet<&String> = written.names.iter().collect();
-                let chunks = current.table.iter().flat_map(|table| &table.chunks).map(|chunk| &chunk.name);
+                let chunks = replaced.table.iter().flat_map(|table| &table.chunks).map(|chunk| &chunk.name);
                 let mut gone: Vec<String> =
                     chunks.filter(|name| !kept.contains(name)).map(|name| self.paths.table_chunk(name)).collect();
                 gone.push(self.paths.table(&old.tag));
@@ -245,4 +280,11 @@ pub(super) struct WrittenTable {
     pub table: Option<TableRef>,
     created: Vec<String>,
     names: Vec<String>,
+}
+
+impl WrittenTable {
+    /// No table: every item weighs 1 (after it, the one it replaces goes whole).
+    pub fn none() -> Self {
+        WrittenTable { tag: String::new(), table: None, created: Vec::new(), names: Vec::new() }
+    }
 }

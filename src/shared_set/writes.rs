@@ -138,7 +138,8 @@ impl<Z: ZooKeeper> SetStore<Z> {
 
     /// Deletes a staged change's nodes, leaves first. Best effort.
     pub(super) async fn delete_tree(&self, zk: &Z, change: &str) {
-        for dir in ["add", "remove"] {
+        // (`lineage`: an import's staged lineage nodes.)
+        for dir in ["add", "remove", "lineage"] {
             let dir = format!("{change}/{dir}");
             if let Ok(names) = zk.list_children(&dir).await {
                 let paths = paths_of(&dir, &names);

@@ -126,6 +126,9 @@ pub(crate) struct Plan {
     /// assignment ([`world`]'s `Rotating`), so that any member that computes from a record the others hand out as it
     /// is holds another assignment than them: the protocol must never depend on the rule being a fixed point.
     pub rotating: bool,
+    /// With a shared set: admins export the party's progress now and then, and import a backup in maintenance
+    /// windows that stop the party ([`world`]'s `progress`).
+    pub progress: bool,
     pub sabotage: Sabotage,
 }
 
@@ -151,6 +154,7 @@ impl Plan {
             sticky: rng.below(2) == 0,
             mixed_rules: rng.below(8) == 0,
             rotating: rng.below(4) == 0,
+            progress: rng.below(2) == 0,
         }
     }
 }
@@ -182,6 +186,10 @@ pub(crate) struct Outcome {
     pub rotating: bool,
     /// Departures a member handed over at once (the fast path), summed over the members.
     pub hand_overs: u64,
+    /// Exports of the party's progress that returned, imports that landed, and imports refused.
+    pub exports: usize,
+    pub imports: usize,
+    pub imports_refused: usize,
     /// Simulated time from the end of the last fault to a converged, clean world.
     pub recovery: Duration,
     pub violation: Option<String>,

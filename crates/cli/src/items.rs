@@ -1,17 +1,18 @@
 #![doc = include_str!("items.md")]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 use serde_json::json;
 use zk_partitioner::{
     Item, SharedSet,
-    shared_set::{Lineage, SharedSetVersion},
+    shared_set::{Imported, Lineage, Progress, SharedSetVersion},
     weighted::Weight,
 };
 
 use crate::connection::{self, seconds};
-use crate::lineage;
+use crate::{lineage, progress};
 
 /// Read or change the shared set of a partition path.
 #[derive(Debug, clap::Args)]
@@ -107,6 +108,24 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value = "86400")]
         age_secs: u64,
     },
+    /// Write the party's progress (the set, lineage, weights and every checkpoint) as one JSON token
+    Export {
+        /// Write the token to FILE (whole, then renamed into place) and print a summary, instead of the token on
+        /// stdout
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Import a token from `export` into the path, all or nothing; the party must be stopped
+    Import {
+        /// The token (`-`: standard input)
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// What to take from the token
+        #[arg(long, value_enum, default_value_t = progress::Mode::Restore)]
+        mode: progress::Mode,
+    },
+    /// Reset every checkpoint at once (the set, lineage and weights stay); the party must be stopped
+    ResetCheckpoints,
 }
 
 /// What a command prints.
@@ -115,6 +134,10 @@ enum Output {
     Set(SharedSetVersion, Option<bool>),
     Lineage(Lineage),
     Retired(Vec<Item>),
+    /// What an import (or a reset of the checkpoints) did, and which.
+    Imported(Imported, &'static str),
+    /// `export` printed its token or summary.
+    Exported,
 }
 
 /// A partition path, checked as the partitioners check it.
@@ -140,11 +163,13 @@ fn items(raw: &[String], ints: bool) -> Result<Vec<Item>, String> {
     Ok(items)
 }
 
-/// What the command line gives the command, checked before connecting: items, and for `weigh` their weights.
+/// What the command line gives the command, checked before connecting: items, for `weigh` their weights, and for
+/// `import` the token.
 #[derive(Debug, Default)]
 struct Given {
     items: Vec<Item>,
     weights: Vec<Weight>,
+    token: Option<Progress>,
 }
 
 impl Command {
@@ -152,7 +177,14 @@ impl Command {
     fn given(&self, ints: bool) -> Result<Given, String> {
         let joined: Vec<String>;
         let raw = match self {
-            Command::Show | Command::Lineage | Command::Retire { .. } => return Ok(Given::default()),
+            Command::Show
+            | Command::Lineage
+            | Command::Retire { .. }
+            | Command::Export { .. }
+            | Command::ResetCheckpoints => return Ok(Given::default()),
+            Command::Import { file, .. } => {
+                return Ok(Given { token: Some(progress::read_token(file)?), ..Given::default() });
+            }
             Command::Split { parent, children } => {
                 joined = std::iter::once(parent).chain(children).cloned().collect();
                 &joined
@@ -169,7 +201,7 @@ impl Command {
             | Command::ResetWeights { items } => items,
             Command::Replace { items, .. } => items,
         };
-        Ok(Given { items: items(raw, ints)?, weights: Vec::new() })
+        Ok(Given { items: items(raw, ints)?, ..Given::default() })
     }
 }
 
@@ -181,7 +213,7 @@ fn weighed(pairs: &[String], ints: bool) -> Result<Given, String> {
     }
     let names: Vec<String> = pairs.iter().step_by(2).cloned().collect();
     let weights = pairs.iter().skip(1).step_by(2).map(|w| w.parse::<Weight>()).collect::<Result<_, _>>();
-    Ok(Given { items: items(&names, ints)?, weights: weights.map_err(|e| e.to_string())? })
+    Ok(Given { items: items(&names, ints)?, weights: weights.map_err(|e| e.to_string())?, token: None })
 }
 
 /// Runs `zkp items`: exit 0 with the set printed, 1 when the update is refused or no session opens.
@@ -208,6 +240,11 @@ pub async fn main(args: Args) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Ok(Output::Imported(imported, what)) => {
+            progress::print_imported(&imported, what, args.json);
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Exported) => ExitCode::SUCCESS,
         Ok(Output::Retired(items)) => {
             let names: Vec<String> = items.iter().map(Item::to_string).collect();
             match args.json {
@@ -224,7 +261,7 @@ pub async fn main(args: Args) -> ExitCode {
 }
 
 async fn run(args: &Args, given: Given) -> Result<Output, String> {
-    let Given { items, weights } = given;
+    let Given { items, weights, token } = given;
     let client = args.session.open(args.session_timeout).await?;
     let mut set = SharedSet::new(client, args.path.clone()).map_err(|e| e.to_string())?;
     if args.session.auth.is_some() {
@@ -232,6 +269,18 @@ async fn run(args: &Args, given: Given) -> Result<Output, String> {
     }
     let result = match &args.command {
         Command::Lineage => return set.lineage().await.map(Output::Lineage).map_err(|e| e.to_string()),
+        Command::Export { out } => {
+            return progress::export(&set, out.as_ref(), args.json).await.map(|()| Output::Exported);
+        }
+        Command::Import { mode, .. } => {
+            let Some(token) = token else { return Err("no token read".into()) };
+            let imported = set.import(&token, (*mode).into()).await.map_err(|e| e.to_string())?;
+            return Ok(Output::Imported(imported, "imported"));
+        }
+        Command::ResetCheckpoints => {
+            let imported = set.reset_checkpoints().await.map_err(|e| e.to_string())?;
+            return Ok(Output::Imported(imported, "checkpoints reset"));
+        }
         Command::Retire { age_secs } => {
             let age = std::time::Duration::from_secs(*age_secs);
             return set.retire(age).await.map(Output::Retired).map_err(|e| e.to_string());

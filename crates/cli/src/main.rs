@@ -29,6 +29,7 @@ mod connection;
 mod inspect;
 mod items;
 mod lineage;
+mod progress;
 mod tls;
 mod worker;
 

@@ -104,6 +104,8 @@ impl<Z: ZooKeeper> SetStore<Z> {
                 WriteOp::Delete { path: &item_path, version: None },
             ];
             ops.extend(ready_paths.iter().map(|path| self.create_op(path)));
+            // `extra` checks the checkpoints in force first: its failure is not another writer's move, but an import.
+            let extra_at = ops.len();
             ops.extend(extra.iter().cloned());
             #[cfg(test)]
             self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(token.clone());
@@ -119,6 +121,12 @@ impl<Z: ZooKeeper> SetStore<Z> {
                 Err(MultiError { index: None, error }) if is_transient(&error) => {}
                 Err(MultiError { index: Some(0), error: ZkError::NoNode }) => {
                     return Err(fenced("its lock node is gone: the item was released, or its session ended"));
+                }
+                Err(MultiError { index: Some(at), error: ZkError::BadVersion | ZkError::NoNode }) if at == extra_at => {
+                    return Err(fenced(
+                        "the party's progress was replaced (an import, or a reset of the checkpoints) since this \
+                         member joined: restart it",
+                    ));
                 }
                 // Another writer moved the header, or a node changed under us: read again.
                 Err(MultiError {

@@ -183,6 +183,13 @@ impl<Z: ZooKeeper> SetStore<Z> {
         let mut attempts = Attempts::default();
         while attempts.another(&zk).await {
             let Some(current) = self.committed(&zk).await? else { continue };
+            // An import being applied moves its lineage nodes into place: wait for it, or finish it.
+            if let Some(unfinished) = &current.unfinished
+                && self.applying_import(&zk, &current).await?
+            {
+                self.settle(&zk, unfinished, &[]).await?;
+                continue;
+            }
             let names = match retry_transient(&zk, || zk.list_children(&self.paths.lineage)).await {
                 Ok(names) => names,
                 Err(ZkError::NoNode) => Vec::new(),

@@ -48,7 +48,11 @@ impl<Z: ZooKeeper> SetStore<Z> {
                 })
                 .map(|(name, _)| name.clone())
                 .collect();
-            let nodes = self.item_nodes(&zk, &finished).await?;
+            // Their checkpoints, where the checkpoints in force are (an import moves them; and its commit moves the
+            // header too, so this retirement's commit would then fail and read again).
+            let generation = self.read_generation(&zk).await?;
+            let checkpoint = |name: &str| format!("{}/{name}", generation.dir);
+            let nodes = self.item_nodes(&zk, &finished, &checkpoint).await?;
             // An item whose lock is still held or waited for (its owner has not let go yet) retires at a later call.
             let candidates = entries.iter().filter(|(name, _)| nodes.get(*name).is_some_and(|n| n.lock_free));
             let (retired, unlinked) = unlink(candidates, &entries, &nodes, self.chunk.saturating_sub(2).max(1));
@@ -74,7 +78,7 @@ impl<Z: ZooKeeper> SetStore<Z> {
             let checkpoint_paths: Vec<(String, i32)> = retired
                 .iter()
                 .filter(|_| !keep_checkpoints)
-                .filter_map(|(name, _)| Some((self.paths.checkpoint(name), nodes.get(*name)?.checkpoint?)))
+                .filter_map(|(name, _)| Some((checkpoint(name), nodes.get(*name)?.checkpoint?)))
                 .collect();
             let lock_dirs: Vec<String> = retired
                 .iter()
@@ -116,13 +120,18 @@ impl<Z: ZooKeeper> SetStore<Z> {
         }
     }
 
-    /// What a retirement deletes besides the lineage node of each of `names`: its checkpoint (at the version read)
-    /// and its lock directory (which must be empty), where they exist.
-    async fn item_nodes(&self, zk: &Z, names: &[String]) -> Result<BTreeMap<String, ItemNodes>, Error> {
+    /// What a retirement deletes besides the lineage node of each of `names`: its checkpoint (at the version read,
+    /// at the path `checkpoint` gives) and its lock directory (which must be empty), where they exist.
+    async fn item_nodes(
+        &self,
+        zk: &Z,
+        names: &[String],
+        checkpoint: &impl Fn(&str) -> String,
+    ) -> Result<BTreeMap<String, ItemNodes>, Error> {
         let mut found = BTreeMap::new();
         for names in names.chunks(super::ENTRIES_PER_READ / 2) {
             let paths: Vec<(String, String)> =
-                names.iter().map(|name| (self.paths.checkpoint(name), self.paths.lock_dir(name))).collect();
+                names.iter().map(|name| (checkpoint(name), self.paths.lock_dir(name))).collect();
             let ops: Vec<ReadOp<'_>> =
                 paths.iter().flat_map(|(checkpoint, dir)| [ReadOp::Data(checkpoint), ReadOp::Children(dir)]).collect();
             let results =

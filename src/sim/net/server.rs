@@ -115,9 +115,10 @@ impl Net {
                 Response::Done
             }
             Request::MultiWrite(ops) => {
-                // A checkpoint's fence, judged at the instant the server applies it.
+                // A checkpoint's fence, judged at the instant the server applies it (its lock node's check: the
+                // other check, of the checkpoints in force, is no lock).
                 let lowest = ops.iter().all(|op| match op {
-                    model::WriteOp::Check { path, .. } => self.lowest_contender(path),
+                    model::WriteOp::Check { path, .. } if path.contains("/locks/") => self.lowest_contender(path),
                     _ => true,
                 });
                 let result = self.zk.multi_write(s, ops);

@@ -23,6 +23,8 @@ pub(super) struct Admin {
     pub(super) burst: usize,
     /// Items the burst adds back first (what another admin's update, whose reply was lost, removed).
     pub(super) add_back: Vec<Item>,
+    /// An export or import in flight (progress runs).
+    pub(super) progress: Option<super::progress::ProgressOp>,
 }
 
 /// An admin's change in flight: what it is (for the log), and the call.
@@ -30,6 +32,15 @@ type AdminOp = (String, BoxFuture<'static, Result<crate::shared_set::SharedSetVe
 
 impl World {
     pub(super) fn drive_admin(&mut self, actor: ActorId, admin: &mut Admin) {
+        if let Some((what, future)) = &mut admin.progress
+            && let Poll::Ready(done) = poll_with(future, &self.wakers[actor].clone())
+        {
+            let what = what.clone();
+            admin.progress = None;
+            let tokens = admin.set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            self.progress_done(actor, &what, done, &tokens);
+            admin.set.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        }
         let Some((what, future)) = &mut admin.op else { return };
         let Poll::Ready(result) = poll_with(future, &self.wakers[actor].clone()) else { return };
         let what = what.clone();
@@ -81,8 +92,9 @@ impl World {
     }
 
     /// An idle admin, or a new one on a session of its own.
-    fn idle_admin(&mut self) -> ActorId {
-        let idle = (0..self.actors.len()).find(|&a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_none()));
+    pub(super) fn idle_admin(&mut self) -> ActorId {
+        let idle = (0..self.actors.len())
+            .find(|&a| matches!(&self.actors[a], Actor::Admin(ad) if ad.op.is_none() && ad.progress.is_none()));
         match idle {
             Some(actor) => actor,
             None => {
@@ -90,7 +102,8 @@ impl World {
                 let session = lock(&self.net).open_session(actor);
                 let zk = SimClient::new(self.net.clone(), session);
                 let set = SetStore::new(SessionRef::Owned(zk.clone()), PATH, NodeAcls::default()).with_chunk(SET_CHUNK);
-                self.add_actor(Actor::Admin(Box::new(Admin { zk, set, op: None, burst: 0, add_back: Vec::new() })))
+                let admin = Admin { zk, set, op: None, burst: 0, add_back: Vec::new(), progress: None };
+                self.add_actor(Actor::Admin(Box::new(admin)))
             }
         }
     }
@@ -99,7 +112,11 @@ impl World {
     /// waits for it).
     pub(super) fn admin_moves_nothing(&mut self) {
         let current = self.current_values();
-        if !(self.plan.shared_set && self.plan.lineage) || current.is_empty() || self.faults_left == 0 {
+        if !(self.plan.shared_set && self.plan.lineage)
+            || current.is_empty()
+            || self.faults_left == 0
+            || self.in_window()
+        {
             return;
         }
         let actor = self.idle_admin();
@@ -135,6 +152,9 @@ impl World {
     /// removed, so that its token has left the header's log by the time it looks again: it must find its outcome all
     /// the same, and never apply its change a second time.
     pub(super) fn admin_loses_a_reply(&mut self) {
+        if self.in_window() {
+            return;
+        }
         let current = self.current_values();
         if current.len() < 3 || self.lost_reply.is_some() {
             return self.admin_changes();
@@ -212,7 +232,7 @@ impl World {
     /// An admin changes the shared set with the production code: adds, removes, replaces or compare-and-sets, often
     /// enough items to be staged. A third of the time, another admin's change is still under way.
     pub(super) fn admin_changes(&mut self) {
-        if !self.plan.shared_set {
+        if !self.plan.shared_set || self.in_window() {
             return;
         }
         let actor = self.idle_admin();

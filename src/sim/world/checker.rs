@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PARTY, PATH, World};
+use super::progress::checkpoint_item;
+use super::{Actor, ITEMS, LOCKS, PARTY, PATH, World};
 use crate::sim::Plan;
 use crate::sim::net::{self, ActorId, lock};
 use crate::sim::zk::{self, SessionId};
@@ -56,9 +57,10 @@ impl World {
             }
             self.record_finish(&write);
             self.record_update(&write);
+            self.check_progress_write(&write);
             let net::Write { session, ops, checks_lowest: lowest, .. } = write;
             let checkpoint = ops.iter().any(|op| {
-                matches!(op, zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. } if path.starts_with(CHECKPOINTS))
+                matches!(op, zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. } if checkpoint_item(path).is_some())
             });
             let Some(lock_node) = ops.iter().find_map(|op| match op {
                 zk::WriteOp::Check { path, .. } if path.starts_with(LOCKS) => Some(path.clone()),
@@ -194,38 +196,14 @@ impl World {
                     self.admin_moves_nothing();
                 }
                 zk::WriteOp::SetData { path, .. } | zk::WriteOp::Create { path, .. }
-                    if path.starts_with(CHECKPOINTS) =>
+                    if checkpoint_item(path).is_some() =>
                 {
-                    if let Some(name) = path.strip_prefix(CHECKPOINTS).and_then(|rest| rest.strip_prefix('/')) {
+                    if let Some(name) = checkpoint_item(path) {
                         let incarnation = self.incarnations.get(name).copied().unwrap_or_default();
                         self.checkpoint_incarnation.insert(name.to_owned(), incarnation);
                     }
                 }
                 _ => {}
-            }
-        }
-    }
-
-    /// A committed version's new items: one finished since it last entered the set (and since retired) starts a new
-    /// incarnation, which must not find the old one's checkpoint (its first owner would resume the old item's
-    /// progress). A name that left by a plain remove and comes back is the same item: its checkpoint is its own.
-    fn new_incarnations(&mut self, names: &BTreeSet<String>) {
-        let before = self.committed.last_key_value().map(|(_, names)| names.clone()).unwrap_or_default();
-        for name in names.difference(&before) {
-            if !self.finished_since_entry.remove(name) {
-                continue;
-            }
-            let incarnation = self.incarnations.entry(name.clone()).or_default();
-            *incarnation += 1;
-            let incarnation = *incarnation;
-            let path = format!("{CHECKPOINTS}/{name}");
-            let stored = lock(&self.net).zk.exists(&path).is_some();
-            let of = self.checkpoint_incarnation.get(name).copied().unwrap_or_default();
-            if stored && of < incarnation {
-                self.violate(format!(
-                    "item {name} enters the set anew (incarnation {incarnation}) with the checkpoint of its \
-                     incarnation {of}: its first owner would resume the old item's progress"
-                ));
             }
         }
     }

@@ -168,6 +168,7 @@ impl World {
         if self.plan.shared_set && self.rng().below(2) == 0 {
             self.admin_changes();
         }
+        self.progress_fault();
         if self.plan.operator_deletes && self.rng().below(3) == 0 {
             self.operator_deletes_a_held_node(false);
         }

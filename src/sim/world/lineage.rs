@@ -6,9 +6,10 @@
 //! - no member lists a child one of whose parents is unfinished;
 //! - no member takes a finished item again (an owner listed after the finish took its lock before it);
 //! - a finish reported as done landed, while its lock node was the item's lowest contender;
-//! - every item a snapshot shows closed was closed.
+//! - every item a snapshot shows closed was closed;
+//! - a name finished and retired that enters the set again is a new item: it never finds the old one's checkpoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -16,11 +17,13 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::member::Member;
-use super::{Actor, LOCKS, World, poll_with};
+use super::progress::generation_dir;
+use super::{Actor, CHECKPOINTS, ITEMS, LOCKS, PATH, World, poll_with};
 use crate::shared_set::{LineageChange, LineageEntry, SetStore, SharedSetVersion};
 use crate::sim::net::{self, ActorId, SimClient, lock};
 use crate::sim::zk;
 use crate::{Error, FencingToken, Item, PartitionState, Snapshot};
+use proto::set_layout::{Header, State};
 
 /// The lineage nodes' directory.
 pub(super) const LINEAGE: &str = "/p/item-lineage";
@@ -29,16 +32,52 @@ pub(super) const LINEAGE: &str = "/p/item-lineage";
 pub(super) type Finishing = (Item, BoxFuture<'static, Result<Vec<Item>, Error>>);
 
 impl World {
+    /// A committed version's new items: one finished since it last entered the set (and since retired) starts a new
+    /// incarnation, which must not find the old one's checkpoint (its first owner would resume the old item's
+    /// progress). A name that left by a plain remove and comes back is the same item: its checkpoint is its own.
+    pub(super) fn new_incarnations(&mut self, names: &BTreeSet<String>) {
+        let before = self.committed.last_key_value().map(|(_, names)| names.clone()).unwrap_or_default();
+        for name in names.difference(&before) {
+            if !self.finished_since_entry.remove(name) {
+                continue;
+            }
+            let incarnation = self.incarnations.entry(name.clone()).or_default();
+            *incarnation += 1;
+            let incarnation = *incarnation;
+            let stored = {
+                let net = lock(&self.net);
+                let dir = generation_dir(net.zk.data_of(CHECKPOINTS).as_deref());
+                net.zk.exists(&format!("{dir}/{name}")).is_some()
+            };
+            let of = self.checkpoint_incarnation.get(name).copied().unwrap_or_default();
+            if stored && of < incarnation {
+                self.violate(format!(
+                    "item {name} enters the set anew (incarnation {incarnation}) with the checkpoint of its \
+                     incarnation {of}: its first owner would resume the old item's progress"
+                ));
+            }
+        }
+    }
+
     /// An item's lineage node, as stored now.
     fn entry(&self, name: &str) -> Option<LineageEntry> {
         let data = lock(&self.net).zk.data_of(&format!("{LINEAGE}/{name}"))?;
         LineageEntry::parse(&data).ok()
     }
 
-    /// Every lineage node, by name.
+    /// Every lineage node, by name: the lineage in force (while an import is being applied, the nodes it staged, which
+    /// are in force from its commit on, and move into place after it).
     fn entries(&self) -> BTreeMap<String, LineageEntry> {
-        let names = lock(&self.net).zk.children_of(LINEAGE);
-        names.into_iter().filter_map(|name| Some((name.clone(), self.entry(&name)?))).collect()
+        let net = lock(&self.net);
+        let dir = lineage_dir(&net.zk);
+        let names = net.zk.children_of(&dir);
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let entry = LineageEntry::parse(&net.zk.data_of(&format!("{dir}/{name}"))?).ok()?;
+                Some((name, entry))
+            })
+            .collect()
     }
 
     /// An admin's lineage change, for kinds 5 to 9 of a lineage run's draw: split (a ready item, or now and then a
@@ -295,3 +334,13 @@ fn int_item(item: Item) -> Item {
 
 /// What a fencing token looks like in a worker's memory of the finishes it tried.
 pub(super) type Tried = BTreeMap<Item, FencingToken>;
+
+/// The directory of the lineage in force: `<path>/item-lineage`, or while an import is applied, the lineage it
+/// staged (readers read that one until it is applied).
+pub(super) fn lineage_dir(zk: &zk::Zk) -> String {
+    let applying = zk.data_of(ITEMS).and_then(|data| Header::parse(&data).ok()).and_then(|header| match header.state {
+        State::Applying(tag) => Some(format!("{PATH}/item-changes/{tag}/lineage")),
+        _ => None,
+    });
+    applying.filter(|staged| zk.exists(staged).is_some()).unwrap_or_else(|| LINEAGE.to_owned())
+}

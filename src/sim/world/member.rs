@@ -74,12 +74,12 @@ pub(super) struct Worker {
 impl World {
     /// The started process becomes a member: the driver's loop around its core, a publisher, a handle.
     pub(super) fn become_member(&mut self, actor: ActorId, slot: usize, zk: SimClient, started: Started) {
-        let Started { core, context, membership, paths } = started;
+        let Started { core, context, membership, paths, checkpoints } = started;
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (sender, snapshot) = watch::channel(Snapshot::initial(membership.name.clone()));
         let now = lock(&self.net).instant();
         let publisher = Publisher::new(Arc::new(sender), &paths, now);
-        let checkpoints = Arc::new(Checkpoints::new(SessionRef::Owned(zk.clone()), PATH, paths.clone()));
+        let checkpoints = Arc::new(Checkpoints::new(SessionRef::Owned(zk.clone()), PATH, paths.clone(), checkpoints));
         let handle = Handle::new(commands, snapshot, checkpoints);
         self.note(format!("a{actor} is member {} (node {})", membership.name, membership.node));
         self.actors[actor] = Actor::Member(Box::new(Member {

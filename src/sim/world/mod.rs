@@ -11,6 +11,7 @@ mod faults;
 mod lineage;
 mod member;
 mod processes;
+mod progress;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -169,6 +170,8 @@ pub(super) struct World {
     assignments: BTreeMap<ActorId, Assignment>,
     /// Departures handed over at once, summed over the members.
     hand_overs: u64,
+    /// The exports, the backups they made, and the maintenance windows that import them (progress runs).
+    progress: progress::State,
 }
 
 /// A member's assignment in force, as the checker last saw it: its party, its share (`None` while settling), and how
@@ -244,6 +247,7 @@ impl World {
             finished_since_entry: BTreeSet::new(),
             holding: BTreeMap::new(),
             taken_in: BTreeMap::new(),
+            progress: progress::State::default(),
             orphans: BTreeMap::new(),
             checking: false,
             party_seen: BTreeMap::new(),
@@ -305,6 +309,7 @@ impl World {
             let now = self.now();
             if self.faults_left == 0
                 && now > self.quiet_since + bound
+                && !self.in_window()
                 && let Err(why) = self.converged()
             {
                 return self.outcome(Some(format!("no recovery within {bound:?} after the last fault: {why}")));
@@ -319,6 +324,7 @@ impl World {
             self.replace_failed();
             self.drive();
             self.record_set();
+            self.drive_window();
             self.record_announcements();
             let checked =
                 self.check_safety().and_then(|()| self.check_listings()).and_then(|()| self.check_assignments());
@@ -330,7 +336,7 @@ impl World {
                 return self.outcome(Some(violation));
             }
             let now = self.now();
-            if self.faults_left == 0 && now >= self.quiet_since {
+            if self.faults_left == 0 && now >= self.quiet_since && !self.in_window() {
                 match self.converged() {
                     Ok(()) => {
                         let recovery = now - self.quiet_since;
@@ -380,6 +386,9 @@ impl World {
             mixed_rules: self.plan.weighted && self.plan.combo.rendezvous && self.plan.sticky && self.plan.mixed_rules,
             rotating: self.plan.weighted && self.plan.combo.rendezvous && self.plan.sticky && self.plan.rotating,
             hand_overs: self.hand_overs,
+            exports: self.progress.exports,
+            imports: self.progress.imports,
+            imports_refused: self.progress.refused,
             recovery: Duration::ZERO,
             violation,
         }

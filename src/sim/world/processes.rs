@@ -84,8 +84,12 @@ pub(super) fn capacity_of(slot: usize) -> u32 {
 }
 
 impl World {
-    /// A new member, under static membership with a new identifier.
+    /// A new member, under static membership with a new identifier; none while a maintenance window keeps the party
+    /// stopped.
     pub(super) fn join(&mut self) {
+        if self.replacements_paused() {
+            return;
+        }
         let slot = self.next_slot;
         self.next_slot += 1;
         self.start(slot);
@@ -187,6 +191,9 @@ impl World {
 
     /// Replaces processes that are gone (a failed member is restarted by its orchestrator).
     pub(super) fn replace_failed(&mut self) {
+        if self.replacements_paused() {
+            return;
+        }
         while self.live().len() < self.plan.members.max(1) {
             if !self.plan.static_membership {
                 self.join();

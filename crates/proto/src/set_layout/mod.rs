@@ -391,11 +391,6 @@ impl SetPaths {
         format!("{}/locks/{name}", self.base)
     }
 
-    /// An item's checkpoint node (`<path>/checkpoints/<name>`, see `checkpoint`).
-    pub fn checkpoint(&self, name: &str) -> String {
-        format!("{}/checkpoints/{name}", self.base)
-    }
-
     /// A weight table's index node.
     pub fn table(&self, tag: &str) -> String {
         format!("{}/{tag}", self.weights)
