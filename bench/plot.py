@@ -573,6 +573,59 @@ def plot_chaos(plt, inputs, out):
     save(plt, fig, out)
 
 
+# --- exporting and importing progress (bench/progress.sh) -----------------------------------------------------------
+
+def plot_progress(plt, inputs, out):
+    (path,) = inputs
+    rows = load(path)
+    runs = [r for r in rows if r.get("kind") == "run"]
+    base = next((r for r in rows if r.get("kind") == "one-by-one"), None)
+    if not runs or base is None:
+        return
+    n = runs[0]["items"]
+    nodes = base["lineage"] + base["checkpoints"]
+    per_create = base["write_sample_s"] / base["write_sample"]
+    # (label, measured values, requests, colour, hatched: extrapolated from a sample)
+    bars = [
+        ("export\n(one token)", [r["export_s"] for r in runs], median([r["export_requests"] for r in runs]),
+         "#009E73", False),
+        ("import into an\nempty path (a move)", [r["move_s"] for r in runs], median([r["move_requests"] for r in runs]),
+         "#0072B2", False),
+        ("import over the\noriginal (a restore)", [r["restore_s"] for r in runs],
+         median([r["restore_requests"] for r in runs]), "#56B4E9", False),
+        ("the same nodes\nread one by one", [base["read_s"]], base["read_requests"], "#D55E00", False),
+        ("the checkpoints created\none by one (from %s)" % thousands(base["write_sample"]),
+         [per_create * base["checkpoints"]], base["checkpoints"], "#E69F00", True),
+    ]
+    fig, ax = plt.subplots(figsize=(9.5, 5.0), layout="constrained")
+    for i, (label, values, requests, colour, hatched) in enumerate(bars):
+        mid = median(values)
+        ax.bar(i, mid, width=0.62, color="white" if hatched else colour, edgecolor=colour,
+               hatch="///" if hatched else None, linewidth=1.2, zorder=2)
+        if len(values) > 1:
+            ax.scatter([i + d for d in spread(len(values), 0.3)], values, s=14, color=INK, zorder=3, linewidths=0)
+        text = "%s%s\n%s requests" % ("≈ " if hatched else "", fmt_seconds(mid), thousands(requests))
+        ax.annotate(text, (i, mid), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8,
+                    color=INK)
+    ax.axhline(10, color="#C00000", linestyle="--", linewidth=1, zorder=1)
+    ax.text(-0.45, 10 * 1.06, "goal: 10 s", ha="left", va="bottom", fontsize=7.5, color="#C00000")
+    ax.set_yscale("log")
+    seconds_axis(ax)
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels([b[0] for b in bars], fontsize=8)
+    ax.grid(axis="x", visible=False)
+    ax.margins(y=0.25)
+    ax.set_ylabel("time (log scale)")
+    ax.set_title("A party's progress, %s items with lineage and %d-byte checkpoints: one token against node by node"
+                 % (thousands(n), runs[0]["checkpoint_bytes"]), fontweight="bold", fontsize=10)
+    footnote(fig, source_note([path], "Bars: median of %d runs, dots: each run; %s nodes read (lineage and "
+                                      "checkpoints); token %s bytes; hatched: %s creates timed one by one, scaled "
+                                      "to every checkpoint" % (len(runs), thousands(nodes),
+                                                               thousands(runs[0]["token_bytes"]),
+                                                               thousands(base["write_sample"]))))
+    save(plt, fig, out)
+
+
 # --- the registry ---------------------------------------------------------------------------------------------------
 
 def r(name):
@@ -591,6 +644,7 @@ PLOTS = {
     "scale-100x100k": (plot_scale, [r("scale-100x100k.jsonl"), r("scale-100x100k-2g.jsonl")],
                        "100 × 100,000: phases per mode, ZooKeeper at 256 MB and 2 GB"),
     "chaos": (plot_chaos, [r("chaos.jsonl")], "recovery time after each fault kind of the chaos run"),
+    "progress": (plot_progress, [r("progress.jsonl")], "a party's progress exported and imported, against node by node"),
 }
 
 
