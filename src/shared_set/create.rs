@@ -91,16 +91,7 @@ impl<Z: ZooKeeper> SetStore<Z> {
         if retry_transient(zk, || zk.mkdir(&self.paths.writers, &self.acls)).await.is_err() {
             return Err(Ok(Retry::Unknown));
         }
-        let creating = Header {
-            kind,
-            version: 0,
-            state: State::Creating(tag.to_owned()),
-            log: Vec::new(),
-            weights: None,
-            lineage: false,
-            deltas: Vec::new(),
-        }
-        .render();
+        let creating = Header::creating(kind, tag).render();
         let lease = self.paths.lease(tag);
         let ops = [
             self.header_write(creating.as_bytes(), absent_at),

@@ -222,18 +222,7 @@ impl<Z: ZooKeeper> SetStore<Z> {
             Some(current) => {
                 (current.header.with_state(State::Staging(tag.to_owned())).render(), Some(current.header_version))
             }
-            None => {
-                let creating = Header {
-                    kind,
-                    version: 0,
-                    state: State::Creating(tag.to_owned()),
-                    log: Vec::new(),
-                    weights: None,
-                    lineage: false,
-                    deltas: Vec::new(),
-                };
-                (creating.render(), self.absent_at(zk).await?)
-            }
+            None => (Header::creating(kind, tag).render(), self.absent_at(zk).await?),
         };
         let header_op = match (current, header_op_version) {
             (None, None) => self.create_data_op(&self.paths.node, header.as_bytes()),

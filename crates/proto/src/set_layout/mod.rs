@@ -289,6 +289,19 @@ impl Header {
         text
     }
 
+    /// The header of a set being created by the change `tag` (version 0: readers see no set yet).
+    pub fn creating(kind: Kind, tag: &str) -> Header {
+        Header {
+            kind,
+            version: 0,
+            state: State::Creating(tag.to_owned()),
+            log: Vec::new(),
+            weights: None,
+            lineage: false,
+            deltas: Vec::new(),
+        }
+    }
+
     /// The header of the next version, in `state`, recording `token` (the oldest tokens make room).
     pub fn next(&self, kind: Kind, state: State, token: &str) -> Header {
         let mut log = self.log.clone();
