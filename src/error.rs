@@ -278,8 +278,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// An import ([`SharedSet::import`](crate::SharedSet::import)) refused before writing anything: the party is
-    /// running (a member in the party, or a lock held or waited for), or the token does not fit the path.
+    /// An import ([`SharedSet::import`](crate::SharedSet::import)) refused, with nothing changed: the party is
+    /// running (a member in the party, or a lock held or waited for; or a member joined while the import was being
+    /// written, which its commit then fails), or the token does not fit the path.
     #[error("import into {path} refused: {reason}{}", holders_shown(holders))]
     ImportRefused {
         /// The partition path.
