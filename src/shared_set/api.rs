@@ -477,7 +477,8 @@ impl SharedSet {
         self.detached(async move { inner.import(&progress, mode).await }).await
     }
 
-    /// Resets every checkpoint, all at once: the set, its lineage and weights stay; every item starts from nothing.
+    /// Resets every checkpoint, all at once: the set, its lineage and weights stay as they are (an update that lands
+    /// while it reads them makes it read again); every item starts from nothing.
     /// The same rules as [`import`](SharedSet::import): the party must be stopped, and no member of it can save
     /// afterwards. Returns what it did.
     ///
@@ -488,11 +489,7 @@ impl SharedSet {
     /// As [`add`](SharedSet::add).
     pub async fn reset_checkpoints(&self) -> Result<Imported, Error> {
         let inner = self.inner.clone();
-        self.detached(async move {
-            let progress = inner.export().await?;
-            inner.import(&progress, ImportMode::ResetCheckpoints).await
-        })
-        .await
+        self.detached(async move { inner.reset_checkpoints().await }).await
     }
 
     async fn change_lineage(&self, change: LineageChange) -> Result<SharedSetVersion, Error> {

@@ -52,6 +52,26 @@ struct Attempt<'a> {
 impl<Z: ZooKeeper> SetStore<Z> {
     /// See [`SharedSet::import`](crate::SharedSet::import).
     pub async fn import(&self, progress: &Progress, mode: ImportMode) -> Result<Imported, Error> {
+        self.import_over(progress, mode, None).await
+    }
+
+    /// See [`SharedSet::reset_checkpoints`](crate::SharedSet::reset_checkpoints): the path's own progress, exported
+    /// and imported back without its checkpoints, over the very version it was exported at (an update landing in
+    /// between would otherwise be undone by the import: it exports again).
+    pub async fn reset_checkpoints(&self) -> Result<Imported, Error> {
+        for _ in 0..MAX_ATTEMPTS {
+            let progress = self.export().await?;
+            let over = Some(progress.exported.set_version);
+            match self.import_over(&progress, ImportMode::ResetCheckpoints, over).await {
+                Err(Error::SharedSetConflict { .. }) => continue,
+                done => return done,
+            }
+        }
+        Err(self.too_busy())
+    }
+
+    /// [`import`](SetStore::import), over version `over` of the set only (`None`: any), else a conflict.
+    async fn import_over(&self, progress: &Progress, mode: ImportMode, over: Option<u64>) -> Result<Imported, Error> {
         let contents = progress.contents()?;
         let zk = self.zk()?;
         let token = layout::token(zk.random());
@@ -83,6 +103,12 @@ impl<Z: ZooKeeper> SetStore<Z> {
                 }
                 SetView::Torn => continue,
             };
+            if over.is_some() && current.as_ref().map(|current| current.version) != over {
+                return Err(Error::SharedSetConflict {
+                    path: self.paths.node.clone(),
+                    reason: "the set moved on since its progress was read".into(),
+                });
+            }
             let (target, dropped) = self.target(&contents, mode, current.as_ref())?;
             self.check_stopped(&zk).await?;
             let old = self.read_generation(&zk).await?;

@@ -1,8 +1,8 @@
 //! Exports and imports among the admins (progress runs: [`Plan::progress`](crate::sim::Plan)): now and then an
 //! export, a backup taken while the party runs; now and then a maintenance window, in which every member finishes,
-//! an operator sometimes wipes the path, and an admin imports a backup (restored, reset or pruned) before the
-//! members start again. One window in three is racy: members start again as the import begins, so it races their
-//! joins. Checked:
+//! an operator sometimes wipes the path, and an admin imports a backup (restored, reset or pruned; or resets the
+//! path's own checkpoints in place, `reset_checkpoints`) before the members start again. One window in three is
+//! racy: members start again as the import begins, so it races their joins. Checked:
 //!
 //! - an export is one version: its items and weights are those of the committed version it names, and no finished
 //!   item is among its items;
@@ -59,6 +59,8 @@ pub(super) enum Done {
 
 /// An import as it returned, with what it was given and the state it started from.
 pub(super) struct ImportDone {
+    /// The path's own progress reset in place (`SharedSet::reset_checkpoints`): `token` is not what it imported.
+    in_place: bool,
     token: Progress,
     mode: ImportMode,
     /// The set's latest committed version and items, and the checkpoints' pointer, when it started.
@@ -167,10 +169,18 @@ impl World {
         let actor = self.idle_admin();
         let Actor::Admin(admin) = &mut self.actors[actor] else { return };
         let set = admin.set.clone();
-        let what = format!("import of version {} ({mode:?})", token.exported.set_version);
+        // Half the resets are of the path's own progress, in place (the set as it is now stays).
+        let in_place = mode == ImportMode::ResetCheckpoints && token.exported.set_version % 2 == 0;
+        let what = match in_place {
+            true => "reset of the checkpoints in place".to_owned(),
+            false => format!("import of version {} ({mode:?})", token.exported.set_version),
+        };
         let call = async move {
-            let result = set.import(&token, mode).await;
-            Done::Imported(Box::new(ImportDone { token, mode, before, result }))
+            let result = match in_place {
+                true => set.reset_checkpoints().await,
+                false => set.import(&token, mode).await,
+            };
+            Done::Imported(Box::new(ImportDone { in_place, token, mode, before, result }))
         };
         admin.progress = Some((what.clone(), call.boxed()));
         self.note(format!("a{actor} admin starts: {what}"));
@@ -292,6 +302,9 @@ impl World {
     /// An import that returned left what it was to put in force: the items at the version it returned, and (quiet
     /// windows: nobody wrote since) the checkpoints of the generation in force and the lineage nodes.
     fn check_import(&mut self, done: &ImportDone, imported: &Imported, racy: bool) {
+        if done.in_place {
+            return self.check_reset(imported, racy);
+        }
         let Ok(contents) = done.token.contents() else {
             return self.violate("an import of a token that does not read succeeded".to_owned());
         };
@@ -359,6 +372,29 @@ impl World {
                 lineage.keys().collect::<Vec<_>>(),
                 wanted.keys().collect::<Vec<_>>()
             ));
+        }
+    }
+
+    /// A reset in place kept the set it committed over, and (while nothing landed after it, in a quiet window) left
+    /// no checkpoint in force.
+    fn check_reset(&mut self, imported: &Imported, racy: bool) {
+        let (before, after) =
+            (self.committed.get(&imported.version.saturating_sub(1)), self.committed.get(&imported.version));
+        if let (Some(before), Some(after)) = (before, after)
+            && before != after
+        {
+            let (before, after) = (before.clone(), after.clone());
+            return self.violate(format!("a reset of the checkpoints changed the set from {before:?} to {after:?}"));
+        }
+        if racy || self.committed.last_key_value().map(|(version, _)| *version) != Some(imported.version) {
+            return;
+        }
+        let left = {
+            let net = lock(&self.net);
+            net.zk.children_of(&generation_dir(net.zk.data_of(POINTER).as_deref()))
+        };
+        if !left.is_empty() {
+            self.violate(format!("a reset of the checkpoints left the checkpoints of {left:?}"));
         }
     }
 
