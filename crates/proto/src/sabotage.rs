@@ -95,12 +95,17 @@ pub enum Sabotage {
     /// stood alone: a survivor that read two departures at once and one that read them one by one disagree on where
     /// an item the first hand-over gave away is, and neither takes it.
     OrphansOfTheLatestChangeOnly,
+    /// A hand-over keeps an orphan that an earlier hand-over gave us and that the new party gives another survivor,
+    /// as the core first did, until our quiet period ends: the other survivor queues behind our lock node and waits
+    /// that long, `Allocating`, with every orphan it took meanwhile (the two-departure outliers of
+    /// `bench/handover.sh`, issue 47).
+    HandOverKeepsEarlierOrphans,
 }
 
 #[cfg(any(test, feature = "sim"))]
 impl Sabotage {
     /// Every switch but `None`.
-    pub const ALL: [Sabotage; 28] = [
+    pub const ALL: [Sabotage; 29] = [
         Sabotage::ResumeAbandonsRebalance,
         Sabotage::UnnoticedSuspensionDuringRelease,
         Sabotage::AckBeforeRelease,
@@ -129,6 +134,7 @@ impl Sabotage {
         Sabotage::HandOverJoins,
         Sabotage::HandOverDefersOnlyMoves,
         Sabotage::OrphansOfTheLatestChangeOnly,
+        Sabotage::HandOverKeepsEarlierOrphans,
     ];
 
     /// The switch of this name (`SIM_SABOTAGE`).

@@ -372,8 +372,8 @@ impl Core {
     /// pause ends several sessions at once, and one survivor reads them gone in one read, another in two): the
     /// items an earlier hand-over gave to a member that is gone too are in the decided shares of members gone
     /// (an orphan, recursively), so the union is the same either way. An item an earlier hand-over gave to a
-    /// survivor that now goes to another is taken by both: the lock queues the second behind the first, which holds
-    /// it until its own quiet period ends and lets it go then. (Counting a departed member's holdings hand-over by
+    /// survivor that now goes to another leaves the first one's target at once and is the other's
+    /// ([`Share::hand_over`](super::rebalance::Share::hand_over)). (Counting a departed member's holdings hand-over by
     /// hand-over, as the core once did, is not the same for two survivors that saw the departures differently: one
     /// thought an item its neighbour's, which the neighbour never took, and it waited the quiet period.)
     fn orphans(&self) -> Result<(BTreeSet<usize>, usize), Cause> {

@@ -85,11 +85,20 @@ impl Share {
         !std::mem::replace(&mut self.outdated, true)
     }
 
-    /// The party lost members only (the departure fast path): the target grows at once by the departed members'
-    /// items (`orphans`) that `new` gives us. Whatever else `new` changes (a load bound's shifts between survivors)
-    /// waits: the target is deferred, replaced once the quiet period ends.
+    /// The party lost members only (the departure fast path): of the departed members' items (`orphans`), the
+    /// target holds at once exactly those that `new` gives us. Whatever else `new` changes (a load bound's shifts
+    /// between survivors) waits: the target is deferred, replaced once the quiet period ends.
+    ///
+    /// So after any run of hand-overs the target is our share when the quiet period last decided plus our part of
+    /// the orphans under the latest party, the same whether the departures were read one by one or together, and
+    /// no two survivors' targets meet. An orphan an earlier hand-over gave us that `new` gives another survivor
+    /// (a load bound's shift between survivors) leaves the target now: kept, it would hold that survivor
+    /// behind our lock until our quiet period ended.
     pub(super) fn hand_over(&mut self, new: BTreeSet<usize>, orphans: &BTreeSet<usize>) {
         let mut target = self.target.take().unwrap_or_default();
+        if !breaks(Sabotage::HandOverKeepsEarlierOrphans) {
+            target.retain(|item| !orphans.contains(item));
+        }
         target.extend(new.intersection(orphans).copied());
         // Deferred even when `new` adds nothing else for us: every member takes the assignment again when its quiet
         // period ends, so that the next hand-over's orphans are computed from the same decided party by all.

@@ -195,6 +195,51 @@ fn two_departures_read_one_by_one_or_at_once_hand_over_the_same_items() {
     assert_eq!(one_by_one, BTreeSet::from([0, 2, 4, 6]));
 }
 
+#[test]
+fn an_orphan_an_earlier_hand_over_gave_us_goes_at_once_to_the_survivor_the_next_one_gives_it() {
+    // Table over 8 items, members a, b, c, d: a holds 0 and 4, d holds 3 and 7. d goes: a takes d's 3 at once.
+    // Then b goes: under [a, c], 3 is c's, and c takes it at once (it was d's when the quiet period last decided).
+    // a lets it go at once too, rather than when its quiet period ends: kept, it would hold c waiting behind a's
+    // lock node, Allocating, all that time (bench/handover.sh's two-departure outliers).
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[A, B, C, D]);
+    assert_eq!(s.core.listed(), &BTreeSet::from([0, 4]));
+    s.send(Event::PartyChanged);
+    s.party(&[A, B, C]);
+    assert_eq!(s.created_items(), BTreeSet::from([3]));
+    s.grant_locks();
+    let acquired = s.published().pop().expect("Acquired");
+    assert_eq!((acquired.state, listed(&acquired)), (PartitionState::Acquired, BTreeSet::from([0, 3, 4])));
+    s.wait(TB / 4);
+    s.send(Event::PartyChanged);
+    s.party(&[A, C]);
+    let release = s.published().pop().expect("3 released at the second hand-over");
+    let expected = (PartitionState::Release, BTreeSet::from([0, 4]), vec![3]);
+    assert_eq!((release.state, listed(&release), release.revoked.clone()), expected);
+    assert_eq!(s.core.target(), Some(&BTreeSet::from([0, 4])));
+    assert_eq!(s.core.hand_overs(), 2);
+    // The same target as a survivor that read both departures at once.
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[A, B, C, D]);
+    s.send(Event::PartyChanged);
+    s.party(&[A, C]);
+    assert_eq!(s.core.target(), Some(&BTreeSet::from([0, 4])));
+}
+
+#[test]
+fn the_sabotage_keeps_an_earlier_hand_overs_orphan_until_the_quiet_period_ends() {
+    crate::sabotage::set(Sabotage::HandOverKeepsEarlierOrphans);
+    let mut s = Script::acquired_among(config_with(8, Rebalance::Incremental, Box::new(Table)), &[A, B, C, D]);
+    s.send(Event::PartyChanged);
+    s.party(&[A, B, C]);
+    s.grant_locks();
+    s.published();
+    s.wait(TB / 4);
+    s.send(Event::PartyChanged);
+    s.party(&[A, C]);
+    let kept = s.core.target().cloned();
+    crate::sabotage::set(Sabotage::None);
+    assert_eq!(kept, Some(BTreeSet::from([0, 3, 4])));
+}
+
 /// A case: its name, the mode, the function, the party before and the party as read after.
 type Case = (&'static str, Rebalance, Box<dyn crate::PartitionFn>, &'static [&'static str], &'static [&'static str]);
 
