@@ -1,7 +1,8 @@
 //! The departure fast path on a real ZooKeeper (incremental rebalancing, rendezvous hashing, a long `time_boundary`
 //! so that the quiet period and the fast path cannot be confused): a crashed member's items are taken as soon as the
 //! server ends its session, a leaving member's as soon as it has released them; a crash during a join and a stall
-//! shorter than the session still wait (or move nothing); no survivor stops an item it keeps; and a member stopped
+//! shorter than the session still wait (or move nothing); two crashes within a quiet period are both handed over,
+//! an orphan the second moves let go at once; no survivor stops an item it keeps; and a member stopped
 //! (SIGSTOP) past its session, whose items its successor takes at once, is fenced and fails as soon as it resumes.
 
 mod common;
@@ -163,6 +164,79 @@ async fn a_crashed_members_items_are_taken_as_soon_as_its_session_ends() {
     }
     // and what each survivor held stayed listed throughout, and no item was ever held twice
     nothing_kept_stopped(&survivors, &recorders, &before);
+    checker.assert_safe(10).await;
+}
+
+/// Item `i` (by its place in the sorted list) goes to member `i mod n` of the sorted party, and a departure is
+/// declared to move only the departed member's items: with `[a, b, c, d]` over 8 items, `a` holds 0 and 4 and `d`
+/// 3 and 7; without `d`, `a` gains 3; without `b` too, 3 is `c`'s. An orphan that one hand-over gives a survivor and
+/// the next another, as a load bound's shift does now and then, on cue.
+struct Table;
+
+impl zk_partitioner::partition::PartitionFn for Table {
+    fn partition(&self, me: &str, members: &[String], items: &[Item]) -> Vec<Item> {
+        let Some(at) = members.iter().position(|m| m == me) else { return Vec::new() };
+        items.iter().enumerate().filter(|(i, _)| i % members.len() == at).map(|(_, item)| item.clone()).collect()
+    }
+
+    fn departures_move_only_theirs(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn an_orphan_the_second_of_two_crashes_moves_is_let_go_at_once() {
+    // given: a, b, c and d over 8 items, settled, under Table; b and d behind proxies the test can cut
+    let ctx = Ctx::new().await;
+    let items = ints(8);
+    let mut workers = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        let proxy = if matches!(name, "b" | "d") { Some(Proxy::start(ctx.addr).await) } else { None };
+        let endpoint = proxy.as_ref().map_or(ctx.endpoint.clone(), Proxy::endpoint);
+        let client = common::connect(&format!("{endpoint}{}", ctx.namespace), SESSION).await;
+        let member = build_member(client, name, &items, |b| {
+            b.partition_func(Table).rebalance(Rebalance::Incremental).time_boundary(TIME_BOUNDARY)
+        })
+        .await;
+        workers.push(Worker { _loop: auto_release(&member.partitioner), member, _proxy: proxy });
+    }
+    settled("four workers to settle", &workers.iter().collect::<Vec<_>>(), &items, Duration::from_secs(40)).await;
+    let (a, b, c, d) = (&workers[0], &workers[1], &workers[2], &workers[3]);
+    assert_eq!(a.items(), BTreeSet::from([items[0].clone(), items[4].clone()]), "a's share under Table");
+    let (a_kept, c_kept) = (a.items(), c.items());
+    let recorders: Vec<Recorder> = [a, c].iter().map(|w| Recorder::start(&w.member.partitioner)).collect();
+    let checker = SafetyChecker::start(ctx.client().await, &items, &[&a.member, &b.member, &c.member, &d.member]);
+
+    // when: d crashes, and a takes d's item 3 at once
+    d._proxy.as_ref().expect("d's proxy").cut();
+    let d_gone = party_node_gone(&ctx, &d.name()).await;
+    wait_for("a to take d's item 3", timing(TIME_BOUNDARY / 4), || async {
+        let s = a.member.partitioner.snapshot();
+        match s.state == PartitionState::Acquired && s.items.contains(&items[3]) {
+            true => Ok(()),
+            false => Err(format!("{} with {:?}", s.state, s.items)),
+        }
+    })
+    .await;
+    // and b crashes within the quiet period d's departure started
+    b._proxy.as_ref().expect("b's proxy").cut();
+    let b_gone = party_node_gone(&ctx, &b.name()).await;
+    assert!(b_gone < d_gone + TIME_BOUNDARY * 3 / 4, "b's session outlived most of the quiet period d's began");
+
+    // then: under [a, c], 3 is c's: a lets it go and c takes it, with everything else of b's and d's, at once
+    // (before the fix c waited behind a's lock node, Allocating, until a's quiet period ended)
+    let done = settled("a and c to take b's and d's items", &[a, c], &items, TIME_BOUNDARY).await;
+    let took = done.saturating_duration_since(b_gone);
+    eprintln!("b's and d's items taken {took:?} after b's session ended (time_boundary {TIME_BOUNDARY:?})");
+    assert!(took < TIME_BOUNDARY / 4, "the orphans waited {took:?}, as for a quiet period");
+    assert!(c.items().contains(&items[3]) && !a.items().contains(&items[3]), "3 is c's");
+    // and neither stopped what it held before the first crash, and no item was ever held twice
+    for ((w, recorder), kept) in [a, c].iter().zip(&recorders).zip([&a_kept, &c_kept]) {
+        for snapshot in recorder.snapshots() {
+            let listed: BTreeSet<Item> = snapshot.items.iter().cloned().collect();
+            assert!(kept.is_subset(&listed), "{} stopped kept items: {snapshot:?}", w.name());
+        }
+    }
     checker.assert_safe(10).await;
 }
 
