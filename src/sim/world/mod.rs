@@ -7,6 +7,7 @@
 
 mod admin;
 mod checker;
+mod departures;
 mod faults;
 mod lineage;
 mod member;
@@ -155,7 +156,7 @@ pub(super) struct World {
     /// What each member of the party holds, by the server, as last seen before it began to end, by member name.
     holding: BTreeMap<String, BTreeSet<String>>,
     /// How each member took its party in force in.
-    taken_in: BTreeMap<ActorId, checker::TakenIn>,
+    taken_in: BTreeMap<ActorId, departures::TakenIn>,
     /// What each member gone from the party last held: to be in a target once the party has it in force.
     orphans: BTreeMap<String, BTreeSet<String>>,
     /// The names finished since they last entered the set: the next entry of one is a new item (a new incarnation).
