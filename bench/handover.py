@@ -193,55 +193,61 @@ def run_once(args, observer, mode, run):
         live = party.settle(set(members), timeout * 2)
         watch = PartyWatch(observer, path + "/party")
         # Every phase waits a full time_boundary of quiet after it settles: moves a load bound defers are done.
-        phase = "crash"
-        victim = members[1]
-        tf = party.signal(victim, signal.SIGKILL)
-        after = party.settle(live - {victim}, timeout + args.session_timeout, not_before=tf + args.session_timeout + tb)
-        measure(phase, [victim], live, after, tf, {})
-        live = after
+        if "crash" in args.phases:
+            phase = "crash"
+            victim = members[1]
+            tf = party.signal(victim, signal.SIGKILL)
+            after = party.settle(live - {victim}, timeout + args.session_timeout,
+                                 not_before=tf + args.session_timeout + tb)
+            measure(phase, [victim], live, after, tf, {})
+            live = after
 
-        phase = "leave"
-        leaver = members[2]
-        signalled = party.signal(leaver, signal.SIGTERM)
-        party.wait_exit(leaver, 60)
-        exited = party.exited[leaver][0]
-        after = party.settle(live - {leaver}, timeout, not_before=exited + tb)
-        measure(phase, [leaver], live, after, signalled, {"exit_after_signal_s": round(exited - signalled, 4)},
-                since=exited)
-        live = after
+        if "leave" in args.phases:
+            phase = "leave"
+            leaver = members[2]
+            signalled = party.signal(leaver, signal.SIGTERM)
+            party.wait_exit(leaver, 60)
+            exited = party.exited[leaver][0]
+            after = party.settle(live - {leaver}, timeout, not_before=exited + tb)
+            measure(phase, [leaver], live, after, signalled, {"exit_after_signal_s": round(exited - signalled, 4)},
+                    since=exited)
+            live = after
 
-        phase = "crash-join"
-        victim, joiner = members[3], "w%02d" % args.members
-        tf = party.signal(victim, signal.SIGKILL)
-        deadline = tf + args.session_timeout + 1
-        while time.time() < deadline:
-            party.pump_events(0.02)
-            figures = orphan_figures(party, [victim], sorted(live - {victim}), tf, time.time())
-            if figures["taken_s"] is not None:
-                break
-        joined = time.time()
-        party.spawn(joiner)
-        after = party.settle((live - {victim}) | {joiner}, timeout + args.session_timeout, not_before=joined + tb)
-        measure(phase, [victim], live, after, tf, {"join_after_kill_s": round(joined - tf, 4)})
-        live = after
+        if "crash-join" in args.phases:
+            phase = "crash-join"
+            victim, joiner = members[3], "w%02d" % args.members
+            tf = party.signal(victim, signal.SIGKILL)
+            deadline = tf + args.session_timeout + 1
+            while time.time() < deadline:
+                party.pump_events(0.02)
+                figures = orphan_figures(party, [victim], sorted(live - {victim}), tf, time.time())
+                if figures["taken_s"] is not None:
+                    break
+            joined = time.time()
+            party.spawn(joiner)
+            after = party.settle((live - {victim}) | {joiner}, timeout + args.session_timeout, not_before=joined + tb)
+            measure(phase, [victim], live, after, tf, {"join_after_kill_s": round(joined - tf, 4)})
+            live = after
 
-        phase = "crash-crash"
-        first, second = members[4], members[5]
-        tf = party.signal(first, signal.SIGKILL)
-        time.sleep(1.0)
-        party.signal(second, signal.SIGKILL)
-        after = party.settle(live - {first, second}, timeout + args.session_timeout,
-                             not_before=tf + 1 + args.session_timeout + tb)
-        measure(phase, [first, second], live, after, tf, {})
-        live = after
+        if "crash-crash" in args.phases:
+            phase = "crash-crash"
+            first, second = members[4], members[5]
+            tf = party.signal(first, signal.SIGKILL)
+            time.sleep(1.0)
+            party.signal(second, signal.SIGKILL)
+            after = party.settle(live - {first, second}, timeout + args.session_timeout,
+                                 not_before=tf + 1 + args.session_timeout + tb)
+            measure(phase, [first, second], live, after, tf, {})
+            live = after
 
-        phase = "crash-pair"
-        first, second = members[6], members[7]
-        tf = party.signal(first, signal.SIGKILL)
-        party.signal(second, signal.SIGKILL)
-        after = party.settle(live - {first, second}, timeout + args.session_timeout,
-                             not_before=tf + args.session_timeout + tb)
-        measure(phase, [first, second], live, after, tf, {})
+        if "crash-pair" in args.phases:
+            phase = "crash-pair"
+            first, second = members[6], members[7]
+            tf = party.signal(first, signal.SIGKILL)
+            party.signal(second, signal.SIGKILL)
+            after = party.settle(live - {first, second}, timeout + args.session_timeout,
+                                 not_before=tf + args.session_timeout + tb)
+            measure(phase, [first, second], live, after, tf, {})
     except (rebalance.PhaseError, OSError) as err:
         rebalance.say("%s run %d %s FAILED: %s" % (mode, run, phase, err))
         print(json.dumps(dict(base, phase=phase, ok=False, error=str(err))), flush=True)
@@ -345,6 +351,8 @@ def main():
     r.add_argument("--members", type=int, default=10)
     r.add_argument("--time-boundary", type=float, default=5.0)
     r.add_argument("--session-timeout", type=float, default=4.0)
+    r.add_argument("--phases", default=",".join(PHASES), type=lambda v: v.split(","),
+                   help="the phases to run, in their order (a phase starts from the party the phases before left)")
     r.add_argument("--quiet", type=float, default=1.0, help="seconds without a member line that end a phase")
     r.add_argument("--log-dir", default="/tmp/zkp-handover")
     p = sub.add_parser("report")

@@ -16,7 +16,12 @@
 # Knobs (environment): RUNS (10), MEMBERS (10), ITEMS (1000), TIME_BOUNDARY (5 s), SESSION_TIMEOUT (4 s), MODES
 # (kazoo,before,incremental-rendezvous,incremental-weighted), BEFORE (5858310, the commit before the fast path),
 # ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE, KEEP_LOGS (a directory to keep every member's stderr
-# in, run with RUST_LOG=info,zk_partitioner_proto=debug: a departure that waits the quiet period says why).
+# in, run with RUST_LOG=info,zk_partitioner_proto=debug: a departure that waits the quiet period says why), PHASES
+# (crash,leave,crash-join,crash-crash,crash-pair: a phase starts from the party the phases before it left), ZOO_HEAP_MB
+# (the server's heap; the image's default, 256 MB, if unset), OUT (handover: bench/results/$OUT.{md,jsonl,svg}).
+#
+#   RUNS=1 MEMBERS=100 ITEMS=100000 SESSION_TIMEOUT=10 TIME_BOUNDARY=2 ZOO_HEAP_MB=256 PHASES=crash,leave \
+#     MODES=kazoo,incremental-rendezvous OUT=handover-100x100k bash bench/handover.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,6 +38,8 @@ SESSION_TIMEOUT=${SESSION_TIMEOUT:-4}
 MODES=${MODES:-kazoo,before,incremental-rendezvous,incremental-weighted}
 BEFORE=${BEFORE:-5858310}
 image=${ZOOKEEPER_IMAGE:-zk-partitioner/zookeeper:3.8}
+PHASES=${PHASES:-crash,leave,crash-join,crash-crash,crash-pair}
+OUT=${OUT:-handover}
 
 t0=$(date +%s)
 say() { printf '[handover.sh +%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
@@ -87,6 +94,7 @@ fi
 say "starting ZooKeeper ($container, tickTime 50 ms)"
 docker run -d --rm --name "$container" \
     -e 'ZOO_4LW_COMMANDS_WHITELIST=*' -e ZOO_MAX_CLIENT_CNXNS=0 -e ZOO_TICK_TIME=50 -e ZOO_MAX_SESSION_TIMEOUT=60000 \
+    ${ZOO_HEAP_MB:+-e "ZOO_HEAP_MB=$ZOO_HEAP_MB"} \
     -p 127.0.0.1::2181 "$image" >/dev/null
 port=$(docker port "$container" 2181/tcp | head -n1 | sed 's/.*://')
 connect="127.0.0.1:$port"
@@ -98,7 +106,7 @@ run_status=0
 RUST_LOG=${RUST_LOG:-info,zk_partitioner_proto=debug} \
 python3 bench/handover.py run --connect "$connect" --rust-worker "$worker" --before-worker "$before_worker" \
     --runs "$RUNS" --modes "$MODES" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
-    --session-timeout "$SESSION_TIMEOUT" --log-dir "$work/logs" >"$results" || run_status=$?
+    --session-timeout "$SESSION_TIMEOUT" --phases "$PHASES" --log-dir "$work/logs" >"$results" || run_status=$?
 
 elapsed=$(( $(date +%s) - t0 ))
 busy_end=$(cpu_busy_pct)
@@ -112,15 +120,17 @@ path ${BEFORE}. Machine: $(nproc) × $(sed -n 's/^model name[[:space:]]*: //p' /
 ${load_start} at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; CPU in use before ${busy_start}%, after \
 ${busy_end}%.${busy} ZooKeeper ${zk_version} (image ${image}, standalone, tickTime 50 ms, in Docker on the same \
 machine), kazoo ${kazoo_version}, $(rustc --version | cut -d' ' -f1-2). Runs: ${RUNS}; time_boundary \
-${TIME_BOUNDARY} s, session timeout ${SESSION_TIMEOUT} s.${MACHINE_NOTE:+ $MACHINE_NOTE}"
+${TIME_BOUNDARY} s, session timeout ${SESSION_TIMEOUT} s${ZOO_HEAP_MB:+, ZooKeeper heap ${ZOO_HEAP_MB} MB}.${MACHINE_NOTE:+ $MACHINE_NOTE}"
 
 mkdir -p bench/results
-cp "$results" bench/results/handover.jsonl
-python3 bench/handover.py report bench/results/handover.jsonl --machine "$machine" \
-    --command "bash bench/handover.sh    # RUNS=$RUNS" | tee bench/results/handover.md
+cp "$results" "bench/results/$OUT.jsonl"
+python3 bench/handover.py report "bench/results/$OUT.jsonl" --machine "$machine" \
+    --command "bash bench/handover.sh    # RUNS=$RUNS MEMBERS=$MEMBERS ITEMS=$ITEMS PHASES=$PHASES MODES=$MODES" \
+    | tee "bench/results/$OUT.md"
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
-    bench/results/handover.jsonl)
-say "written bench/results/handover.md and bench/results/handover.jsonl ($failed failed phases)"
-python3 bench/plot.py --from bench/results/handover.jsonl
+    "bench/results/$OUT.jsonl")
+say "written bench/results/$OUT.md and bench/results/$OUT.jsonl ($failed failed phases)"
+# The plot is drawn from the default run's file (bench/plot.py knows it by name).
+[ "$OUT" != handover ] || python3 bench/plot.py --from bench/results/handover.jsonl
 [ "$run_status" = 0 ] || { say "bench/handover.py stopped early (exit $run_status): the results are partial"; exit 1; }
 [ "$failed" = 0 ]
