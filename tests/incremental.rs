@@ -13,6 +13,12 @@ use zk_partitioner::{FencingToken, Item, PartitionState, Rebalance, partition::R
 
 const PATH: &str = "/partitioner";
 
+/// The session of the member that crashes. Short, so that its crash is seen soon, but not so short that a loaded
+/// machine suspends it before then: the client's read timeout is 2/5 of it, and a suspension revokes every item and
+/// takes the locks again with new nodes, which this test would report as an unmoved item's lock node changing (at 1 s,
+/// a 400 ms scheduling hiccup on a 2-core machine did exactly that).
+const CRASHING_SESSION: Duration = Duration::from_secs(4);
+
 struct Worker {
     member: Member,
     recorder: Recorder,
@@ -25,7 +31,7 @@ async fn worker(ctx: &Ctx, name: &str, items: &[Item], via_proxy: bool) -> Worke
         |b: zk_partitioner::Builder| b.partition_func(Rendezvous::default()).rebalance(Rebalance::Incremental);
     let (member, proxy) = if via_proxy {
         let proxy = Proxy::start(ctx.addr).await;
-        let client = common::connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), Duration::from_secs(1)).await;
+        let client = common::connect(&format!("{}{}", proxy.endpoint(), ctx.namespace), CRASHING_SESSION).await;
         let builder = zk_partitioner::SetPartitioner::builder(client.clone(), PATH, items.to_vec())
             .identifier(name)
             .time_boundary(common::members::TIME_BOUNDARY);
@@ -84,8 +90,15 @@ fn check_unmoved(before: &Owners, after: &Owners, workers: &[&Worker]) -> usize 
     for (item, (session, token)) in before {
         match after.get(item) {
             Some((s, t)) if s == session => {
-                assert_eq!(t, token, "{item} stayed with its owner but its lock node changed");
                 let owner = workers.iter().find(|w| w.member.session() == *session).expect("owner");
+                // A suspension revokes everything, whatever the rebalance: a cause this test does not measure.
+                let suspended = owner.recorder.snapshots().iter().any(|snapshot| snapshot.suspended);
+                assert_eq!(
+                    t,
+                    token,
+                    "{item} stayed with its owner but its lock node changed{}",
+                    if suspended { " (its owner's connection was suspended meanwhile)" } else { "" }
+                );
                 for snapshot in owner.recorder.snapshots() {
                     assert!(
                         snapshot.items.iter().any(|i| i.to_string() == *item),
