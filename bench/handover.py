@@ -190,7 +190,7 @@ def run_once(args, observer, mode, run):
     try:
         for identifier in members:
             party.spawn(identifier)
-        live = party.settle(set(members), timeout * 2)
+        live = party.settle(set(members), args.settle_timeout or timeout * 2)
         watch = PartyWatch(observer, path + "/party")
         # Every phase waits a full time_boundary of quiet after it settles: moves a load bound defers are done.
         if "crash" in args.phases:
@@ -354,6 +354,8 @@ def main():
     r.add_argument("--phases", default=",".join(PHASES), type=lambda v: v.split(","),
                    help="the phases to run, in their order (a phase starts from the party the phases before left)")
     r.add_argument("--quiet", type=float, default=1.0, help="seconds without a member line that end a phase")
+    r.add_argument("--settle-timeout", type=float, default=0.0,
+                   help="seconds the cold start may take to settle (0: 480 for kazoo, 180 for the crate)")
     r.add_argument("--log-dir", default="/tmp/zkp-handover")
     p = sub.add_parser("report")
     p.add_argument("file")

@@ -18,7 +18,8 @@
 # ZOOKEEPER_IMAGE (zk-partitioner/zookeeper:3.8), MACHINE_NOTE, KEEP_LOGS (a directory to keep every member's stderr
 # in, run with RUST_LOG=info,zk_partitioner_proto=debug: a departure that waits the quiet period says why), PHASES
 # (crash,leave,crash-join,crash-crash,crash-pair: a phase starts from the party the phases before it left), ZOO_HEAP_MB
-# (the server's heap; the image's default, 256 MB, if unset), OUT (handover: bench/results/$OUT.{md,jsonl,svg}).
+# (the server's heap; the image's default, 256 MB, if unset), OUT (handover: bench/results/$OUT.{md,jsonl,svg}),
+# SETTLE_S (how long the cold start may take to settle; 480 s for kazoo, 180 s for the crate, if unset).
 #
 #   RUNS=1 MEMBERS=100 ITEMS=100000 SESSION_TIMEOUT=10 TIME_BOUNDARY=2 ZOO_HEAP_MB=256 PHASES=crash,leave \
 #     MODES=kazoo,incremental-rendezvous OUT=handover-100x100k bash bench/handover.sh
@@ -106,7 +107,8 @@ run_status=0
 RUST_LOG=${RUST_LOG:-info,zk_partitioner_proto=debug} \
 python3 bench/handover.py run --connect "$connect" --rust-worker "$worker" --before-worker "$before_worker" \
     --runs "$RUNS" --modes "$MODES" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
-    --session-timeout "$SESSION_TIMEOUT" --phases "$PHASES" --log-dir "$work/logs" >"$results" || run_status=$?
+    --session-timeout "$SESSION_TIMEOUT" --phases "$PHASES" --settle-timeout "${SETTLE_S:-0}" --log-dir "$work/logs" \
+    >"$results" || run_status=$?
 
 elapsed=$(( $(date +%s) - t0 ))
 busy_end=$(cpu_busy_pct)

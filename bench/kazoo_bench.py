@@ -114,6 +114,8 @@ def worker(args):
         raw = [line.strip() for line in f if line.strip()]
     items = [int(x) for x in raw] if args.int_items else raw
     client = KazooClient(hosts=args.connect, timeout=args.session_timeout)
+    # Every connection state change on stderr (kept with KEEP_LOGS): a SUSPENDED partitioner releases everything.
+    client.add_listener(lambda state: print("%.3f connection %s" % (time.time(), state), file=sys.stderr, flush=True))
     client.start(timeout=30)
     stopping = threading.Event()
     changed = threading.Event()

@@ -193,12 +193,24 @@ class Party:
     def settle(self, live, timeout, not_before=0.0):
         """Waits until the live members are stable and quiet. Members that exit on their own leave the live set."""
         deadline = time.time() + timeout
+        report_at = time.time() + 60
         while True:
             self.pump_events(0.05)
             live -= set(self.failed)
             now = time.time()
             if self.stable(live) and now - self.last_event >= self.args.quiet and now >= not_before:
                 return live
+            if now >= report_at:
+                # A long wait says how far it is: members by latest state, and state lines in the last minute
+                # (a party that churns prints many; one that is merely slow, few).
+                states = {}
+                for identifier in live:
+                    state = (self.latest(identifier) or {}).get("state", "nothing yet")
+                    states[state] = states.get(state, 0) + 1
+                lines = sum(1 for identifier in live for r in self.records.get(identifier, ()) if r["ts"] >= now - 60)
+                say("not stable yet: %s; %d state lines in the last minute" % (
+                    ", ".join("%d %s" % (n, state) for state, n in sorted(states.items())), lines))
+                report_at = now + 60
             if now > deadline:
                 latest = {i: (self.latest(i) or {}).get("state") for i in sorted(live)}
                 raise PhaseError("not stable after %.0f s; latest states %s" % (timeout, latest))
