@@ -160,7 +160,7 @@ def orphan_figures(party, departed, survivors, tf, t_end, since=None):
 
 def run_once(args, observer, mode, run):
     """One run of `mode`: the four phases in turn, one JSON line each."""
-    timeout = 240 if mode == "kazoo" else 90
+    timeout = args.phase_timeout or (240 if mode == "kazoo" else 90)
     path = "/handover/%s-%d-%s" % (mode, run, uuid.uuid4().hex[:8])
     party = Party(args, mode, path, args.items_file)
     base = {"mode": mode, "impl": MODES[mode]["impl"], "run": run, "n": args.items, "members": args.members,
@@ -354,8 +354,10 @@ def main():
     r.add_argument("--phases", default=",".join(PHASES), type=lambda v: v.split(","),
                    help="the phases to run, in their order (a phase starts from the party the phases before left)")
     r.add_argument("--quiet", type=float, default=1.0, help="seconds without a member line that end a phase")
+    r.add_argument("--phase-timeout", type=float, default=0.0,
+                   help="seconds a phase may take to settle, beyond S (0: 240 for kazoo, 90 for the crate)")
     r.add_argument("--settle-timeout", type=float, default=0.0,
-                   help="seconds the cold start may take to settle (0: 480 for kazoo, 180 for the crate)")
+                   help="seconds the cold start may take to settle (0: twice the phase's)")
     r.add_argument("--log-dir", default="/tmp/zkp-handover")
     p = sub.add_parser("report")
     p.add_argument("file")

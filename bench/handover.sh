@@ -19,10 +19,12 @@
 # in, run with RUST_LOG=info,zk_partitioner_proto=debug: a departure that waits the quiet period says why), PHASES
 # (crash,leave,crash-join,crash-crash,crash-pair: a phase starts from the party the phases before it left), ZOO_HEAP_MB
 # (the server's heap; the image's default, 256 MB, if unset), OUT (handover: bench/results/$OUT.{md,jsonl,svg}),
-# SETTLE_S (how long the cold start may take to settle; 480 s for kazoo, 180 s for the crate, if unset).
+# SETTLE_S and PHASE_S (how long the cold start and each phase may take to settle; if unset, a phase 240 s for kazoo
+# and 90 s for the crate, beyond the session timeout, and the cold start twice that). At 100 x 100,000 kazoo needs
+# about 7 minutes for each (its members are CPU-bound on 2 cores), hence SETTLE_S=1800 PHASE_S=1500 in that command.
 #
 #   RUNS=1 MEMBERS=100 ITEMS=100000 SESSION_TIMEOUT=10 TIME_BOUNDARY=2 ZOO_HEAP_MB=256 PHASES=crash,leave \
-#     MODES=kazoo,incremental-rendezvous OUT=handover-100x100k bash bench/handover.sh
+#     SETTLE_S=1800 PHASE_S=1500 MODES=kazoo,incremental-rendezvous OUT=handover-100x100k bash bench/handover.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -107,7 +109,8 @@ run_status=0
 RUST_LOG=${RUST_LOG:-info,zk_partitioner_proto=debug} \
 python3 bench/handover.py run --connect "$connect" --rust-worker "$worker" --before-worker "$before_worker" \
     --runs "$RUNS" --modes "$MODES" --members "$MEMBERS" --items "$ITEMS" --time-boundary "$TIME_BOUNDARY" \
-    --session-timeout "$SESSION_TIMEOUT" --phases "$PHASES" --settle-timeout "${SETTLE_S:-0}" --log-dir "$work/logs" \
+    --session-timeout "$SESSION_TIMEOUT" --phases "$PHASES" --settle-timeout "${SETTLE_S:-0}" \
+    --phase-timeout "${PHASE_S:-0}" --log-dir "$work/logs" \
     >"$results" || run_status=$?
 
 elapsed=$(( $(date +%s) - t0 ))
@@ -132,7 +135,7 @@ python3 bench/handover.py report "bench/results/$OUT.jsonl" --machine "$machine"
 failed=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l)["ok"]))' \
     "bench/results/$OUT.jsonl")
 say "written bench/results/$OUT.md and bench/results/$OUT.jsonl ($failed failed phases)"
-# The plot is drawn from the default run's file (bench/plot.py knows it by name).
-[ "$OUT" != handover ] || python3 bench/plot.py --from bench/results/handover.jsonl
+# The plot of the run's file, if bench/plot.py knows it by name (handover, handover-100x100k).
+python3 bench/plot.py --from "bench/results/$OUT.jsonl"
 [ "$run_status" = 0 ] || { say "bench/handover.py stopped early (exit $run_status): the results are partial"; exit 1; }
 [ "$failed" = 0 ]
