@@ -365,8 +365,9 @@ def plot_handover(plt, inputs, out):
     tb = sorted({r["tb_s"] for r in records})
     for s_timeout in st:
         ax.axhline(s_timeout, color=MUTED, linewidth=0.8, linestyle=":", zorder=1)
-        ax.annotate("session timeout S = %g s" % s_timeout, (len(phases) - 0.5, s_timeout), xytext=(-2, 2),
-                    textcoords="offset points", ha="right", va="bottom", fontsize=7, color=MUTED)
+        ax.annotate("session timeout S = %g s" % s_timeout, (1.0, s_timeout), xycoords=("axes fraction", "data"),
+                    xytext=(-2, -2), textcoords="offset points", ha="right", va="top", fontsize=7, color=MUTED, zorder=5,
+                    bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none", alpha=0.8))
     titles = {"crash": "crash (SIGKILL):\nfrom the kill", "leave": "leave (SIGTERM):\nfrom the leaver's exit",
               "crash-join": "crash, then a join\n(from the kill)", "crash-crash": "two crashes 1 s apart\n(from the first)",
               "crash-pair": "two crashes at once\n(from the kills)"}
