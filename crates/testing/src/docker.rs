@@ -305,8 +305,12 @@ pub(crate) fn base_env() -> Vec<(&'static str, String)> {
         ("ZOO_TICK_TIME", "200".to_string()),
         ("ZOO_MAX_SESSION_TIMEOUT", "60000".to_string()),
         // The official image ignores ZOO_MAX_SESSION_TIMEOUT (only the local one reads it): say it again as extra
-        // config, which both append (the same value twice; the last one wins).
-        ("ZOO_CFG_EXTRA", "maxSessionTimeout=60000".to_string()),
+        // config, which both append (the same value twice; the last one wins). `forceSync=no`: the transaction log
+        // is written but not fsynced before a write is answered. A test server's data need not survive the host's
+        // power loss (a container restart keeps it: the writes are in the host's page cache), and an fsync stuck
+        // behind the writeback of a freshly linked target directory stalled the server for seconds, long enough
+        // that a stopped member's session outlived a test's deadline.
+        ("ZOO_CFG_EXTRA", "maxSessionTimeout=60000 forceSync=no".to_string()),
         // Every host connection comes from the Docker gateway's IP: the default limit of 60 would bite.
         ("ZOO_MAX_CLIENT_CNXNS", "0".to_string()),
         ("ZOO_4LW_COMMANDS_WHITELIST", "*".to_string()),
