@@ -44,8 +44,8 @@
 //!
 //! Every server runs with `tickTime=200` (session timeouts from 400 ms to 60 s), unlimited connections per client
 //! address, every four-letter word enabled, and `forceSync=no` (its log is written, not fsynced: a test server
-//! needs no durability against the host's power loss, and a disk busy with other writes cannot stall it). Helpers that set up the test panic with one line naming the cause
-//! and the fix, as test code should.
+//! needs no durability against the host's power loss, and a disk busy with other writes cannot stall it). Helpers
+//! that set up the test panic with one line naming the cause and the fix, as test code should.
 //!
 //! # Examples
 //!
