@@ -355,7 +355,7 @@ def main():
                    help="the phases to run, in their order (a phase starts from the party the phases before left)")
     r.add_argument("--quiet", type=float, default=1.0, help="seconds without a member line that end a phase")
     r.add_argument("--phase-timeout", type=float, default=0.0,
-                   help="seconds a phase may take to settle, beyond S (0: 240 for kazoo, 90 for the crate)")
+                   help="seconds a phase may take to settle, S more after a kill (0: 240 for kazoo, 90 for the crate)")
     r.add_argument("--settle-timeout", type=float, default=0.0,
                    help="seconds the cold start may take to settle (0: twice the phase's)")
     r.add_argument("--log-dir", default="/tmp/zkp-handover")

@@ -382,7 +382,7 @@ def plot_handover(plt, inputs, out):
     dedup_legend(ax, loc="upper left", fontsize=7.5)
     ax.margins(y=0.15)
     # Room above the tallest bar for its label and the legend (a log axis: a factor, not a fraction).
-    ax.set_ylim(top=max(max(r["taken_s"] for r in records), 0.001) * 8)
+    ax.set_ylim(top=max((r["taken_s"] for r in records), default=0.0) * 8 or 1.0)
     runs = max((r["run"] for r in records), default=0)
     footnote(fig, source_note([path], "Bars: median of %d run(s), dots: each run; time_boundary %s s; ZooKeeper's tick "
                                       "50 ms; every member a separate process" % (

@@ -91,15 +91,16 @@ fn check_unmoved(before: &Owners, after: &Owners, workers: &[&Worker]) -> usize 
         match after.get(item) {
             Some((s, t)) if s == session => {
                 let owner = workers.iter().find(|w| w.member.session() == *session).expect("owner");
+                let snapshots = owner.recorder.snapshots();
                 // A suspension revokes everything, whatever the rebalance: a cause this test does not measure.
-                let suspended = owner.recorder.snapshots().iter().any(|snapshot| snapshot.suspended);
+                let suspended = snapshots.iter().any(|snapshot| snapshot.suspended);
                 assert_eq!(
                     t,
                     token,
                     "{item} stayed with its owner but its lock node changed{}",
                     if suspended { " (its owner's connection was suspended meanwhile)" } else { "" }
                 );
-                for snapshot in owner.recorder.snapshots() {
+                for snapshot in snapshots {
                     assert!(
                         snapshot.items.iter().any(|i| i.to_string() == *item),
                         "{item} paused at {owner} in {snapshot:?}",
